@@ -1,0 +1,150 @@
+"""The training step: forward under the precision's context, scaled backward, clip, step.
+
+Kept apart from the epoch loop so the benchmark times exactly the step that ``fine_tune`` runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amptrain.data import IGNORE_INDEX, unpack_batch
+from amptrain.precision import PrecisionPlan
+
+
+def extract_logits(output: Any) -> torch.Tensor:
+    """Logits from a model output: a tensor, the first item of a tuple, or ``logits``."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping):
+        if "logits" not in output:
+            raise KeyError(f"model returned a mapping without 'logits' (keys: {sorted(output)})")
+        return output["logits"]
+    if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise TypeError(
+        f"cannot find logits in a model output of type {type(output).__name__}; return a tensor, "
+        "a tuple whose first item is the logits, or an object with a 'logits' field"
+    )
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Next-token cross-entropy (mean over counted tokens), correct-token count, counted tokens.
+
+    Position t predicts label t+1; labels equal to ``IGNORE_INDEX`` (padding) are skipped.
+    """
+    logits = logits[:, :-1].float()  # fp32 softmax: fp16 logits lose the small probabilities
+    targets = labels[:, 1:]
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_targets = targets.reshape(-1)
+    loss = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
+    mask = flat_targets != IGNORE_INDEX
+    correct = ((flat_logits.argmax(dim=-1) == flat_targets) & mask).sum()
+    return loss, correct, mask.sum()
+
+
+@dataclass
+class StepOutput:
+    """Device tensors from one step; reading them (``.item()``) is the caller's choice."""
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+
+
+class TrainStep:
+    """One optimizer step in the order mixed precision needs.
+
+    scaled backward -> unscale_ -> clip -> step (skipped on a non-finite gradient norm)
+    -> scaler.update() -> zero_grad(set_to_none=True).
+    With fp16 the scaler itself skips the step on inf/NaN gradients; otherwise the step is
+    skipped here, which costs one host read of the norm per step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        plan: PrecisionPlan,
+        *,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        max_grad_norm: float | None = 1.0,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.plan = plan
+        self.scheduler = scheduler
+        self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
+        self.scaler = plan.grad_scaler()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        device = self.params[0].device if self.params else torch.device("cpu")
+        self._overflows = torch.zeros((), dtype=torch.long, device=device)  # read lazily
+
+    def __call__(self, input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+        with self.plan.autocast():
+            loss, _, _ = lm_loss(extract_logits(self.model(input_ids)), labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        finite = torch.isfinite(grad_norm)
+        self._overflows += ~finite  # counted on the device: no host sync here
+        if self.scaler.is_enabled():
+            self.scaler.step(self.optimizer)  # the scaler skips the step on inf/NaN gradients
+        elif finite:  # host read of one bool: the only sync in a non-fp16 step
+            self.optimizer.step()
+        self.scaler.update()  # every step (a no-op when the scaler is disabled)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepOutput(loss=loss.detach(), grad_norm=grad_norm.detach())
+
+    @property
+    def overflow_steps(self) -> int:
+        """Steps skipped because the gradient norm was not finite."""
+        return int(self._overflows)
+
+    @property
+    def loss_scale(self) -> float:
+        """The scaler's current loss scale (1.0 when the scaler is disabled)."""
+        return float(self.scaler.get_scale()) if self.scaler.is_enabled() else 1.0
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    batches: Any,
+    plan: PrecisionPlan,
+    device: torch.device,
+) -> dict[str, float]:
+    """Validation loss (token-weighted), perplexity and token accuracy, with one host sync."""
+    was_training = model.training
+    model.eval()
+    total_loss = torch.zeros((), device=device, dtype=torch.float64)
+    total_correct = torch.zeros((), device=device, dtype=torch.long)
+    total_tokens = torch.zeros((), device=device, dtype=torch.long)
+    for batch in batches:
+        input_ids, labels = (t.to(device, non_blocking=True) for t in unpack_batch(batch))
+        with plan.autocast():
+            loss, correct, count = lm_loss(extract_logits(model(input_ids)), labels)
+        total_loss += loss.double() * count
+        total_correct += correct
+        total_tokens += count
+    model.train(was_training)
+    loss_sum, correct, tokens = (float(v) for v in torch.stack(
+        [total_loss, total_correct.double(), total_tokens.double()]).tolist())
+    if tokens == 0:
+        return {"loss": math.nan, "perplexity": math.nan, "accuracy": math.nan}
+    loss = loss_sum / tokens
+    return {
+        "loss": loss,
+        "perplexity": math.exp(loss) if loss < 700 else math.inf,
+        "accuracy": correct / tokens,
+    }

@@ -1,0 +1,200 @@
+"""Metrics in bounded memory, device memory read through torch, and sinks (console, JSON lines, W&B)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import torch
+
+Scalar = float | int | str | bool
+
+
+class RunningStats:
+    """Count, mean, standard deviation, min and max of a stream, in O(1) memory (Welford)."""
+
+    __slots__ = ("_m2", "count", "max", "mean", "min")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self._m2 = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def update(self, value: float) -> None:
+        """Add one value; non-finite values are not counted (they are overflows, not data)."""
+        if not math.isfinite(value):
+            return
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._m2 += delta * (value - self.mean)
+        self.min = min(self.min, value)
+        self.max = max(self.max, value)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (0 for fewer than two values)."""
+        return math.sqrt(self._m2 / self.count) if self.count > 1 else 0.0
+
+    def summary(self) -> dict[str, float]:
+        """``mean``, ``std``, ``min``, ``max`` (NaN when nothing was counted)."""
+        if not self.count:
+            return {"mean": math.nan, "std": math.nan, "min": math.nan, "max": math.nan}
+        return {"mean": self.mean, "std": self.std, "min": self.min, "max": self.max}
+
+
+def peak_memory_mb(device: torch.device) -> float | None:
+    """Peak memory allocated by tensors on a CUDA device since the last reset, in MiB."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window on a CUDA device (no-op elsewhere)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def gpu_utilization(device: torch.device) -> float | None:
+    """GPU utilization in percent from torch's NVML binding, or None where it is unavailable."""
+    if device.type != "cuda":
+        return None
+    try:
+        return float(torch.cuda.utilization(device))
+    except Exception:  # pynvml missing or NVML refused: utilization is optional
+        return None
+
+
+class Sink(Protocol):
+    """Where metric records go."""
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ConsoleSink:
+    """Prints one line per epoch; per-step records are left to the progress bar."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None:
+        if "epoch" not in record:
+            return
+        parts = [f"epoch {record['epoch']}"]
+        for key in ("train/loss", "val/loss", "val/accuracy", "train/tokens_per_second"):
+            value = record.get(key)
+            if isinstance(value, float) and math.isfinite(value):
+                parts.append(f"{key} {value:.4g}")
+        print("  ".join(parts), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlSink:
+    """Appends every record, with its step, as one JSON object per line."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                 for k, v in record.items()}
+        self._file.write(json.dumps({"step": step, **clean}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class WandbSink:
+    """Logs to Weights & Biases; offline by default, so nothing waits on the network."""
+
+    def __init__(
+        self,
+        project: str = "amptrain",
+        *,
+        name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        mode: str = "offline",
+        dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        try:
+            import wandb
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("W&B logging needs wandb: pip install 'amptrain[wandb]'") from exc
+        if mode not in ("offline", "online", "disabled"):
+            raise ValueError(f"wandb mode must be offline, online or disabled; got {mode!r}")
+        self.run = wandb.init(
+            project=project,
+            name=name,
+            config=dict(config or {}),
+            mode=mode,
+            dir=str(dir) if dir is not None else None,
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+        )
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None:
+        numeric = {k: v for k, v in record.items() if not isinstance(v, str)}
+        text = {k: v for k, v in record.items() if isinstance(v, str)}
+        if numeric:
+            self.run.log(numeric, step=step)
+        for key, value in text.items():  # strings (e.g. amp/precision) belong in the summary
+            self.run.summary[key] = value
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MetricsTracker:
+    """Per-step and per-epoch metrics in bounded memory, fanned out to sinks.
+
+    Step values feed running aggregates for the current epoch (``epoch_loss``,
+    ``epoch_grad_norm``); only the last ``history_size`` step records are kept, so a run of
+    any length has a fixed footprint. Epoch records (one per epoch) are kept whole.
+    """
+
+    def __init__(self, sinks: Iterable[Sink] = (), *, history_size: int = 1024) -> None:
+        self.sinks = list(sinks)
+        self.history: deque[dict[str, Scalar]] = deque(maxlen=history_size)
+        self.epochs: list[dict[str, Scalar]] = []
+        self.step = 0
+        self.epoch_loss = RunningStats()
+        self.epoch_grad_norm = RunningStats()
+
+    def log_step(self, loss: float, grad_norm: float, **extra: Scalar) -> None:
+        """Record one optimizer step (skipped steps included: their norm is not finite)."""
+        self.step += 1
+        self.epoch_loss.update(loss)
+        self.epoch_grad_norm.update(grad_norm)
+        record: dict[str, Scalar] = {"train/loss": loss, "train/grad_norm": grad_norm, **extra}
+        self.history.append(record)
+        for sink in self.sinks:
+            sink.log(record, self.step)
+
+    def end_epoch(self, record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
+        """Send an epoch record (``None`` values dropped) to the sinks and reset the aggregates."""
+        clean = {k: v for k, v in record.items() if v is not None}
+        self.epochs.append(clean)
+        for sink in self.sinks:
+            sink.log(clean, self.step)
+        self.epoch_loss = RunningStats()
+        self.epoch_grad_norm = RunningStats()
+        return clean
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,300 @@
+"""fine_tune: the epoch loop around :class:`~amptrain.engine.TrainStep`, with a typed result."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from amptrain.data import IGNORE_INDEX, TokenData, make_dataloader, seed_everything, unpack_batch
+from amptrain.engine import TrainStep, evaluate
+from amptrain.metrics import (
+    ConsoleSink,
+    JsonlSink,
+    MetricsTracker,
+    Sink,
+    WandbSink,
+    gpu_utilization,
+    peak_memory_mb,
+    reset_peak_memory,
+)
+from amptrain.precision import canonical_precision, resolve_precision
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
+
+    precision: str = "32-true"
+    epochs: int = 3
+    batch_size: int = 8
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1  # share of all steps spent warming the learning rate up
+    min_lr_ratio: float = 0.1  # the cosine decay ends at learning_rate * min_lr_ratio
+    max_grad_norm: float | None = 1.0
+    max_steps_per_epoch: int | None = None
+    device: str | None = None  # None: CUDA when available, else CPU
+    seed: int = 0
+    deterministic: bool = False
+    num_workers: int | None = None
+    pad_token_id: int = 0
+    progress: bool | None = None  # None: a progress bar only when stderr is a terminal
+    console: bool = False
+    jsonl_path: str | None = None
+    wandb: bool = False
+    wandb_project: str = "amptrain"
+    wandb_mode: str = field(default_factory=lambda: os.environ.get("WANDB_MODE", "offline"))
+    wandb_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        canonical_precision(self.precision)
+        checks = {
+            "epochs": self.epochs >= 1,
+            "batch_size": self.batch_size >= 1,
+            "learning_rate": self.learning_rate > 0 and math.isfinite(self.learning_rate),
+            "weight_decay": self.weight_decay >= 0,
+            "warmup_ratio": 0 <= self.warmup_ratio < 1,
+            "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+            "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
+            "max_steps_per_epoch": self.max_steps_per_epoch is None or self.max_steps_per_epoch >= 1,
+            "num_workers": self.num_workers is None or self.num_workers >= 0,
+            "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"TrainConfig.{name} has an invalid value: {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    """What one epoch measured. Losses are per token; throughput excludes validation."""
+
+    epoch: int
+    train_loss: float
+    val_loss: float | None
+    val_perplexity: float | None
+    val_accuracy: float | None
+    grad_norm_mean: float
+    grad_norm_std: float
+    grad_norm_min: float
+    grad_norm_max: float
+    learning_rate: float
+    overflow_steps: int
+    loss_scale: float
+    samples_per_second: float
+    tokens_per_second: float
+    peak_memory_mb: float | None  # CUDA tensors only; None on CPU
+    gpu_utilization: float | None
+    wall_time_s: float
+
+    def log_record(self, precision: str) -> dict[str, Any]:
+        """The namespaced keys sent to the metric sinks."""
+        return {
+            "epoch": self.epoch,
+            "train/loss": self.train_loss,
+            "train/grad_norm_mean": self.grad_norm_mean,
+            "train/grad_norm_max": self.grad_norm_max,
+            "train/lr": self.learning_rate,
+            "train/samples_per_second": self.samples_per_second,
+            "train/tokens_per_second": self.tokens_per_second,
+            "val/loss": self.val_loss,
+            "val/perplexity": self.val_perplexity,
+            "val/accuracy": self.val_accuracy,
+            "amp/loss_scale": self.loss_scale,
+            "amp/overflow_steps": self.overflow_steps,
+            "amp/enabled": int(precision in ("16-mixed", "bf16-mixed")),
+            "amp/precision": precision,
+            "system/peak_memory_mb": self.peak_memory_mb,
+            "system/gpu_utilization": self.gpu_utilization,
+        }
+
+
+@dataclass(frozen=True)
+class FineTuneResult:
+    """The outcome of :func:`fine_tune`."""
+
+    precision: str
+    precision_requested: str
+    device: str
+    epochs: list[EpochMetrics]
+    steps: int
+    overflow_steps: int
+    final_loss_scale: float
+    train_samples: int
+    val_samples: int
+    wall_time_s: float
+
+    @property
+    def train_loss_history(self) -> list[float]:
+        return [e.train_loss for e in self.epochs]
+
+    @property
+    def val_loss_history(self) -> list[float | None]:
+        return [e.val_loss for e in self.epochs]
+
+    @property
+    def val_accuracy_history(self) -> list[float | None]:
+        return [e.val_accuracy for e in self.epochs]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (nested epoch records included)."""
+        return dataclasses.asdict(self)
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    # Weight decay on matrices only; biases and norms are left alone (as in GPT-2 training).
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=device.type == "cuda")
+
+
+def _schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
+    warmup = int(cfg.warmup_ratio * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total_steps - warmup)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
+    sinks: list[Sink] = []
+    if cfg.console:
+        sinks.append(ConsoleSink())
+    if cfg.jsonl_path:
+        sinks.append(JsonlSink(cfg.jsonl_path))
+    if cfg.wandb:
+        config = {**dataclasses.asdict(cfg), "precision_used": plan_name}
+        sinks.append(WandbSink(cfg.wandb_project, config=config, mode=cfg.wandb_mode,
+                               dir=cfg.wandb_dir))
+    return sinks
+
+
+def fine_tune(
+    model: nn.Module,
+    train_data: TokenData,
+    val_data: TokenData | None = None,
+    *,
+    config: TrainConfig | None = None,
+    tracker: MetricsTracker | None = None,
+    **options: Any,
+) -> FineTuneResult:
+    """Fine-tune ``model`` on token ids with a next-token language-model loss.
+
+    ``train_data`` and ``val_data`` are a ``[N, T]`` tensor of token ids, a list of 1-D
+    tensors (padded; padding is ignored), or a ready DataLoader. ``options`` are
+    :class:`TrainConfig` fields and override ``config``. The precision falls back (with one
+    warning) where the device cannot run it; the result records the one used.
+    """
+    cfg = dataclasses.replace(config or TrainConfig(), **options)
+    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    seed_everything(cfg.seed, deterministic=cfg.deterministic)
+    plan = resolve_precision(cfg.precision, device)
+    model.to(device=device, dtype=plan.param_dtype)
+    model.train()
+
+    loader_args = {"batch_size": cfg.batch_size, "device": device, "seed": cfg.seed,
+                   "num_workers": cfg.num_workers, "pad_token_id": cfg.pad_token_id}
+    train_loader = make_dataloader(train_data, shuffle=True, **loader_args)
+    val_loader = make_dataloader(val_data, shuffle=False, **loader_args) if val_data is not None else None
+    steps_per_epoch = len(train_loader)
+    if cfg.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
+    if steps_per_epoch == 0:
+        raise ValueError("the training data gives no batch: is it empty?")
+
+    optimizer = _optimizer(model, cfg, device)
+    step = TrainStep(model, optimizer, plan, scheduler=_schedule(optimizer, cfg, cfg.epochs * steps_per_epoch),
+                     max_grad_norm=cfg.max_grad_norm)
+    tracker = tracker or MetricsTracker()
+    tracker.sinks.extend(_sinks(cfg, plan.name))
+    show_progress = sys.stderr.isatty() if cfg.progress is None else cfg.progress
+
+    epochs: list[EpochMetrics] = []
+    run_start = time.perf_counter()
+    try:
+        for epoch in range(1, cfg.epochs + 1):
+            reset_peak_memory(device)
+            samples = tokens = 0
+            overflows_before = step.overflow_steps
+            bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{cfg.epochs}", leave=False,
+                       disable=not show_progress, unit="step")
+            start = time.perf_counter()
+            for i, batch in enumerate(train_loader):
+                if i == steps_per_epoch:
+                    break
+                input_ids, labels = unpack_batch(batch)
+                samples += input_ids.shape[0]
+                tokens += int(labels.ne(IGNORE_INDEX).sum()) if labels.device.type == "cpu" else labels.numel()
+                out = step(input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+                # One host read per step, for the metrics and the progress bar.
+                loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()
+                tracker.log_step(loss, grad_norm, **{"train/lr": optimizer.param_groups[0]["lr"]})
+                bar.update()
+                if show_progress and (i % 10 == 0 or i + 1 == steps_per_epoch):
+                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
+            elapsed = time.perf_counter() - start
+            bar.close()
+            val = evaluate(model, val_loader, plan, device) if val_loader is not None else {}
+            grad = tracker.epoch_grad_norm.summary()
+            metrics = EpochMetrics(
+                epoch=epoch,
+                train_loss=tracker.epoch_loss.mean if tracker.epoch_loss.count else math.nan,
+                val_loss=val.get("loss"),
+                val_perplexity=val.get("perplexity"),
+                val_accuracy=val.get("accuracy"),
+                grad_norm_mean=grad["mean"],
+                grad_norm_std=grad["std"],
+                grad_norm_min=grad["min"],
+                grad_norm_max=grad["max"],
+                learning_rate=optimizer.param_groups[0]["lr"],
+                overflow_steps=step.overflow_steps - overflows_before,
+                loss_scale=step.loss_scale,
+                samples_per_second=samples / elapsed,
+                tokens_per_second=tokens / elapsed,
+                peak_memory_mb=peak_memory_mb(device),
+                gpu_utilization=gpu_utilization(device),
+                wall_time_s=elapsed,
+            )
+            epochs.append(metrics)
+            tracker.end_epoch(metrics.log_record(plan.name))
+    finally:
+        tracker.close()
+
+    return FineTuneResult(
+        precision=plan.name,
+        precision_requested=plan.requested,
+        device=str(device),
+        epochs=epochs,
+        steps=tracker.step,
+        overflow_steps=step.overflow_steps,
+        final_loss_scale=step.loss_scale,
+        train_samples=_dataset_size(train_loader),
+        val_samples=_dataset_size(val_loader) if val_loader is not None else 0,
+        wall_time_s=time.perf_counter() - run_start,
+    )
+
+
+def _dataset_size(loader: Any) -> int:
+    try:
+        return len(loader.dataset)
+    except TypeError:  # an iterable dataset has no length
+        return 0
