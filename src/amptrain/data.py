@@ -65,7 +65,7 @@ class _SequenceDataset(Dataset):
 
 
 class PadCollate:
-    """Stack rows into ``(input_ids, labels)``, padding ragged rows; padding is ignored in the loss."""
+    """Stack rows into ``(input_ids, labels)``, padding ragged rows; the loss skips padding."""
 
     def __init__(self, pad_token_id: int = 0) -> None:
         self.pad_token_id = pad_token_id

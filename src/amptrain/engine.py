@@ -37,7 +37,9 @@ def extract_logits(output: Any) -> torch.Tensor:
     )
 
 
-def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-token cross-entropy (mean over counted tokens), correct-token count, counted tokens.
 
     Position t predicts label t+1; labels equal to ``IGNORE_INDEX`` (padding) are skipped.
@@ -138,8 +140,10 @@ def evaluate(
         total_correct += correct
         total_tokens += count
     model.train(was_training)
-    loss_sum, correct, tokens = (float(v) for v in torch.stack(
-        [total_loss, total_correct.double(), total_tokens.double()]).tolist())
+    loss_sum, correct, tokens = (
+        float(v)
+        for v in torch.stack([total_loss, total_correct.double(), total_tokens.double()]).tolist()
+    )
     if tokens == 0:
         return {"loss": math.nan, "perplexity": math.nan, "accuracy": math.nan}
     loss = loss_sum / tokens

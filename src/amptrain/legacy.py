@@ -36,7 +36,8 @@ def detect_vocab_size(model: nn.Module, config: Any = None) -> int:
         embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
     if embedding is None:
         raise ValueError(
-            "cannot tell the vocabulary size: give config.vocab_size or a model with an nn.Embedding"
+            "cannot tell the vocabulary size: give config.vocab_size or a model with an "
+            "nn.Embedding"
         )
     return embedding.num_embeddings
 
@@ -62,15 +63,26 @@ def test_fine_tuning(
     cuda = torch.cuda.is_available()
     precision = compute_effective_precision("32", use_amp, cuda_available=cuda, use_gpu=True)
     if use_amp and not cuda:
-        warnings.warn("use_amp=True but CUDA is not available; training in fp32",
-                      PrecisionFallbackWarning, stacklevel=2)
+        warnings.warn(
+            "use_amp=True but CUDA is not available; training in fp32",
+            PrecisionFallbackWarning,
+            stacklevel=2,
+        )
     if train_data is None:
         seq_len = min(SYNTHETIC_SEQ_LEN, _config_value(config, "max_seq_len") or SYNTHETIC_SEQ_LEN)
         train_data = synthetic_token_data(SYNTHETIC_TRAIN_SAMPLES, seq_len, vocab_size, seed=0)
         if val_data is None:
             val_data = synthetic_token_data(SYNTHETIC_VAL_SAMPLES, seq_len, vocab_size, seed=1)
-    result = fine_tune(model, train_data, val_data, precision=precision, epochs=n_epochs,
-                       learning_rate=learning_rate, batch_size=batch_size, wandb=use_wandb)
+    result = fine_tune(
+        model,
+        train_data,
+        val_data,
+        precision=precision,
+        epochs=n_epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        wandb=use_wandb,
+    )
     last = result.epochs[-1]
     return {
         "final_train_loss": last.train_loss,

@@ -1,4 +1,4 @@
-"""AmpWandbCallback: precision and fp16 loss scale from a Lightning trainer, to its loggers and W&B."""
+"""AmpWandbCallback: a Lightning trainer's precision and fp16 loss scale, to its loggers and W&B."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 try:
     from lightning.pytorch import Callback, LightningModule, Trainer
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("AmpWandbCallback needs Lightning: pip install 'amptrain[lightning]'") from exc
+    raise ImportError(
+        "AmpWandbCallback needs Lightning: pip install 'amptrain[lightning]'"
+    ) from exc
 
 from amptrain.precision import canonical_precision
 
@@ -50,7 +52,9 @@ class AmpWandbCallback(Callback):
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
         run = _active_wandb_run()
-        if run is not None and not any(type(lg).__name__ == "WandbLogger" for lg in trainer.loggers):
+        if run is not None and not any(
+            type(lg).__name__ == "WandbLogger" for lg in trainer.loggers
+        ):
             run.log(metrics, step=trainer.global_step)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

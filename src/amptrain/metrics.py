@@ -1,4 +1,4 @@
-"""Metrics in bounded memory, device memory read through torch, and sinks (console, JSON lines, W&B)."""
+"""Metrics in bounded memory, device memory through torch, and sinks (console, JSON lines, W&B)."""
 
 from __future__ import annotations
 
@@ -111,8 +111,10 @@ class JsonlSink:
         self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, record: Mapping[str, Scalar], step: int) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in record.items()}
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in record.items()
+        }
         self._file.write(json.dumps({"step": step, **clean}) + "\n")
 
     def close(self) -> None:

@@ -65,13 +65,16 @@ class TrainConfig:
             "warmup_ratio": 0 <= self.warmup_ratio < 1,
             "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
             "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
-            "max_steps_per_epoch": self.max_steps_per_epoch is None or self.max_steps_per_epoch >= 1,
+            "max_steps_per_epoch": self.max_steps_per_epoch is None
+            or self.max_steps_per_epoch >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():
             if not ok:
-                raise ValueError(f"TrainConfig.{name} has an invalid value: {getattr(self, name)!r}")
+                raise ValueError(
+                    f"TrainConfig.{name} has an invalid value: {getattr(self, name)!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ class FineTuneResult:
         return dataclasses.asdict(self)
 
 
-def _optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW (fused on CUDA) with weight decay on matrices only."""
     # Weight decay on matrices only; biases and norms are left alone (as in GPT-2 training).
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -162,7 +166,8 @@ def _optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torc
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=device.type == "cuda")
 
 
-def _schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
+def build_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to ``min_lr_ratio``."""
     warmup = int(cfg.warmup_ratio * total_steps)
 
     def factor(step: int) -> float:
@@ -183,8 +188,9 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
         sinks.append(JsonlSink(cfg.jsonl_path))
     if cfg.wandb:
         config = {**dataclasses.asdict(cfg), "precision_used": plan_name}
-        sinks.append(WandbSink(cfg.wandb_project, config=config, mode=cfg.wandb_mode,
-                               dir=cfg.wandb_dir))
+        sinks.append(
+            WandbSink(cfg.wandb_project, config=config, mode=cfg.wandb_mode, dir=cfg.wandb_dir)
+        )
     return sinks
 
 
@@ -211,19 +217,31 @@ def fine_tune(
     model.to(device=device, dtype=plan.param_dtype)
     model.train()
 
-    loader_args = {"batch_size": cfg.batch_size, "device": device, "seed": cfg.seed,
-                   "num_workers": cfg.num_workers, "pad_token_id": cfg.pad_token_id}
+    loader_args = {
+        "batch_size": cfg.batch_size,
+        "device": device,
+        "seed": cfg.seed,
+        "num_workers": cfg.num_workers,
+        "pad_token_id": cfg.pad_token_id,
+    }
     train_loader = make_dataloader(train_data, shuffle=True, **loader_args)
-    val_loader = make_dataloader(val_data, shuffle=False, **loader_args) if val_data is not None else None
+    val_loader = (
+        make_dataloader(val_data, shuffle=False, **loader_args) if val_data is not None else None
+    )
     steps_per_epoch = len(train_loader)
     if cfg.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     if steps_per_epoch == 0:
         raise ValueError("the training data gives no batch: is it empty?")
 
-    optimizer = _optimizer(model, cfg, device)
-    step = TrainStep(model, optimizer, plan, scheduler=_schedule(optimizer, cfg, cfg.epochs * steps_per_epoch),
-                     max_grad_norm=cfg.max_grad_norm)
+    optimizer = build_optimizer(model, cfg, device)
+    step = TrainStep(
+        model,
+        optimizer,
+        plan,
+        scheduler=build_schedule(optimizer, cfg, cfg.epochs * steps_per_epoch),
+        max_grad_norm=cfg.max_grad_norm,
+    )
     tracker = tracker or MetricsTracker()
     tracker.sinks.extend(_sinks(cfg, plan.name))
     show_progress = sys.stderr.isatty() if cfg.progress is None else cfg.progress
@@ -235,22 +253,35 @@ def fine_tune(
             reset_peak_memory(device)
             samples = tokens = 0
             overflows_before = step.overflow_steps
-            bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{cfg.epochs}", leave=False,
-                       disable=not show_progress, unit="step")
+            bar = tqdm(
+                total=steps_per_epoch,
+                desc=f"epoch {epoch}/{cfg.epochs}",
+                leave=False,
+                disable=not show_progress,
+                unit="step",
+            )
             start = time.perf_counter()
             for i, batch in enumerate(train_loader):
                 if i == steps_per_epoch:
                     break
                 input_ids, labels = unpack_batch(batch)
                 samples += input_ids.shape[0]
-                tokens += int(labels.ne(IGNORE_INDEX).sum()) if labels.device.type == "cpu" else labels.numel()
-                out = step(input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+                tokens += (
+                    int(labels.ne(IGNORE_INDEX).sum())
+                    if labels.device.type == "cpu"
+                    else labels.numel()
+                )
+                out = step(
+                    input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+                )
                 # One host read per step, for the metrics and the progress bar.
                 loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()
                 tracker.log_step(loss, grad_norm, **{"train/lr": optimizer.param_groups[0]["lr"]})
                 bar.update()
                 if show_progress and (i % 10 == 0 or i + 1 == steps_per_epoch):
-                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
+                    bar.set_postfix(
+                        loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}"
+                    )
             elapsed = time.perf_counter() - start
             bar.close()
             val = evaluate(model, val_loader, plan, device) if val_loader is not None else {}

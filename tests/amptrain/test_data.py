@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from amptrain import make_dataloader, synthetic_token_data
+from amptrain.data import IGNORE_INDEX, PadCollate, unpack_batch
+
+CPU = torch.device("cpu")
+
+
+def test_padding_is_ignored_in_labels() -> None:
+    ids, labels = PadCollate(pad_token_id=0)([torch.tensor([5, 6, 7]), torch.tensor([8])])
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert labels.tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        torch.ones(2, 3, dtype=torch.long),
+        (torch.ones(2, 3, dtype=torch.long),),
+        [torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)],
+        {"input_ids": torch.ones(2, 3, dtype=torch.long)},
+    ],
+)
+def test_unpack_batch_shapes(batch: object) -> None:
+    ids, labels = unpack_batch(batch)
+    assert ids.shape == labels.shape == (2, 3)
+
+
+def test_unpack_batch_rejects_a_mapping_without_input_ids() -> None:
+    with pytest.raises(KeyError, match="input_ids"):
+        unpack_batch({"tokens": torch.ones(1, 2)})
+
+
+def test_synthetic_data_is_deterministic_in_range_and_follows_its_rule() -> None:
+    a = synthetic_token_data(200, 20, 50, seed=3, noise=0.1)
+    assert torch.equal(a, synthetic_token_data(200, 20, 50, seed=3, noise=0.1))
+    assert not torch.equal(a, synthetic_token_data(200, 20, 50, seed=4, noise=0.1))
+    assert a.min() >= 1 and a.max() < 50
+    # The most frequent successor of each token covers about 1 - noise of transitions.
+    pairs = torch.stack([a[:, :-1].reshape(-1), a[:, 1:].reshape(-1)], dim=1)
+    counts = torch.zeros(50, 50)
+    counts.index_put_((pairs[:, 0], pairs[:, 1]), torch.ones(len(pairs)), accumulate=True)
+    share = counts.max(dim=1).values.sum() / counts.sum()
+    assert 0.85 < share < 0.95
+
+
+def test_train_and_val_sets_share_the_rule() -> None:
+    train = synthetic_token_data(100, 10, 30, seed=0, noise=0.0)
+    val = synthetic_token_data(100, 10, 30, seed=1, noise=0.0)
+    rule = {
+        int(x): int(y) for x, y in zip(train[:, :-1].flatten(), train[:, 1:].flatten(), strict=True)
+    }
+    assert all(
+        rule.get(int(x), int(y)) == int(y)
+        for x, y in zip(val[:, :-1].flatten(), val[:, 1:].flatten(), strict=True)
+    )
+
+
+def test_dataloader_order_is_reproducible_from_the_seed() -> None:
+    data = torch.arange(40).view(20, 2)
+
+    def order(seed: int) -> list[int]:
+        loader = make_dataloader(
+            data, batch_size=4, shuffle=True, device=CPU, seed=seed, num_workers=0
+        )
+        return [int(b[0][0, 0]) for b in loader]
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+
+
+def test_dataloader_with_a_worker_yields_every_row_once() -> None:
+    data = [torch.arange(n) + 1 for n in range(1, 9)]
+    loader = make_dataloader(data, batch_size=3, shuffle=False, device=CPU, num_workers=1)
+    assert loader.num_workers == 1 and loader.persistent_workers
+    rows = [int(r[0]) for ids, _ in loader for r in ids]
+    assert rows == [1] * 8
+
+
+def test_a_ready_dataloader_is_used_as_it_is() -> None:
+    loader = torch.utils.data.DataLoader(torch.ones(4, 3, dtype=torch.long), batch_size=2)
+    assert make_dataloader(loader, batch_size=99, shuffle=True, device=CPU) is loader
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (torch.ones(3, dtype=torch.long), "2-D"),
+        (torch.ones(2, 3), "integers"),
+        ([], "empty"),
+        ([torch.ones(2, 2, dtype=torch.long)], "1-D"),
+    ],
+)
+def test_bad_token_data_says_what_is_wrong(data: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_dataloader(data, batch_size=2, shuffle=False, device=CPU)

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from amptrain import TinyGPT, TrainStep, extract_logits, lm_loss, resolve_precision
+from amptrain.data import IGNORE_INDEX
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda t: t,
+        lambda t: (t, "hidden"),
+        lambda t: {"logits": t, "loss": None},
+        lambda t: SimpleNamespace(logits=t),
+    ],
+)
+def test_logits_are_found_in_every_output_shape(wrap: object) -> None:
+    t = torch.zeros(1, 2, 3)
+    assert extract_logits(wrap(t)) is t  # type: ignore[operator]
+
+
+def test_output_without_logits_is_a_clear_error() -> None:
+    with pytest.raises(KeyError, match="logits"):
+        extract_logits({"hidden": torch.zeros(1)})
+    with pytest.raises(TypeError, match="cannot find logits"):
+        extract_logits(42)
+
+
+def test_lm_loss_shifts_labels_and_skips_padding() -> None:
+    vocab = 5
+    labels = torch.tensor([[1, 2, 3, IGNORE_INDEX]])
+    logits = torch.full((1, 4, vocab), -10.0)
+    logits[0, 0, 2] = logits[0, 1, 3] = 10.0  # right predictions for positions 0 and 1
+    logits[0, 2, 0] = 10.0  # position 2 predicts padding: must not count
+    loss, correct, count = lm_loss(logits, labels)
+    assert int(count) == 2 and int(correct) == 2
+    assert float(loss) < 1e-6
+
+
+def _step(precision: str = "32-true") -> tuple[TinyGPT, TrainStep]:
+    torch.manual_seed(0)
+    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, TrainStep(model, opt, resolve_precision(precision, "cpu"), max_grad_norm=1.0)
+
+
+def test_step_updates_weights_and_clears_gradients() -> None:
+    model, step = _step()
+    before = model.head.weight.detach().clone()
+    ids = torch.randint(1, 16, (4, 8))
+    out = step(ids, ids)
+    assert math.isfinite(float(out.loss)) and float(out.grad_norm) > 0
+    assert not torch.equal(before, model.head.weight)
+    assert all(p.grad is None for p in model.parameters())
+    assert step.overflow_steps == 0 and step.loss_scale == 1.0
+
+
+class _PoisonGrad:
+    """Makes the next backward pass produce an infinite gradient on one parameter."""
+
+    def __init__(self, param: nn.Parameter) -> None:
+        self.armed = False
+        param.register_hook(lambda g: torch.full_like(g, math.inf) if self.armed else g)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_non_finite_gradients_skip_the_step_count_an_overflow_and_training_goes_on(
+    precision: str,
+) -> None:
+    model, step = _step(precision)
+    poison = _PoisonGrad(model.blocks[0].qkv.weight)
+    ids = torch.randint(1, 16, (4, 8))
+    step(ids, ids)
+    poison.armed = True
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    out = step(ids, ids)
+    assert not math.isfinite(float(out.grad_norm))
+    assert step.overflow_steps == 1
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters()), "step not skipped"
+    poison.armed = False
+    out = step(ids, ids)
+    assert math.isfinite(float(out.grad_norm)) and step.overflow_steps == 1
+    assert not torch.equal(before["tok_emb.weight"], model.tok_emb.weight)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_fp16_scaler_skips_overflow_and_backs_off_the_scale() -> None:
+    # A real GradScaler on CPU: the same object that runs under 16-mixed on CUDA.
+    model, step = _step()
+    step.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    poison = _PoisonGrad(model.head.weight)
+    ids = torch.randint(1, 16, (4, 8))
+    step(ids, ids)
+    poison.armed = True
+    before = model.head.weight.detach().clone()
+    step(ids, ids)
+    assert step.overflow_steps == 1
+    assert torch.equal(before, model.head.weight)
+    assert step.loss_scale == 2.0**9  # scaler.update() ran and halved the scale

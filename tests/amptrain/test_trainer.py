@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from amptrain import (
+    FineTuneResult,
+    PrecisionFallbackWarning,
+    TinyGPT,
+    TrainConfig,
+    fine_tune,
+    synthetic_token_data,
+)
+
+VOCAB, SEQ = 24, 12
+
+
+def _model() -> TinyGPT:
+    torch.manual_seed(0)
+    return TinyGPT(VOCAB, d_model=32, n_layers=1, n_heads=2, max_seq_len=SEQ)
+
+
+def _data(n: int = 32, seed: int = 0) -> torch.Tensor:
+    return synthetic_token_data(n, SEQ, VOCAB, seed=seed)
+
+
+class _Wrapped(nn.Module):
+    """Returns logits in another shape, as Hugging Face models and others do."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.inner, self.kind = _model(), kind
+
+    def forward(self, input_ids: torch.Tensor) -> object:
+        logits = self.inner(input_ids)
+        return {
+            "tuple": (logits,),
+            "dict": {"logits": logits},
+            "object": SimpleNamespace(logits=logits),
+        }[self.kind]
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict", "object"])
+def test_any_output_shape_trains(kind: str) -> None:
+    result = fine_tune(_Wrapped(kind), _data(), epochs=1, num_workers=0)
+    assert math.isfinite(result.epochs[0].train_loss)
+
+
+def test_result_holds_every_measurement_and_serialises() -> None:
+    result = fine_tune(_model(), _data(), _data(8, seed=1), epochs=2, batch_size=8, num_workers=0)
+    assert isinstance(result, FineTuneResult)
+    assert result.precision == "32-true" and result.device == "cpu"
+    assert result.steps == 2 * 4 and result.train_samples == 32 and result.val_samples == 8
+    epoch = result.epochs[-1]
+    for name in (
+        "train_loss",
+        "val_loss",
+        "val_perplexity",
+        "val_accuracy",
+        "grad_norm_mean",
+        "grad_norm_max",
+        "learning_rate",
+        "samples_per_second",
+        "tokens_per_second",
+    ):
+        assert math.isfinite(getattr(epoch, name)), name
+    assert epoch.val_perplexity == pytest.approx(math.exp(epoch.val_loss))
+    assert epoch.peak_memory_mb is None  # CPU: no CUDA allocator figure
+    assert json.loads(json.dumps(result.to_dict()))["epochs"][1]["epoch"] == 2
+
+
+def test_ragged_list_data_is_padded_and_trains() -> None:
+    rows = [row[: 4 + i % 8] for i, row in enumerate(_data())]
+    result = fine_tune(_model(), rows, rows[:8], epochs=1, batch_size=4, num_workers=0)
+    assert math.isfinite(result.epochs[0].val_loss)
+
+
+def test_a_ready_dataloader_of_dicts_trains() -> None:
+    data = _data()
+    loader = torch.utils.data.DataLoader(
+        [{"input_ids": row} for row in data],
+        batch_size=8,
+        collate_fn=lambda rows: {"input_ids": torch.stack([r["input_ids"] for r in rows])},
+    )
+    result = fine_tune(_model(), loader, epochs=1)
+    assert result.steps == 4
+
+
+def test_same_seed_gives_the_same_run() -> None:
+    def losses() -> list[float]:
+        return fine_tune(
+            _model(), _data(), epochs=2, batch_size=8, seed=7, deterministic=True, num_workers=1
+        ).train_loss_history
+
+    assert losses() == losses()
+
+
+def test_learning_rate_warms_up_then_decays() -> None:
+    from amptrain.metrics import MetricsTracker
+
+    tracker = MetricsTracker(history_size=1000)
+    fine_tune(
+        _model(),
+        _data(64),
+        epochs=2,
+        batch_size=4,
+        learning_rate=1e-3,
+        warmup_ratio=0.25,
+        min_lr_ratio=0.1,
+        tracker=tracker,
+        num_workers=0,
+    )
+    lrs = [r["train/lr"] for r in tracker.history]
+    peak = lrs.index(max(lrs))
+    assert 0 < peak < len(lrs) - 1 and max(lrs) == pytest.approx(1e-3)
+    assert lrs[-1] < lrs[peak] and lrs[-1] >= 1e-4 - 1e-12
+
+
+def test_fp16_request_on_cpu_records_the_precision_used() -> None:
+    with pytest.warns(PrecisionFallbackWarning):
+        result = fine_tune(_model(), _data(), epochs=1, precision="16-mixed", num_workers=0)
+    assert (result.precision_requested, result.precision) == ("16-mixed", "32-true")
+
+
+def test_bf16_true_trains_a_bf16_model() -> None:
+    model = _model()
+    result = fine_tune(model, _data(), epochs=1, precision="bf16-true", num_workers=0)
+    assert model.head.weight.dtype == torch.bfloat16 and result.precision == "bf16-true"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("epochs", 0),
+        ("batch_size", 0),
+        ("learning_rate", -1.0),
+        ("learning_rate", math.nan),
+        ("warmup_ratio", 1.0),
+        ("max_grad_norm", 0.0),
+        ("wandb_mode", "sometimes"),
+    ],
+)
+def test_bad_config_values_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"TrainConfig.{field}"):
+        TrainConfig(**{field: value})
+
+
+def test_unknown_option_is_rejected() -> None:
+    with pytest.raises(TypeError, match="n_epochs"):
+        fine_tune(_model(), _data(), n_epochs=2)
+
+
+def test_progress_bar_stays_quiet_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    fine_tune(_model(), _data(), epochs=1, progress=False, num_workers=0)
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_progress_bar_shows_loss_and_throughput_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fine_tune(_model(), _data(), epochs=1, progress=True, num_workers=0)
+    err = capsys.readouterr().err
+    assert "epoch 1/1" in err and "loss=" in err and "tok_s=" in err
+
+
+def test_no_warning_on_a_plain_fp32_run() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fine_tune(_model(), _data(), epochs=1, num_workers=0)
