@@ -33,7 +33,7 @@ def bare_loop(
     start = time.perf_counter()
     for input_ids, labels in loader:
         with plan.autocast():
-            loss = lm_loss(extract_logits(model(input_ids)), labels)[0]
+            loss = lm_loss(extract_logits(model(input_ids)), labels)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)

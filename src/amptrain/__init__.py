@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from amptrain.data import make_dataloader, seed_everything, synthetic_token_data
-from amptrain.engine import TrainStep, evaluate, extract_logits, lm_loss
+from amptrain.engine import TrainStep, evaluate, extract_logits, lm_loss, token_hits
 from amptrain.legacy import detect_vocab_size, test_fine_tuning
 from amptrain.metrics import ConsoleSink, JsonlSink, MetricsTracker, RunningStats, WandbSink
 from amptrain.model import TinyGPT
@@ -48,6 +48,7 @@ __all__ = [
     "seed_everything",
     "synthetic_token_data",
     "test_fine_tuning",
+    "token_hits",
 ]
 
 

@@ -37,21 +37,23 @@ def extract_logits(output: Any) -> torch.Tensor:
     )
 
 
-def lm_loss(
-    logits: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Next-token cross-entropy (mean over counted tokens), correct-token count, counted tokens.
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, averaged over counted tokens.
 
     Position t predicts label t+1; labels equal to ``IGNORE_INDEX`` (padding) are skipped.
     """
     logits = logits[:, :-1].float()  # fp32 softmax: fp16 logits lose the small probabilities
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+def token_hits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correctly predicted next tokens and counted tokens (padding skipped), as device tensors."""
     targets = labels[:, 1:]
-    flat_logits = logits.reshape(-1, logits.shape[-1])
-    flat_targets = targets.reshape(-1)
-    loss = F.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
-    mask = flat_targets != IGNORE_INDEX
-    correct = ((flat_logits.argmax(dim=-1) == flat_targets) & mask).sum()
-    return loss, correct, mask.sum()
+    mask = targets != IGNORE_INDEX
+    correct = (logits[:, :-1].argmax(dim=-1) == targets) & mask
+    return correct.sum(), mask.sum()
 
 
 @dataclass
@@ -67,8 +69,9 @@ class TrainStep:
 
     scaled backward -> unscale_ -> clip -> step (skipped on a non-finite gradient norm)
     -> scaler.update() -> zero_grad(set_to_none=True).
-    With fp16 the scaler itself skips the step on inf/NaN gradients; otherwise the step is
-    skipped here, which costs one host read of the norm per step.
+    With fp16 the scaler skips the step on inf/NaN gradients. Otherwise a fused optimizer
+    is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
+    update on the device; any other optimizer costs one host read of the norm per step.
     """
 
     def __init__(
@@ -89,10 +92,13 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
         self._overflows = torch.zeros((), dtype=torch.long, device=device)  # read lazily
+        self._device_skip = bool(optimizer.defaults.get("fused")) and getattr(
+            optimizer, "_step_supports_amp_scaling", False
+        )
 
     def __call__(self, input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
         with self.plan.autocast():
-            loss, _, _ = lm_loss(extract_logits(self.model(input_ids)), labels)
+            loss = lm_loss(extract_logits(self.model(input_ids)), labels)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
@@ -100,7 +106,13 @@ class TrainStep:
         self._overflows += ~finite  # counted on the device: no host sync here
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)  # the scaler skips the step on inf/NaN gradients
-        elif finite:  # host read of one bool: the only sync in a non-fp16 step
+        elif self._device_skip:
+            self.optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf  # type: ignore[attr-defined]
+        elif finite:  # host read of one bool: a sync, for optimizers without found_inf
             self.optimizer.step()
         self.scaler.update()  # every step (a no-op when the scaler is disabled)
         if self.scheduler is not None:
@@ -135,7 +147,9 @@ def evaluate(
     for batch in batches:
         input_ids, labels = (t.to(device, non_blocking=True) for t in unpack_batch(batch))
         with plan.autocast():
-            loss, correct, count = lm_loss(extract_logits(model(input_ids)), labels)
+            logits = extract_logits(model(input_ids))
+            loss = lm_loss(logits, labels)
+            correct, count = token_hits(logits, labels)
         total_loss += loss.double() * count
         total_correct += correct
         total_tokens += count

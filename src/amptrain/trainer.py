@@ -154,7 +154,7 @@ class FineTuneResult:
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW (fused on CUDA) with weight decay on matrices only."""
+    """Fused AdamW (CUDA and CPU) with weight decay on matrices only."""
     # Weight decay on matrices only; biases and norms are left alone (as in GPT-2 training).
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -163,7 +163,8 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=device.type == "cuda")
+    fused = device.type in ("cuda", "cpu") and all(p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=fused)
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:

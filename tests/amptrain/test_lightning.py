@@ -31,7 +31,7 @@ class _Module(pl.LightningModule):
         self.model = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        return lm_loss(self.model(batch), batch)[0]
+        return lm_loss(self.model(batch), batch)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
