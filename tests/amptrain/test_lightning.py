@@ -86,8 +86,10 @@ def test_callback_logs_the_fp16_loss_scale_from_the_precision_plugin(tmp_path: P
     assert len(scales) >= 3 and scales[-1] == scaler.get_scale() > 0
 
 
-def test_callback_without_a_wandb_run_does_not_import_wandb(tmp_path: Path) -> None:
-    sys.modules.pop("wandb", None)
+def test_callback_without_a_wandb_run_does_not_import_wandb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)  # restored after the test
     _fit(tmp_path, precision="32-true")
     assert "wandb" not in sys.modules
 

@@ -1,0 +1,109 @@
+"""What a benchmark ran on: machine, commit, numeric settings, and the device's peak FLOP/s."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+# Dense peak TFLOP/s per GPU from NVIDIA's datasheets, by the dtype a precision's matmuls use.
+_PEAKS = {
+    "H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "tf32": 417.8, "fp32": 60.0},
+    "H100 PCIe": {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2},
+    "H100": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},  # SXM
+    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+}
+_DTYPE_OF = {
+    "32-true": "fp32",
+    "32-tf32": "tf32",
+    "16-mixed": "fp16",
+    "16-true": "fp16",
+    "bf16-mixed": "bf16",
+    "bf16-true": "bf16",
+}
+
+
+def peak_tflops(gpu_name: str | None, precision: str) -> float | None:
+    """The GPU's dense peak for ``precision``'s matmul dtype; None for GPUs not in the table."""
+    if not gpu_name:
+        return None
+    for key, peaks in _PEAKS.items():  # most specific names first
+        if all(part in gpu_name for part in key.split()):
+            return peaks[_DTYPE_OF[precision]]
+    return None
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    """Python, platform, torch, CUDA, driver and GPU; CPU count and name."""
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "gpu_name": None,
+        "gpu_memory_mb": None,
+        "gpu_capability": None,
+        "driver": None,
+        "num_threads": torch.get_num_threads(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu_name=props.name,
+            gpu_memory_mb=props.total_memory / 2**20,
+            gpu_capability=f"{props.major}.{props.minor}",
+        )
+        # Read once, before any timing: never in a loop.
+        info["driver"] = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return info
+
+
+def commit_info() -> dict[str, Any]:
+    """The git commit of the working tree, whether it has uncommitted changes, and the branch."""
+    sha = _run(["git", "rev-parse", "HEAD"])
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"]) if sha else None
+    return {
+        "id": sha,
+        "dirty": bool(status) if sha else None,
+        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"]) if sha else None,
+    }
+
+
+def settings_info(device: torch.device, precisions: list[str], seed: int) -> dict[str, Any]:
+    """The numeric settings that define the baseline: TF32, attention backends, fused AdamW."""
+    cuda = device.type == "cuda"
+    return {
+        "seed": seed,
+        "precisions": precisions,
+        "fp32_matmul": "IEEE fp32 (torch.set_float32_matmul_precision('highest')) for 32-true; "
+        "TF32 ('high') for 32-tf32",
+        "float32_matmul_precision_after_run": torch.get_float32_matmul_precision(),
+        "attention": "F.scaled_dot_product_attention",
+        "sdpa_backends_enabled": {
+            "flash": torch.backends.cuda.flash_sdp_enabled(),
+            "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "math": torch.backends.cuda.math_sdp_enabled(),
+            "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        }
+        if cuda
+        else None,
+        "fused_optimizer": True,
+        "optimizer": "AdamW",
+        "timer": "cuda events" if cuda else "time.perf_counter",
+    }

@@ -1,0 +1,385 @@
+"""The AMP benchmark: every precision from the same weights and data, in interleaved windows."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from amptrain.benchmark import health
+from amptrain.benchmark.environment import commit_info, machine_info, peak_tflops, settings_info
+from amptrain.benchmark.presets import Preset
+from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, summarize
+from amptrain.data import make_dataloader, seed_everything, synthetic_token_data, unpack_batch
+from amptrain.engine import StepOutput, TrainStep, evaluate
+from amptrain.model import TinyGPT
+from amptrain.precision import PrecisionPlan, canonical_precision, resolve_precision
+from amptrain.trainer import TrainConfig, build_optimizer
+
+FORMAT_VERSION = 1
+BASELINE = "32-true"  # IEEE fp32: TF32 off, so the baseline is what its name says
+TF32 = "32-tf32"  # fp32 with TF32 tensor-core matmuls, reported under its own name
+
+
+def parse_precisions(text: str) -> list[str]:
+    """Comma-separated precision names, canonicalized and deduplicated, ``32-tf32`` allowed."""
+    names: list[str] = []
+    for raw in text.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        name = TF32 if raw.lower() in (TF32, "tf32") else canonical_precision(raw)
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError("no precision given")
+    return names
+
+
+@dataclass
+class Arm:
+    """One precision under test: its own model copy, optimizer, data stream and measurements."""
+
+    name: str
+    plan: PrecisionPlan
+    matmul_precision: str  # torch.set_float32_matmul_precision value for this arm
+    model: Any = None  # None once the arm failed: its memory is given back
+    step: Callable[[torch.Tensor, torch.Tensor], StepOutput] | None = None
+    trainer: TrainStep | None = None
+    batches: Iterator[Any] = field(default_factory=lambda: iter(()))
+    status: str = "ok"
+    error: str | None = None
+    window_s: list[float] = field(default_factory=list)
+    pending: list[tuple[Any, Any]] = field(default_factory=list)  # CUDA events, read at the end
+    # Cumulative change of memory in use across this arm's own windows (other arms' excluded).
+    memory_change_mb: list[float] = field(default_factory=list)
+    transient_peak_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    data_wait_s: float = 0.0
+    host_window_s: float = 0.0
+    losses: list[torch.Tensor] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _forever(loader: Any) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def _resident_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    tensors = list(model.parameters())
+    for state in optimizer.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    seen: dict[int, int] = {}
+    for t in tensors:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def build_arm(
+    name: str, base: torch.nn.Module, preset: Preset, data: torch.Tensor, device: torch.device
+) -> Arm:
+    """A fresh copy of ``base`` with its optimizer and data stream for precision ``name``."""
+    plan = resolve_precision(BASELINE if name == TF32 else name, device)
+    model = copy.deepcopy(base).to(device=device, dtype=plan.param_dtype)
+    model.train()
+    cfg = TrainConfig(precision=plan.name, learning_rate=preset.learning_rate, device=str(device))
+    optimizer = build_optimizer(model, cfg, device)
+    trainer = TrainStep(model, optimizer, plan, max_grad_norm=cfg.max_grad_norm)
+    loader = make_dataloader(
+        data,
+        batch_size=preset.batch_size,
+        shuffle=True,
+        device=device,
+        seed=0,
+        num_workers=preset.num_workers,
+    )
+    return Arm(
+        name=name,
+        plan=plan,
+        matmul_precision="high" if name == TF32 else "highest",
+        model=model,
+        step=trainer,
+        trainer=trainer,
+        batches=_forever(loader),
+    )
+
+
+def run_steps(arm: Arm, steps: int, device: torch.device) -> float:
+    """Run ``steps`` steps of ``arm`` with no host sync; returns host seconds spent in ``next``."""
+    torch.set_float32_matmul_precision(arm.matmul_precision)
+    wait = 0.0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        input_ids, labels = unpack_batch(next(arm.batches))
+        wait += time.perf_counter() - t0
+        out = arm.step(
+            input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        )
+        arm.losses.append(out.loss)
+    return wait
+
+
+def time_window(arm: Arm, steps: int, device: torch.device) -> None:
+    """One timed window: CUDA events on a GPU (read later), ``perf_counter`` elsewhere."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        start_alloc = torch.cuda.memory_allocated(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    memory_before = health.memory_in_use_mb(device)
+    host_start = time.perf_counter()
+    arm.data_wait_s += run_steps(arm, steps, device)
+    if cuda:
+        end.record()
+        arm.pending.append((start, end))
+        arm.transient_peak_bytes = max(
+            arm.transient_peak_bytes, torch.cuda.max_memory_allocated(device) - start_alloc
+        )
+        arm.peak_reserved_bytes = max(
+            arm.peak_reserved_bytes, torch.cuda.max_memory_reserved(device)
+        )
+    else:
+        arm.window_s.append(time.perf_counter() - host_start)
+    arm.host_window_s += time.perf_counter() - host_start
+    change = health.memory_in_use_mb(device) - memory_before
+    arm.memory_change_mb.append(
+        (arm.memory_change_mb[-1] if arm.memory_change_mb else 0.0) + change
+    )
+
+
+def _fail(arm: Arm, exc: BaseException, device: torch.device) -> None:
+    oom = isinstance(exc, torch.OutOfMemoryError)
+    arm.status = "oom" if oom else "error"
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+    arm.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
+    if oom and device.type == "cuda":
+        arm.extra["oom_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        arm.extra["device_total_mb"] = torch.cuda.get_device_properties(device).total_memory / 2**20
+    arm.model = arm.trainer = arm.step = None  # give its memory back
+    arm.losses.clear()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_arms(
+    arms: list[Arm],
+    preset: Preset,
+    device: torch.device,
+    on_window: Callable[[str], None] = lambda name: None,
+) -> None:
+    """Warm every arm up, then time windows interleaved (A B A B ...) so drift hits all alike."""
+    for arm in arms:
+        try:
+            run_steps(arm, preset.warmup_steps, device)
+            arm.losses.clear()  # the loss curve starts with the first timed step
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            _fail(arm, exc, device)
+    for _ in range(preset.windows):
+        for arm in arms:
+            if arm.status != "ok":
+                continue
+            try:
+                time_window(arm, preset.window_steps, device)
+            except (torch.OutOfMemoryError, RuntimeError) as exc:
+                _fail(arm, exc, device)
+            on_window(arm.name)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    for arm in arms:
+        arm.window_s.extend(s.elapsed_time(e) / 1e3 for s, e in arm.pending)
+        arm.pending.clear()
+
+
+def _static_bytes(arm: Arm) -> int:
+    params = list(arm.model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    return _resident_bytes(arm.model, arm.trainer.optimizer) + grads
+
+
+def summarize_arm(
+    arm: Arm, preset: Preset, device: torch.device, gpu_name: str | None, val_data: torch.Tensor
+) -> dict[str, Any]:
+    """Everything measured for one precision, plus the checks that run after its windows."""
+    result: dict[str, Any] = {
+        "status": arm.status,
+        "error": arm.error,
+        "precision_used": arm.plan.name,
+        **arm.extra,
+    }
+    if arm.status in ("oom", "error"):
+        return result
+    tokens_per_window = preset.window_steps * preset.batch_size * preset.seq_len
+    stats = summarize(arm.window_s)
+    tokens_per_s = tokens_per_window / stats["median"]
+    losses = torch.stack(arm.losses).float().cpu().tolist() if arm.losses else []
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if bad is not None:
+        arm.status = result["status"] = "nonfinite"
+        result["error"] = f"non-finite training loss at timed step {bad}"
+    torch.set_float32_matmul_precision(arm.matmul_precision)
+    val_loader = make_dataloader(
+        val_data, batch_size=preset.batch_size, shuffle=False, device=device, num_workers=0
+    )
+    val = evaluate(arm.model, val_loader, arm.plan, device)
+    peak = peak_tflops(gpu_name, arm.name) if device.type == "cuda" else None
+    flops = arm.model.flops_per_token(preset.seq_len) if isinstance(arm.model, TinyGPT) else None
+    memory: dict[str, Any] = {"measured": device.type == "cuda"}
+    if device.type == "cuda":
+        static = _static_bytes(arm)
+        resident = _resident_bytes(arm.model, arm.trainer.optimizer)
+        peak_bytes = resident + arm.transient_peak_bytes
+        memory.update(
+            peak_allocated_mb=peak_bytes / 2**20,
+            static_mb=static / 2**20,
+            activation_mb=(peak_bytes - static) / 2**20,
+            peak_reserved_device_mb=arm.peak_reserved_bytes / 2**20,
+        )
+    result.update(
+        steps_per_window=preset.window_steps,
+        window_s=arm.window_s,
+        stats=stats,
+        step_time_ms=stats["median"] / preset.window_steps * 1e3,
+        tokens_per_second=tokens_per_s,
+        samples_per_second=tokens_per_s / preset.seq_len,
+        mfu=(flops * tokens_per_s / (peak * 1e12)) if peak and flops else None,
+        peak_tflops=peak,
+        memory=memory,
+        val_loss=val["loss"],
+        val_accuracy=val["accuracy"],
+        overflow_steps=arm.trainer.overflow_steps,
+        loss_curve=losses,
+        health={
+            "memory_change_mb": arm.memory_change_mb,
+            "memory_growth_mb_per_window": health.memory_growth(arm.memory_change_mb),
+            "memory_source": "cuda_allocated" if device.type == "cuda" else "process_rss",
+            "data_wait_share": arm.data_wait_s / arm.host_window_s if arm.host_window_s else None,
+        },
+    )
+    return result
+
+
+def after_checks(
+    arm: Arm, preset: Preset, device: torch.device, data: torch.Tensor
+) -> dict[str, Any]:
+    """Sync count of the training step (separate pass) and single-sample inference latency."""
+    syncs = health.count_syncs(lambda: run_steps(arm, 1, device), 3, device)
+    arm.model.eval()
+    samples = [row.unsqueeze(0).to(device) for row in data[: preset.latency_samples]]
+
+    @torch.no_grad()
+    def forward(sample: torch.Tensor) -> Any:
+        with arm.plan.autocast():
+            return arm.model(sample)
+
+    for sample in samples[:3]:  # warm-up: kernel selection and caches
+        forward(sample)
+    latency = health.inference_latency_ms(forward, samples, device)
+    arm.model.train()
+    return {"syncs_in_step": syncs, "inference_latency_ms": latency}
+
+
+def compare(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each precision against IEEE fp32, and mixed precisions against TF32 when it ran."""
+    rows = []
+    for baseline in (BASELINE, TF32):
+        base = results.get(baseline)
+        if not base or base["status"] != "ok":
+            continue
+        for name, arm in results.items():
+            if name == baseline or arm["status"] != "ok" or (baseline == TF32 and name == BASELINE):
+                continue
+            rows.append(_comparison(name, arm, baseline, base))
+    return rows
+
+
+def _comparison(
+    name: str, arm: dict[str, Any], baseline: str, base: dict[str, Any]
+) -> dict[str, Any]:
+    def reduction(key: str) -> float | None:
+        a, b = arm["memory"].get(key), base["memory"].get(key)
+        return (1 - a / b) * 100 if a is not None and b else None
+
+    return {
+        "precision": name,
+        "baseline": baseline,
+        "speedup": ratio_of_medians(base["window_s"], arm["window_s"]),
+        "speedup_ci95": list(bootstrap_ratio_ci(base["window_s"], arm["window_s"])),
+        "peak_memory_reduction_pct": reduction("peak_allocated_mb"),
+        "activation_memory_reduction_pct": reduction("activation_mb"),
+        "accuracy_diff": abs(arm["val_accuracy"] - base["val_accuracy"]),
+        "val_loss_diff": arm["val_loss"] - base["val_loss"],
+    }
+
+
+def run_benchmark(
+    preset: Preset,
+    precisions: list[str],
+    device: torch.device,
+    *,
+    seed: int = 0,
+    on_window: Callable[[str], None] = lambda name: None,
+    arms_hook: Callable[[list[Arm]], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``preset`` for ``precisions`` on ``device``; the returned document is always complete.
+
+    A failed precision (out of memory, non-finite loss, an error) is recorded as such and the
+    others still run. ``arms_hook`` sees the built arms before warm-up (for instrumentation).
+    """
+    seed_everything(seed)
+    steps = preset.warmup_steps + preset.windows * preset.window_steps + 3  # 3: the sync pass
+    data = synthetic_token_data(
+        steps * preset.batch_size, preset.seq_len, preset.vocab_size, seed=seed
+    )
+    val_data = synthetic_token_data(
+        preset.eval_batches * preset.batch_size, preset.seq_len, preset.vocab_size, seed=seed + 1
+    )
+    base = TinyGPT(
+        preset.vocab_size,
+        d_model=preset.d_model,
+        n_layers=preset.n_layers,
+        n_heads=preset.n_heads,
+        max_seq_len=preset.seq_len,
+    )
+    machine = machine_info(device)
+    arms: list[Arm] = []
+    for name in precisions:
+        try:
+            arm = build_arm(name, base, preset, data, device)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            arm = Arm(
+                name=name, plan=resolve_precision(BASELINE, "cpu"), matmul_precision="highest"
+            )
+            _fail(arm, exc, device)
+        arms.append(arm)
+    if arms_hook is not None:
+        arms_hook(arms)
+    run_arms(arms, preset, device, on_window)
+    results: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        results[arm.name] = summarize_arm(arm, preset, device, machine.get("gpu_name"), val_data)
+        if arm.status in ("ok", "nonfinite"):
+            results[arm.name]["health"].update(after_checks(arm, preset, device, val_data))
+    torch.set_float32_matmul_precision("highest")
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": "amptrain-benchmark",
+        "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "preset": preset.to_dict(),
+        "device": str(device),
+        "gpu_verified": device.type == "cuda" and preset.needs_cuda,
+        "machine_info": machine,
+        "commit_info": commit_info(),
+        "settings": settings_info(device, precisions, seed),
+        "baseline": BASELINE,
+        "precisions": results,
+        "comparisons": compare(results),
+    }

@@ -1,0 +1,233 @@
+"""amptrain.benchmark: the cpu-smoke preset end to end, its statistics and health checks."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from amptrain.benchmark import PRESETS, parse_precisions, run_benchmark
+from amptrain.benchmark.__main__ import main
+from amptrain.benchmark.environment import peak_tflops
+from amptrain.benchmark.health import count_syncs, group_sync_warnings, memory_growth
+from amptrain.benchmark.run import build_arm, run_arms
+from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, slope, summarize
+from amptrain.data import synthetic_token_data
+from amptrain.engine import StepOutput
+from amptrain.model import TinyGPT
+
+SMOKE = PRESETS["cpu-smoke"]
+CPU = torch.device("cpu")
+SCHEMA = json.loads(
+    resources.files("amptrain.benchmark").joinpath("benchmark.schema.json").read_text()
+)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, str]:
+    out = tmp_path_factory.mktemp("bench") / "benchmark.json"
+    import contextlib
+    import io
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["--preset", "cpu-smoke", "--out", str(out), "--quiet"])
+    return code, json.loads(out.read_text()), stdout.getvalue()
+
+
+def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str]) -> None:
+    code, doc, printed = smoke_run
+    assert code == 0
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["gpu_verified"] is False and doc["device"] == "cpu"
+    assert list(doc["precisions"]) == list(SMOKE.precisions)
+    for result in doc["precisions"].values():
+        assert result["status"] == "ok"
+        assert len(result["window_s"]) == SMOKE.windows >= 5
+        assert len(result["loss_curve"]) == SMOKE.windows * SMOKE.window_steps
+        assert result["stats"]["median"] > 0 and result["tokens_per_second"] > 0
+        assert result["val_accuracy"] > 5 / SMOKE.vocab_size  # it learned something
+        assert result["memory"] == {"measured": False}
+        assert result["health"]["syncs_in_step"]["measured"] is False
+        assert (
+            result["health"]["inference_latency_ms"]["p95"]
+            >= result["health"]["inference_latency_ms"]["p50"]
+            > 0
+        )
+    (comparison,) = doc["comparisons"]
+    assert comparison["precision"] == "bf16-mixed" and comparison["baseline"] == "32-true"
+    lo, hi = comparison["speedup_ci95"]
+    assert lo <= comparison["speedup"] <= hi
+    assert "bf16-mixed" in printed and "speedup" in printed
+
+
+def test_schema_rejects_a_result_with_too_few_windows(smoke_run: tuple[int, dict, str]) -> None:
+    doc = json.loads(json.dumps(smoke_run[1]))
+    doc["precisions"]["32-true"]["window_s"] = doc["precisions"]["32-true"]["window_s"][:3]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, SCHEMA)
+
+
+def test_summary_statistics_of_hand_made_samples() -> None:
+    s = summarize([4.0, 1.0, 3.0, 2.0])
+    assert (s["median"], s["q1"], s["q3"], s["iqr"]) == (2.5, 1.75, 3.25, 1.5)
+    assert (s["min"], s["max"], s["mean"], s["n"]) == (1.0, 4.0, 2.5, 4)
+    with pytest.raises(ValueError, match="no samples"):
+        summarize([])
+
+
+def test_speedup_is_a_ratio_of_medians_with_an_interval_around_it() -> None:
+    fp32 = [10.0, 10.2, 9.8, 10.1, 30.0]  # one outlier: the median ignores it
+    amp = [5.0, 5.1, 4.9, 5.0, 5.05]
+    assert ratio_of_medians(fp32, amp) == pytest.approx(10.1 / 5.0)  # medians 10.1 and 5.0
+    lo, hi = bootstrap_ratio_ci(fp32, amp, seed=1)
+    assert lo <= 2.02 <= hi
+    lo_clean, hi_clean = bootstrap_ratio_ci(fp32[:4], amp[:4], seed=1)
+    assert lo_clean <= 2.01 <= hi_clean  # medians 10.05 and 5.0
+    assert hi_clean - lo_clean < 0.15 and hi - lo > 1.0  # the outlier widens the interval
+    assert bootstrap_ratio_ci([3.0] * 5, [1.5] * 5) == (2.0, 2.0)
+
+
+def test_slope_measures_growth_per_window() -> None:
+    assert slope([100.0, 102.0, 104.0, 106.0]) == pytest.approx(2.0)
+    assert slope([5.0]) == 0.0
+
+
+def test_every_precision_starts_from_the_same_weights_and_batches() -> None:
+    base = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    data = synthetic_token_data(32, 8, 32)
+    a = build_arm("32-true", base, SMOKE, data, CPU)
+    b = build_arm("bf16-mixed", base, SMOKE, data, CPU)
+    for (name, pa), (_, pb) in zip(
+        a.model.named_parameters(), b.model.named_parameters(), strict=True
+    ):
+        assert torch.equal(pa, pb), name
+    assert pa.data_ptr() != pb.data_ptr()  # copies, not shared
+    assert torch.equal(next(a.batches)[0], next(b.batches)[0])
+
+
+def test_leak_check_catches_a_planted_growing_list_of_tensors() -> None:
+    base = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    data = synthetic_token_data(64, 8, 32)
+    clean = build_arm("32-true", base, SMOKE, data, CPU)
+    leaky = build_arm("bf16-mixed", base, SMOKE, data, CPU)
+    hoard: list[torch.Tensor] = []
+    inner = leaky.step
+
+    def leaking_step(input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+        hoard.append(torch.ones(2**20))  # 4 MiB kept alive per step
+        return inner(input_ids, labels)
+
+    leaky.step = leaking_step
+    run_arms([clean, leaky], SMOKE, CPU)
+    planted = SMOKE.window_steps * 4.0  # MiB per window
+    assert memory_growth(leaky.memory_change_mb) > 0.8 * planted
+    assert memory_growth(clean.memory_change_mb) < 0.25 * planted
+
+
+def test_a_failed_precision_is_a_result_and_the_others_still_run() -> None:
+    def plant(arms: list) -> None:
+        def out_of_memory(*_: torch.Tensor) -> StepOutput:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        def nan_loss(input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+            out = inner(input_ids, labels)
+            return StepOutput(loss=out.loss * math.nan, grad_norm=out.grad_norm)
+
+        inner = arms[2].step
+        arms[1].step = out_of_memory
+        arms[2].step = nan_loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 16-true falls back on CPU: not what this test checks
+        doc = run_benchmark(SMOKE, ["32-true", "bf16-mixed", "16-true"], CPU, arms_hook=plant)
+    from amptrain.benchmark.__main__ import _finite
+
+    jsonschema.validate(_finite(doc), SCHEMA)
+    results = doc["precisions"]
+    assert results["32-true"]["status"] == "ok"
+    assert results["bf16-mixed"]["status"] == "oom"
+    assert "out of memory" in results["bf16-mixed"]["error"]
+    assert results["16-true"]["status"] == "nonfinite"
+    assert results["16-true"]["precision_used"] == "32-true"
+    assert "non-finite training loss at timed step 0" in results["16-true"]["error"]
+    assert doc["comparisons"] == []  # nothing sound to compare against fp32
+
+
+def test_sync_grouping_by_location() -> None:
+    def caught(message: str, line: int) -> warnings.WarningMessage:
+        return warnings.WarningMessage(message, UserWarning, "/x/site-packages/torch/a.py", line)
+
+    groups = group_sync_warnings(
+        [
+            caught("called a synchronizing CUDA operation (Triggered internally at ...)", 7),
+            caught("called a synchronizing CUDA operation", 7),
+            caught("called a synchronizing CUDA operation", 9),
+            caught("something else", 1),
+        ]
+    )
+    assert groups[0] == {
+        "location": "torch/a.py:7",
+        "count": 2,
+        "message": "called a synchronizing CUDA operation (Triggered internally at ...)",
+    }
+    assert [g["count"] for g in groups] == [2, 1]
+
+
+def test_sync_count_is_not_claimed_without_cuda() -> None:
+    assert count_syncs(lambda: None, 2, CPU)["measured"] is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="sync debug mode needs CUDA")
+def test_sync_counter_catches_a_planted_item_in_a_step() -> None:
+    device = torch.device("cuda")
+    x = torch.ones(8, device=device)
+
+    def clean() -> None:
+        (x * 2).sum()
+
+    def planted() -> None:
+        (x * 2).sum().item()
+
+    assert count_syncs(clean, 3, device)["count"] == 0
+    result = count_syncs(planted, 3, device)
+    assert result["count"] == 3 and "test_benchmark.py" in result["locations"][0]["location"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "precision", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4),
+        ("NVIDIA H100 PCIe", "bf16-mixed", 756.5),
+        ("NVIDIA H200", "32-tf32", 494.7),
+        ("NVIDIA A100-SXM4-80GB", "16-mixed", 312.0),
+        ("NVIDIA H100 80GB HBM3", "32-true", 66.9),
+        ("Tesla T4", "bf16-mixed", None),
+        (None, "32-true", None),
+    ],
+)
+def test_peak_flops_table(gpu: str | None, precision: str, peak: float | None) -> None:
+    assert peak_tflops(gpu, precision) == peak
+
+
+def test_precision_list_parsing() -> None:
+    assert parse_precisions("32, tf32 ,bf16,bf16-mixed") == ["32-true", "32-tf32", "bf16-mixed"]
+    with pytest.raises(ValueError):
+        parse_precisions("fp8")
+
+
+def test_gpu_preset_without_cuda_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "gpu", "--out", str(tmp_path / "b.json")])
+    assert exc.value.code == 2 and "use --preset cpu-smoke" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
