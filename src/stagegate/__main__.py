@@ -1,0 +1,5 @@
+import sys
+
+from stagegate.cli import main
+
+sys.exit(main())

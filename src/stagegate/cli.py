@@ -1,0 +1,138 @@
+"""The ``stagegate`` command line: ``run`` and ``report``; errors caught in one place."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from stagegate.collect import LINT_TOOLS
+from stagegate.errors import StagegateError, UsageError
+from stagegate.report import ReportOptions, run_report
+from stagegate.runner import run_stage
+
+EXIT_PASS, EXIT_BLOCK = 0, 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stagegate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run",
+        usage="stagegate run STAGE [options] -- COMMAND...",
+        help="run a stage's command and record what happened",
+        description="Run COMMAND, stream its output, and always write "
+        "OUT_DIR/STAGE.json; exit with the command's code.",
+    )
+    run.add_argument("stage")
+    run.add_argument("--junit", metavar="F", help="JUnit XML the command writes")
+    run.add_argument("--coverage", metavar="F", help="coverage JSON the command writes")
+    run.add_argument("--warnings", metavar="F", help="warnings JSON (pytest --stagegate-warnings)")
+    run.add_argument("--benchmark", metavar="F", help="amptrain benchmark JSON")
+    run.add_argument("--metrics", metavar="F", help='JSON {"curves": {...}} to chart')
+    run.add_argument(
+        "--lint",
+        metavar="TOOL=F",
+        action="append",
+        default=[],
+        help=f"linter JSON output; TOOL is one of {', '.join(LINT_TOOLS)}",
+    )
+    run.add_argument("--timeout", metavar="S", type=float, help="stop the command after S seconds")
+    run.add_argument("--out-dir", type=Path, default=Path("reports/raw"))
+
+    rep = sub.add_parser(
+        "report",
+        help="judge the records and render the reports",
+        description="Exit 0 for PASS, 1 for BLOCK, 2 for input that cannot be used.",
+    )
+    rep.add_argument("raw_dir", type=Path)
+    rep.add_argument("--out", type=Path, default=Path("reports"))
+    rep.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="STAGE",
+        help="make STAGE mandatory (no skipping), e.g. performance on the PR gate",
+    )
+    rep.add_argument(
+        "--baseline", type=Path, help="baseline benchmark JSON, or a directory of them"
+    )
+    rep.add_argument(
+        "--github",
+        action="store_true",
+        help="job summary, PR comment body (comment.md) and ::error annotations",
+    )
+    rep.add_argument(
+        "--pyproject",
+        type=Path,
+        default=Path("pyproject.toml"),
+        help="where [tool.stagegate] is read from",
+    )
+    rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
+    return parser
+
+
+def _files(args: argparse.Namespace) -> dict[str, object]:
+    files: dict[str, object] = {
+        k: getattr(args, k)
+        for k in ("junit", "coverage", "warnings", "benchmark", "metrics")
+        if getattr(args, k)
+    }
+    lint = {}
+    for item in args.lint:
+        tool, sep, path = item.partition("=")
+        if not sep or not path:
+            raise UsageError(f"--lint {item!r}: write TOOL=FILE")
+        if tool not in LINT_TOOLS:
+            raise UsageError(f"--lint {tool}: unknown tool; known: {', '.join(LINT_TOOLS)}")
+        lint[tool] = path
+    if lint:
+        files["lint"] = lint
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if argv[:1] == ["run"] and "--" in argv:  # everything after "--" is the stage's command
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            if not command:
+                raise UsageError("no command given: stagegate run STAGE [options] -- COMMAND...")
+            _, code = run_stage(
+                args.stage,
+                command,
+                out_dir=args.out_dir,
+                files=_files(args),
+                timeout_s=args.timeout,
+            )
+            return code
+        options = ReportOptions(
+            raw_dir=args.raw_dir,
+            out_dir=args.out,
+            require=tuple(args.require),
+            baseline=args.baseline,
+            github=args.github,
+            pyproject=args.pyproject,
+            base_ref=args.base,
+        )
+        verdict = run_report(options, os.environ)
+        print(
+            f"stagegate: {verdict.decision} (score {verdict.score}/100); "
+            f"reports in {args.out}/summary.md",
+            file=sys.stderr,
+        )
+        return EXIT_PASS if verdict.decision == "PASS" else EXIT_BLOCK
+    except StagegateError as exc:
+        print(f"stagegate: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Coverage JSON (coverage.py), the warnings file of stagegate's pytest plugin, metric curves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from stagegate.errors import InputError
+from stagegate.model import Coverage, Curves, FileCoverage, Location, WarningEntry
+from stagegate.records import load_json
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where} should be a number, got {value!r}")
+    return float(value)
+
+
+def read_coverage(path: Path) -> Coverage:
+    """Total and per-file coverage from ``coverage json`` output."""
+    data = load_json(path, "coverage file")
+    try:
+        totals = data["totals"]
+        files = data["files"]
+    except (KeyError, TypeError):
+        raise InputError(
+            f"coverage file {path} has no 'totals'/'files': write it with 'coverage json'"
+        ) from None
+    per_file = []
+    for name, entry in sorted(files.items()):
+        percent = _number(entry["summary"]["percent_covered"], f"{path}: {name} percent_covered")
+        per_file.append(FileCoverage(name, percent, tuple(entry.get("missing_lines", ()))))
+    total = _number(totals.get("percent_covered"), f"{path}: totals.percent_covered")
+    return Coverage(percent=total, files=tuple(per_file))
+
+
+def read_warnings(path: Path) -> tuple[WarningEntry, ...]:
+    """Warnings written by ``pytest --stagegate-warnings``."""
+    data = load_json(path, "warnings file")
+    if not isinstance(data, dict) or not isinstance(data.get("warnings"), list):
+        raise InputError(f"warnings file {path} has no 'warnings' list")
+    out = []
+    for i, w in enumerate(data["warnings"]):
+        try:
+            out.append(
+                WarningEntry(
+                    str(w["category"]),
+                    str(w["message"]),
+                    Location(str(w["file"]), w.get("line")),
+                    int(w.get("count", 1)),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            raise InputError(
+                f"warnings file {path}: entry {i} lacks category/message/file"
+            ) from None
+    return tuple(out)
+
+
+def read_curves(path: Path) -> Curves:
+    """``{"curves": {"name": [numbers]}}``: series to chart (non-finite values become None)."""
+    data = load_json(path, "metrics file")
+    curves = data.get("curves") if isinstance(data, dict) else None
+    if not isinstance(curves, dict):
+        raise InputError(f"metrics file {path} has no 'curves' object")
+    series = {}
+    for name, values in curves.items():
+        if not isinstance(values, list):
+            raise InputError(f"metrics file {path}: curve {name!r} is not a list")
+        series[str(name)] = tuple(
+            float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan
+            for v in values
+        )
+    return Curves(series)

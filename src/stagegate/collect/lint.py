@@ -1,0 +1,157 @@
+"""Machine-readable linter output: ruff, zizmor, hadolint, actionlint, check-jsonschema."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stagegate.errors import InputError
+from stagegate.model import LintFinding, Location
+from stagegate.records import load_json
+
+
+def _rel(path: str) -> str:
+    try:
+        return os.path.relpath(path) if os.path.isabs(path) else path
+    except ValueError:
+        return path
+
+
+def _ruff(items: Any) -> list[LintFinding]:
+    # Pyflakes (F) and syntax errors (E9) are bugs; the rest is style.
+    out = []
+    for f in items:
+        code = f.get("code") or "syntax"
+        level = "error" if code.startswith(("F", "E9")) or code == "syntax" else "style"
+        loc = f.get("location") or {}
+        out.append(
+            LintFinding(
+                "ruff", code, f["message"], level, Location(_rel(f["filename"]), loc.get("row"))
+            )
+        )
+    return out
+
+
+def _zizmor(items: Any) -> list[LintFinding]:
+    levels = {
+        "High": "error",
+        "Medium": "warning",
+        "Low": "style",
+        "Informational": "style",
+        "Unknown": "warning",
+    }
+    out = []
+    for f in items:
+        if f.get("ignored"):
+            continue
+        severity = (f.get("determinations") or {}).get("severity", "Unknown")
+        loc = next(
+            (x for x in f.get("locations", []) if x["symbolic"].get("kind") == "Primary"),
+            (f.get("locations") or [None])[0],
+        )
+        file, line = "?", None
+        if loc:
+            key = loc["symbolic"]["key"].get("Local") or {}
+            file = key.get("verbatim_path") or key.get("given_path") or "?"
+            line = loc["concrete"]["location"]["start_point"]["row"] + 1  # zizmor rows are 0-based
+        out.append(
+            LintFinding(
+                "zizmor",
+                f["ident"],
+                f.get("desc", ""),
+                levels.get(severity, "warning"),
+                Location(file, line),
+            )
+        )
+    return out
+
+
+def _hadolint(items: Any) -> list[LintFinding]:
+    levels = {"error": "error", "warning": "warning", "info": "style", "style": "style"}
+    return [
+        LintFinding(
+            "hadolint",
+            f["code"],
+            f["message"],
+            levels.get(f.get("level"), "warning"),
+            Location(_rel(f["file"]), f.get("line")),
+        )
+        for f in items
+    ]
+
+
+def _actionlint(items: Any) -> list[LintFinding]:
+    return [
+        LintFinding(
+            "actionlint",
+            f.get("kind", "actionlint"),
+            f["message"],
+            "error",
+            Location(_rel(f["filepath"]), f.get("line")),
+        )
+        for f in items
+    ]
+
+
+def _check_jsonschema(doc: Any) -> list[LintFinding]:
+    out = []
+    for e in doc.get("errors", []):
+        out.append(
+            LintFinding(
+                "check-jsonschema",
+                "schema",
+                f"{e.get('path', '$')}: {e['message']}",
+                "error",
+                Location(_rel(e.get("filename", "?"))),
+            )
+        )
+    for e in doc.get("parse_errors", []):
+        out.append(
+            LintFinding(
+                "check-jsonschema",
+                "parse",
+                e.get("message", "cannot parse"),
+                "error",
+                Location(_rel(e.get("filename", "?"))),
+            )
+        )
+    return out
+
+
+def _generic(items: Any) -> list[LintFinding]:
+    # stagegate's own format, for checks with no JSON of their own: a list of findings.
+    return [
+        LintFinding(
+            f.get("tool", "check"),
+            f.get("code", "-"),
+            f["message"],
+            f.get("level", "error"),
+            Location(f.get("file", "?"), f.get("line")),
+        )
+        for f in items
+    ]
+
+
+LINT_TOOLS: dict[str, Callable[[Any], list[LintFinding]]] = {
+    "ruff": _ruff,
+    "zizmor": _zizmor,
+    "hadolint": _hadolint,
+    "actionlint": _actionlint,
+    "check-jsonschema": _check_jsonschema,
+    "generic": _generic,
+}
+
+
+def read_lint(tool: str, path: Path) -> list[LintFinding]:
+    """Findings of ``tool`` from its JSON output at ``path``."""
+    if tool not in LINT_TOOLS:
+        raise InputError(f"unknown lint tool {tool!r}; known: {', '.join(LINT_TOOLS)}")
+    data = load_json(path, f"{tool} output")
+    try:
+        return LINT_TOOLS[tool](data)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise InputError(
+            f"{tool} output {path} is not in {tool}'s JSON format (missing {exc})"
+        ) from None

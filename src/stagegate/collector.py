@@ -1,0 +1,98 @@
+"""Read every stage record in a raw directory and collect the files each one names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stagegate.baseline import compare_to_baseline
+from stagegate.collect import (
+    read_benchmark,
+    read_coverage,
+    read_curves,
+    read_junit,
+    read_lint,
+    read_warnings,
+)
+from stagegate.errors import InputError
+from stagegate.judge import StageData
+from stagegate.model import Benchmark
+from stagegate.policy import STAGES
+from stagegate.records import RECORD_KIND, StageRecord, load_record
+
+
+def find_records(raw_dir: Path) -> dict[str, StageRecord]:
+    """Every stage record in ``raw_dir``, by stage; two records for one stage is an error."""
+    if not raw_dir.is_dir():
+        raise InputError(f"{raw_dir} is not a directory: run the stages first (nox -s verify)")
+    records: dict[str, tuple[Path, StageRecord]] = {}
+    for path in sorted(raw_dir.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            if path.stem in STAGES:  # a record is named after its stage: this one is broken
+                load_record(path)  # raises an InputError that says what is wrong
+            continue  # some other stage output: judged when a record names it
+        if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
+            continue
+        record = load_record(path)
+        if record.stage in records:
+            other = records[record.stage][0]
+            raise InputError(
+                f"two records for stage {record.stage!r}: {other} and {path}; remove the stale one"
+            )
+        records[record.stage] = (path, record)
+    return {stage: rec for stage, (_, rec) in records.items()}
+
+
+def _resolve(raw_dir: Path, value: str) -> Path:
+    # Paths are recorded relative to where the stage ran; artifacts may have moved into raw_dir.
+    path = Path(value)
+    if path.exists():
+        return path
+    moved = raw_dir / path.name
+    return moved if moved.exists() else path
+
+
+def collect_stage(
+    record: StageRecord, raw_dir: Path, baseline: Benchmark | None, margin_pct: float
+) -> StageData:
+    """Collect the files ``record`` names; a file that cannot be read becomes an input error."""
+    found: dict[str, Any] = {"lint": {}}
+    errors: list[str] = []
+    readers = {
+        "junit": read_junit,
+        "coverage": read_coverage,
+        "warnings": read_warnings,
+        "benchmark": read_benchmark,
+        "metrics": read_curves,
+    }
+    for kind, value in record.files.items():
+        try:
+            if kind == "lint":
+                for tool, path in value.items():
+                    found["lint"][tool] = read_lint(tool, _resolve(raw_dir, path))
+            elif kind in readers:
+                found["curves" if kind == "metrics" else "suite" if kind == "junit" else kind] = (
+                    readers[kind](_resolve(raw_dir, value))
+                )
+            else:
+                errors.append(f"record names an unknown kind of file {kind!r}")
+        except InputError as exc:
+            errors.append(str(exc))
+    comparison = None
+    bench = found.get("benchmark")
+    if bench is not None and baseline is not None:
+        comparison = compare_to_baseline(bench, baseline, margin_pct)
+    return StageData(
+        record=record,
+        suite=found.get("suite"),
+        coverage=found.get("coverage"),
+        warnings=found.get("warnings", ()),
+        benchmark=bench,
+        curves=found.get("curves"),
+        lint=found["lint"],
+        input_errors=tuple(errors),
+        baseline=comparison,
+    )

@@ -1,0 +1,375 @@
+"""Findings from measurements, a status and a score per stage, and the decision: pure functions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from stagegate.baseline import BaselineComparison
+from stagegate.model import (
+    Benchmark,
+    Coverage,
+    Curves,
+    Finding,
+    LintFinding,
+    Location,
+    Severity,
+    StageStatus,
+    TestSuite,
+    WarningEntry,
+)
+from stagegate.policy import Policy, check_threshold
+from stagegate.records import StageRecord
+
+_DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
+
+
+@dataclass(frozen=True)
+class StageData:
+    """What a stage's record points at, as collected (or why it could not be)."""
+
+    record: StageRecord | None
+    suite: TestSuite | None = None
+    coverage: Coverage | None = None
+    warnings: tuple[WarningEntry, ...] = ()
+    benchmark: Benchmark | None = None
+    curves: Curves | None = None
+    lint: dict[str, list[LintFinding]] = field(default_factory=dict)
+    input_errors: tuple[str, ...] = ()
+    baseline: BaselineComparison | None = None
+
+
+@dataclass(frozen=True)
+class Deduction:
+    severity: Severity
+    points: int
+    title: str
+
+
+@dataclass(frozen=True)
+class StageVerdict:
+    name: str
+    status: StageStatus
+    required: bool
+    score: int
+    findings: tuple[Finding, ...]
+    deductions: tuple[Deduction, ...]
+    data: StageData
+    note: str = ""  # why a stage is NOT VERIFIED, in words
+    skippable: bool = False
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity is severity)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str  # PASS or BLOCK
+    score: int
+    stages: tuple[StageVerdict, ...]
+    blocking_reasons: tuple[str, ...]
+    required_fixes: tuple[str, ...]
+
+
+class _Findings:
+    """Collects findings for one stage, with severities taken from the policy."""
+
+    def __init__(self, stage: str, policy: Policy) -> None:
+        self.stage, self.policy, self.items = stage, policy, []
+
+    def add(
+        self,
+        kind: str,
+        title: str,
+        *,
+        detail: str = "",
+        location: Location | None = None,
+        fix: str = "",
+    ) -> None:
+        self.items.append(
+            Finding(self.policy.severity[kind], self.stage, kind, title, detail, location, fix)
+        )
+
+
+def _record_findings(f: _Findings, record: StageRecord) -> bool:
+    """Findings about how the command ended; True when it crashed rather than merely failed."""
+    if record.error:
+        f.add(
+            "stage_failed",
+            "stage command could not start",
+            detail=record.error,
+            fix="install the tool the stage runs, or fix the command in noxfile.py",
+        )
+        return True
+    if record.timed_out:
+        f.add(
+            "stage_failed",
+            f"stage timed out after {record.duration_s:.0f} s",
+            detail=record.stderr_tail[-600:],
+            fix="find the step that hangs or raise the stage's --timeout",
+        )
+        return True
+    if record.signal is not None:
+        f.add(
+            "stage_failed",
+            f"stage command was killed by signal {record.signal}",
+            detail=record.stderr_tail[-600:],
+            fix="look for memory exhaustion or an external kill",
+        )
+        return True
+    return False
+
+
+def _suite_findings(f: _Findings, suite: TestSuite, integration: bool, slow_s: float) -> None:
+    if not suite.cases:
+        f.add(
+            "stage_failed",
+            "no test ran",
+            detail=f"{suite.source} holds no test case",
+            fix="check the test selection: a run of zero tests verifies nothing",
+        )
+    for case in suite.cases:
+        if case.outcome in ("failed", "error"):
+            kind = "integration_raised" if integration else "test_failed"
+            what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
+            f.add(
+                kind,
+                f"{case.nodeid} {what}",
+                detail=case.message or case.text[-400:],
+                location=case.location,
+                fix=f"fix the code at {case.location}" if case.location else "run the test locally",
+            )
+        elif case.duration_s > slow_s:
+            f.add(
+                "slow_test",
+                f"{case.nodeid} took {case.duration_s:.1f} s (limit {slow_s:g} s)",
+                location=case.location,
+                fix="shrink its data or mark it slow",
+            )
+    skipped: dict[str, list[str]] = defaultdict(list)
+    for case in suite.cases:
+        if case.outcome == "skipped":
+            skipped[case.message or "no reason given"].append(case.nodeid)
+    for reason, ids in skipped.items():
+        f.add("skipped_test", f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
+
+
+def _warning_findings(f: _Findings, entries: tuple[WarningEntry, ...]) -> None:
+    for w in entries:
+        kind = "deprecation_warning" if w.category in _DEPRECATIONS else "other_warning"
+        f.add(
+            kind,
+            f"{w.category}: {w.message}",
+            detail=f"seen {w.count} time(s)",
+            location=w.location,
+            fix="move to the API the warning names",
+        )
+
+
+def _lint_findings(f: _Findings, lint: dict[str, list[LintFinding]]) -> None:
+    kinds = {"error": "lint_error", "warning": "lint_warning", "style": "lint_style"}
+    for tool, items in lint.items():
+        for item in items:
+            f.add(
+                kinds.get(item.level, "lint_warning"),
+                f"{tool} {item.code}: {item.message}",
+                location=item.location,
+                fix=f"fix it, or justify an ignore for {item.code}",
+            )
+
+
+def _benchmark_findings(
+    f: _Findings, bench: Benchmark, policy: Policy, judge_thresholds: bool
+) -> None:
+    t = policy.thresholds
+    for p in bench.precisions:
+        if p.status != "ok":
+            f.add(
+                "benchmark_failed",
+                f"{p.name}: {p.status}",
+                detail=p.error or "",
+                fix="reduce the preset's batch size"
+                if p.status == "oom"
+                else "find the first non-finite step in the loss curve"
+                if p.status == "nonfinite"
+                else "run the benchmark locally and read the traceback",
+            )
+            continue
+        growth = check_threshold(t["memory_growth_mb_per_window"], p.memory_growth_mb_per_window)
+        if growth:
+            f.add(
+                "memory_growth",
+                f"{p.name}: memory grows across windows",
+                detail=growth,
+                fix="look for tensors kept across steps (histories of losses, graphs)",
+            )
+        if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
+            where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
+            f.add(
+                "host_sync",
+                f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
+                detail=where,
+                fix="remove .item()/.cpu()/bool(tensor) from the step",
+            )
+    if not judge_thresholds:
+        return
+    for c in bench.comparisons:
+        if c.baseline != policy.judged_baseline:
+            continue
+        values = {
+            "speedup": c.speedup,
+            "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
+            "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
+            "accuracy_diff": c.accuracy_diff,
+        }
+        for metric, value in values.items():
+            reason = check_threshold(t[metric], value)
+            if reason:
+                f.add(
+                    "threshold_missed",
+                    f"{c.precision} vs {c.baseline}: {metric} misses its target",
+                    detail=reason,
+                    fix="profile the step; see the memory and sync sections",
+                )
+
+
+def _baseline_findings(f: _Findings, cmp: BaselineComparison) -> None:
+    for c in cmp.regressions:
+        f.add(
+            "regression",
+            f"{c.precision} {c.metric} regressed {c.change_pct:+.1f}% vs baseline",
+            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}, "
+            f"noise margin {c.margin_pct:.1f}%",
+            fix="bisect the commits since the baseline",
+        )
+    for c in cmp.improvements:
+        f.add(
+            "improvement",
+            f"{c.precision} {c.metric} improved {c.change_pct:+.1f}% vs baseline",
+            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}",
+        )
+
+
+def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
+    """Findings, status and score of one stage."""
+    required = name in policy.required
+    f = _Findings(name, policy)
+    record = data.record
+    note = ""
+    skip_allowed = policy.skippable.get(name) == "no-cuda"
+    if record is None:
+        if skip_allowed:
+            status = StageStatus.NOT_VERIFIED
+            note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
+        else:
+            f.add(
+                "stage_failed",
+                f"{name} has no record: the stage did not run",
+                fix=f"run the {name} stage (nox -s verify runs every stage)",
+            )
+            status = StageStatus.MISSING
+        return _finish(name, status, required, f, data, policy, note)
+    crashed = _record_findings(f, record)
+    for error in data.input_errors:
+        f.add(
+            "stage_failed",
+            "stage output is unreadable",
+            detail=error,
+            fix="re-run the stage; if it persists, the tool's output format changed",
+        )
+    if data.suite is not None:
+        _suite_findings(f, data.suite, name == "integration", policy.slow_test_s)
+    if data.coverage is not None:
+        reason = check_threshold(policy.thresholds["coverage_pct"], data.coverage.percent)
+        if reason:
+            f.add(
+                "coverage_below_floor",
+                "coverage below the floor",
+                detail=reason,
+                fix="test the files with the most missed lines (see Coverage)",
+            )
+    _warning_findings(f, data.warnings)
+    _lint_findings(f, data.lint)
+    gpu_unverified = data.benchmark is not None and not data.benchmark.gpu_verified
+    if data.benchmark is not None:
+        _benchmark_findings(f, data.benchmark, policy, judge_thresholds=not gpu_unverified)
+        if gpu_unverified and not skip_allowed:
+            f.add(
+                "stage_failed",
+                "GPU performance is required but was not verified",
+                detail=f"the benchmark ran preset {data.benchmark.preset} "
+                f"on {data.benchmark.device}",
+                fix="run this stage on the self-hosted GPU runner",
+            )
+    if data.baseline is not None and data.baseline.comparable:
+        _baseline_findings(f, data.baseline)
+    explained = any(x.severity.blocks for x in f.items)
+    if record.exit_code not in (0, None) and not explained:
+        f.add(
+            "stage_failed",
+            f"stage command exited {record.exit_code}",
+            detail=(record.stderr_tail or record.stdout_tail)[-600:],
+            fix="read the stage's output tail below",
+        )
+    if crashed or data.input_errors:
+        status = StageStatus.ERROR
+    elif not record.succeeded or any(x.severity.blocks for x in f.items):
+        status = StageStatus.FAIL
+    elif gpu_unverified and skip_allowed:
+        status = StageStatus.NOT_VERIFIED
+        note = (
+            f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
+            f"its {data.benchmark.preset} preset on {data.benchmark.device}; speedup, memory "
+            "and accuracy targets were not checked"
+        )
+    else:
+        status = StageStatus.PASS
+    return _finish(name, status, required, f, data, policy, note)
+
+
+def _finish(
+    name: str,
+    status: StageStatus,
+    required: bool,
+    f: _Findings,
+    data: StageData,
+    policy: Policy,
+    note: str,
+) -> StageVerdict:
+    findings = tuple(sorted(f.items, key=lambda x: x.severity.rank))
+    deductions = tuple(
+        Deduction(x.severity, policy.deduction[x.severity], x.title)
+        for x in findings
+        if policy.deduction[x.severity]
+    )
+    score = max(0, 100 - sum(d.points for d in deductions))
+    skippable = policy.skippable.get(name) == "no-cuda"
+    return StageVerdict(name, status, required, score, findings, deductions, data, note, skippable)
+
+
+def decide(stages: list[StageVerdict]) -> Verdict:
+    """BLOCK on any CRITICAL or HIGH finding or any required stage that failed, errored or is
+    missing; otherwise PASS. NOT VERIFIED is only ever given to a stage the policy lets skip."""
+    reasons: list[str] = []
+    for s in stages:
+        if s.required and s.status not in (StageStatus.PASS, StageStatus.NOT_VERIFIED):
+            reasons.append(f"required stage {s.name} is {s.status.value}")
+        elif not s.required and s.status in (StageStatus.FAIL, StageStatus.ERROR):
+            reasons.append(f"stage {s.name} is {s.status.value}")
+    for s in stages:
+        for x in s.findings:
+            if x.severity.blocks:
+                reasons.append(f"{x.severity.value} in {s.name}: {x.title}")
+    fixes = tuple(
+        dict.fromkeys(
+            f"{x.title}: {x.fix}" for s in stages for x in s.findings if x.severity.blocks and x.fix
+        )
+    )
+    total = sum(d.points for s in stages for d in s.deductions)
+    return Verdict(
+        "BLOCK" if reasons else "PASS",
+        max(0, 100 - total),
+        tuple(stages),
+        tuple(dict.fromkeys(reasons)),
+        fixes,
+    )

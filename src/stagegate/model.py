@@ -1,0 +1,192 @@
+"""Frozen dataclasses: the contract between collectors, the judge and the renderers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(Enum):
+    """Finding severity, most severe first."""
+
+    CRITICAL = "CRITICAL"
+    HIGH = "HIGH"
+    MEDIUM = "MEDIUM"
+    LOW = "LOW"
+    INFO = "INFO"
+
+    @property
+    def rank(self) -> int:
+        """0 for CRITICAL ... 4 for INFO (sorting key)."""
+        return list(Severity).index(self)
+
+    @property
+    def blocks(self) -> bool:
+        """CRITICAL and HIGH findings block a merge."""
+        return self in (Severity.CRITICAL, Severity.HIGH)
+
+
+class StageStatus(Enum):
+    """A stage's outcome; the verdict is a reduction over these and the findings."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"  # the command failed, or its findings block
+    ERROR = "ERROR"  # crashed, timed out, or its output could not be read
+    MISSING = "MISSING"  # no record at all
+    NOT_VERIFIED = "NOT VERIFIED"  # allowed to be skipped here, and it was
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in the source tree (line may be unknown)."""
+
+    file: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One measured problem: what, where, how bad, and how to fix it."""
+
+    severity: Severity
+    stage: str
+    kind: str  # the policy key that set the severity, e.g. "test_failed"
+    title: str
+    detail: str = ""
+    location: Location | None = None
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test from a JUnit file."""
+
+    nodeid: str
+    file: str
+    name: str
+    outcome: str  # passed, failed, error, skipped
+    duration_s: float
+    message: str = ""
+    text: str = ""
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    """Every test case of one or more JUnit files."""
+
+    cases: tuple[TestCase, ...]
+    source: str
+
+    def count(self, outcome: str) -> int:
+        """Number of cases with ``outcome``."""
+        return sum(1 for c in self.cases if c.outcome == outcome)
+
+    @property
+    def duration_s(self) -> float:
+        return sum(c.duration_s for c in self.cases)
+
+
+@dataclass(frozen=True)
+class FileCoverage:
+    path: str
+    percent: float
+    missing_lines: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    percent: float
+    files: tuple[FileCoverage, ...]
+
+
+@dataclass(frozen=True)
+class WarningEntry:
+    category: str
+    message: str
+    location: Location
+    count: int
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    tool: str
+    code: str
+    message: str
+    level: str  # error, warning, style
+    location: Location
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One precision of a benchmark run, as reported by amptrain.benchmark."""
+
+    name: str
+    status: str
+    error: str | None
+    precision_used: str
+    step_time_ms: float | None = None
+    iqr_ms: float | None = None
+    window_s: tuple[float, ...] = ()
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    peak_mb: float | None = None
+    static_mb: float | None = None
+    activation_mb: float | None = None
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    overflow_steps: int | None = None
+    loss_curve: tuple[float | None, ...] = ()
+    memory_growth_mb_per_window: float | None = None
+    memory_source: str | None = None
+    data_wait_share: float | None = None
+    syncs_measured: bool = False
+    syncs_per_step: float | None = None
+    sync_locations: tuple[dict[str, Any], ...] = ()
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    precision: str
+    baseline: str
+    speedup: float
+    speedup_ci95: tuple[float, float]
+    peak_memory_reduction_pct: float | None
+    activation_memory_reduction_pct: float | None
+    accuracy_diff: float | None
+    val_loss_diff: float | None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A whole amptrain benchmark document."""
+
+    preset: str
+    device: str
+    gpu_verified: bool
+    gpu_name: str | None
+    torch: str | None
+    cuda: str | None
+    driver: str | None
+    datetime: str
+    commit: str | None
+    precisions: tuple[PrecisionResult, ...]
+    comparisons: tuple[Comparison, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def precision(self, name: str) -> PrecisionResult | None:
+        """The result for ``name``, if it ran."""
+        return next((p for p in self.precisions if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Named series from a stage's metrics file (for example the integration loss curves)."""
+
+    series: dict[str, tuple[float, ...]]

@@ -1,0 +1,206 @@
+"""The written policy (``[tool.stagegate]`` in pyproject.toml): data, checked by pure functions."""
+
+from __future__ import annotations
+
+import math
+import operator
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stagegate.errors import ConfigError
+from stagegate.model import Severity
+
+STAGES = ("static", "execution", "integration", "performance")
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """``value OP limit`` must hold, e.g. speedup >= 1.5."""
+
+    metric: str
+    op: str
+    limit: float
+    unit: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.limit:g}{self.unit}"
+
+
+def check_threshold(threshold: Threshold, value: float | None) -> str | None:
+    """Why ``value`` misses ``threshold``, or None when it meets it (a missing value misses)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{threshold.metric} was not measured (target {threshold})"
+    if _OPS[threshold.op](value, threshold.limit):
+        return None
+    return f"{threshold.metric} is {value:.4g}{threshold.unit}, target {threshold}"
+
+
+DEFAULT_THRESHOLDS = {
+    "speedup": Threshold("speedup", ">=", 1.5, "x"),
+    "peak_memory_reduction_pct": Threshold("peak_memory_reduction_pct", ">=", 40.0, "%"),
+    "activation_memory_reduction_pct": Threshold(
+        "activation_memory_reduction_pct", ">=", 40.0, "%"
+    ),
+    "accuracy_diff": Threshold("accuracy_diff", "<", 0.01),
+    "coverage_pct": Threshold("coverage_pct", ">=", 80.0, "%"),
+    "memory_growth_mb_per_window": Threshold("memory_growth_mb_per_window", "<=", 2.0, " MB"),
+    "syncs_per_step": Threshold("syncs_per_step", "<=", 0.0),
+}
+
+DEFAULT_SEVERITY = {
+    "test_failed": Severity.CRITICAL,
+    "stage_failed": Severity.CRITICAL,
+    "integration_raised": Severity.CRITICAL,
+    "benchmark_failed": Severity.CRITICAL,
+    "threshold_missed": Severity.HIGH,
+    "regression": Severity.HIGH,
+    "memory_growth": Severity.HIGH,
+    "coverage_below_floor": Severity.HIGH,
+    "lint_error": Severity.HIGH,
+    "host_sync": Severity.MEDIUM,
+    "lint_warning": Severity.MEDIUM,
+    "deprecation_warning": Severity.LOW,
+    "slow_test": Severity.LOW,
+    "lint_style": Severity.LOW,
+    "other_warning": Severity.INFO,
+    "skipped_test": Severity.INFO,
+    "improvement": Severity.INFO,
+}
+
+DEFAULT_DEDUCTION = {
+    Severity.CRITICAL: 40,
+    Severity.HIGH: 20,
+    Severity.MEDIUM: 5,
+    Severity.LOW: 1,
+    Severity.INFO: 0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Everything the judge needs to decide; defaults come from the seed reports."""
+
+    required: tuple[str, ...] = STAGES
+    # stage -> when it may be skipped; "no-cuda": the benchmark ran without a GPU.
+    skippable: Mapping[str, str] = field(default_factory=lambda: {"performance": "no-cuda"})
+    thresholds: Mapping[str, Threshold] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    severity: Mapping[str, Severity] = field(default_factory=lambda: dict(DEFAULT_SEVERITY))
+    deduction: Mapping[Severity, int] = field(default_factory=lambda: dict(DEFAULT_DEDUCTION))
+    regression_margin_pct: float = 10.0
+    slow_test_s: float = 5.0
+    judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
+
+    def require(self, stages: tuple[str, ...]) -> Policy:
+        """The same policy with ``stages`` required and no longer skippable."""
+        unknown = [s for s in stages if s not in STAGES]
+        if unknown:
+            raise ConfigError(f"--require {unknown[0]!r}: stages are {', '.join(STAGES)}")
+        skippable = {k: v for k, v in self.skippable.items() if k not in stages}
+        required = tuple(dict.fromkeys((*self.required, *stages)))
+        return replace(self, required=required, skippable=skippable)
+
+
+def _severity(key: str, value: Any) -> Severity:
+    try:
+        return Severity(str(value).upper())
+    except ValueError:
+        names = ", ".join(s.value for s in Severity)
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: use one of {names}") from None
+
+
+def _number(key: str, value: Any, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a finite number is needed")
+    if value < minimum:
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: must be >= {minimum:g}")
+    return float(value)
+
+
+def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
+    """A Policy from a ``[tool.stagegate]`` table; a bad value raises ConfigError naming it."""
+    known = {
+        "required",
+        "skippable",
+        "thresholds",
+        "severity",
+        "deduction",
+        "regression_margin_pct",
+        "slow_test_s",
+        "judged_baseline",
+    }
+    for key in table:
+        if key not in known:
+            raise ConfigError(
+                f"[tool.stagegate] has an unknown key {key!r}; known: {', '.join(sorted(known))}"
+            )
+    base = Policy()
+    kwargs: dict[str, Any] = {}
+    if "required" in table:
+        req = table["required"]
+        if not isinstance(req, list) or any(s not in STAGES for s in req):
+            raise ConfigError(
+                f"[tool.stagegate] required = {req!r}: a list from {', '.join(STAGES)}"
+            )
+        kwargs["required"] = tuple(req)
+    if "skippable" in table:
+        skip = table["skippable"]
+        if not isinstance(skip, dict) or any(
+            s not in STAGES or c != "no-cuda" for s, c in skip.items()
+        ):
+            raise ConfigError(f'[tool.stagegate] skippable = {skip!r}: map a stage to "no-cuda"')
+        kwargs["skippable"] = dict(skip)
+    if "thresholds" in table:
+        thresholds = dict(base.thresholds)
+        for name, spec in table["thresholds"].items():
+            key = f"thresholds.{name}"
+            if name not in DEFAULT_THRESHOLDS:
+                raise ConfigError(
+                    f"[tool.stagegate] {key}: unknown metric; known: "
+                    f"{', '.join(DEFAULT_THRESHOLDS)}"
+                )
+            if not isinstance(spec, dict) or spec.get("op") not in _OPS or "value" not in spec:
+                raise ConfigError(
+                    f"[tool.stagegate] {key} = {spec!r}: write "
+                    '{ op = ">=", value = 1.5 } with op one of >=, >, <=, <'
+                )
+            limit = _number(f"{key}.value", spec["value"], minimum=-math.inf)
+            thresholds[name] = Threshold(name, spec["op"], limit, DEFAULT_THRESHOLDS[name].unit)
+        kwargs["thresholds"] = thresholds
+    if "severity" in table:
+        severity = dict(base.severity)
+        for kind, value in table["severity"].items():
+            if kind not in DEFAULT_SEVERITY:
+                raise ConfigError(
+                    f"[tool.stagegate] severity.{kind}: unknown finding kind; known: "
+                    f"{', '.join(DEFAULT_SEVERITY)}"
+                )
+            severity[kind] = _severity(f"severity.{kind}", value)
+        kwargs["severity"] = severity
+    if "deduction" in table:
+        deduction = dict(base.deduction)
+        for name, points in table["deduction"].items():
+            deduction[_severity(f"deduction.{name}", name)] = int(
+                _number(f"deduction.{name}", points)
+            )
+        kwargs["deduction"] = deduction
+    for key in ("regression_margin_pct", "slow_test_s"):
+        if key in table:
+            kwargs[key] = _number(key, table[key])
+    if "judged_baseline" in table:
+        kwargs["judged_baseline"] = str(table["judged_baseline"])
+    return Policy(**kwargs)
+
+
+def load_policy(pyproject: Path | None) -> Policy:
+    """The policy in ``pyproject``'s ``[tool.stagegate]``; the defaults where there is none."""
+    if pyproject is None or not pyproject.exists():
+        return Policy()
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
+    return policy_from_mapping(data.get("tool", {}).get("stagegate", {}))

@@ -1,0 +1,133 @@
+"""``stagegate report``: read records, collect, judge, render, write: a pipeline of small steps."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stagegate.collect import read_benchmark
+from stagegate.collector import collect_stage, find_records
+from stagegate.errors import InputError
+from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
+from stagegate.io import write_atomic
+from stagegate.judge import StageData, Verdict, decide, judge_stage
+from stagegate.model import Benchmark
+from stagegate.policy import STAGES, Policy, load_policy
+from stagegate.render import render_stage, render_summary, verdict_json
+from stagegate.views import Context, stage_view, summary_view
+
+__all__ = ["COMMENT_MARKER", "ReportOptions", "build_report", "run_report"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    raw_dir: Path
+    out_dir: Path
+    require: tuple[str, ...] = ()
+    baseline: Path | None = None
+    github: bool = False
+    pyproject: Path | None = Path("pyproject.toml")
+    base_ref: str | None = None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def changed_files(base_ref: str | None, env: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """Files changed between the base and HEAD, with what the base was, in words."""
+    ref = base_ref or (f"origin/{env['GITHUB_BASE_REF']}" if env.get("GITHUB_BASE_REF") else None)
+    if not ref:
+        return "no base given (pass --base REF)", ()
+    out = _git("diff", "--name-status", f"{ref}...HEAD")
+    if out is None:
+        return f"{ref} (not available in this clone)", ()
+    return ref, tuple(" ".join(line.split("\t")) for line in out.splitlines() if line.strip())
+
+
+def load_baselines(path: Path) -> list[Benchmark]:
+    """A baseline benchmark file, or every ``*.json`` benchmark in a directory."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise InputError(f"baseline directory {path} holds no benchmark JSON")
+        return [read_benchmark(f) for f in files]
+    return [read_benchmark(path)]
+
+
+def _pick_baseline(baselines: list[Benchmark], records: dict, raw_dir: Path) -> Benchmark | None:
+    if not baselines:
+        return None
+    perf = records.get("performance")
+    current = None
+    if perf is not None and "benchmark" in perf.files:
+        try:
+            current = read_benchmark(
+                Path(perf.files["benchmark"])
+                if Path(perf.files["benchmark"]).exists()
+                else raw_dir / Path(perf.files["benchmark"]).name
+            )
+        except InputError:
+            return baselines[0]  # the stage's own error is reported with the stage
+    if current is not None:
+        for b in baselines:
+            if (b.gpu_name, b.preset) == (current.gpu_name, current.preset):
+                return b
+    return baselines[0]
+
+
+def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
+    """Judge every stage and render every output to text (nothing is written yet)."""
+    policy: Policy = load_policy(options.pyproject).require(options.require)
+    records = find_records(options.raw_dir)
+    if not records:
+        raise InputError(
+            f"no stage records in {options.raw_dir}: run the stages first "
+            "(nox -s verify, or stagegate run STAGE -- COMMAND)"
+        )
+    baselines = load_baselines(options.baseline) if options.baseline else []
+    baseline = _pick_baseline(baselines, records, options.raw_dir)
+    names = [
+        *(s for s in STAGES if s in records or s in policy.required or s in policy.skippable),
+        *(s for s in records if s not in STAGES),
+    ]
+    stages = []
+    for name in names:
+        record = records.get(name)
+        data = (
+            collect_stage(record, options.raw_dir, baseline, policy.regression_margin_pct)
+            if record
+            else StageData(record=None)
+        )
+        stages.append(judge_stage(name, data, policy))
+    verdict = decide(stages)
+    generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
+    base, changed = changed_files(options.base_ref, env)
+    ctx = Context(generated_at, commit[:12], base, changed, str(options.raw_dir))
+    summary = render_summary(summary_view(verdict, ctx))
+    files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
+    for stage in verdict.stages:
+        files[f"{stage.name}.md"] = render_stage(stage_view(stage, policy, ctx))
+    if options.github:
+        files["comment.md"] = comment_body(summary)
+    return verdict, files
+
+
+def run_report(options: ReportOptions, env: Mapping[str, str]) -> Verdict:
+    """Build the report, then write it; a failure before writing leaves the old outputs intact."""
+    verdict, files = build_report(options, env)
+    for name, text in files.items():
+        write_atomic(options.out_dir / name, text)
+    if options.github:
+        append_step_summary(files["summary.md"], env)
+        for line in annotations(verdict):
+            print(line)
+    return verdict
