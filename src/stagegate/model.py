@@ -65,6 +65,8 @@ class Finding:
 class TestCase:
     """One test from a JUnit file."""
 
+    __test__ = False  # a record of a test, not a test for pytest to collect
+
     nodeid: str
     file: str
     name: str
@@ -78,6 +80,8 @@ class TestCase:
 @dataclass(frozen=True)
 class TestSuite:
     """Every test case of one or more JUnit files."""
+
+    __test__ = False
 
     cases: tuple[TestCase, ...]
     source: str

@@ -78,6 +78,9 @@ def test_wandb_offline_run_logs_namespaced_keys(tmp_path: Path) -> None:
         wandb_dir=str(tmp_path),
         num_workers=0,
     )
+    import wandb
+
+    wandb.teardown()  # the run file is complete once W&B's service has written and closed it
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     keys = logged_keys(run_dir)
     assert {"train/loss", "val/loss", "amp/loss_scale", "amp/enabled", "train/grad_norm"} <= keys[

@@ -1,0 +1,129 @@
+"""The written policy: boundary tables for every threshold, and bad config values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from stagegate.errors import ConfigError
+from stagegate.model import Severity
+from stagegate.policy import (
+    DEFAULT_THRESHOLDS,
+    Policy,
+    check_threshold,
+    load_policy,
+    policy_from_mapping,
+)
+
+T = DEFAULT_THRESHOLDS
+
+
+@pytest.mark.parametrize(
+    ("metric", "value", "meets"),
+    [
+        ("speedup", 1.4999, False),
+        ("speedup", 1.5, True),
+        ("speedup", 4.2, True),
+        ("speedup", None, False),
+        ("speedup", math.nan, False),
+        ("speedup", 0.0, False),
+        ("peak_memory_reduction_pct", 39.999, False),
+        ("peak_memory_reduction_pct", 40.0, True),
+        ("activation_memory_reduction_pct", 40.0, True),
+        ("activation_memory_reduction_pct", -5.0, False),
+        ("accuracy_diff", 0.0, True),
+        ("accuracy_diff", 0.00999, True),
+        ("accuracy_diff", 0.01, False),
+        ("accuracy_diff", 0.5, False),
+        ("coverage_pct", 79.99, False),
+        ("coverage_pct", 80.0, True),
+        ("coverage_pct", 100.0, True),
+        ("memory_growth_mb_per_window", 2.0, True),
+        ("memory_growth_mb_per_window", 2.01, False),
+        ("memory_growth_mb_per_window", -1.0, True),
+        ("syncs_per_step", 0.0, True),
+        ("syncs_per_step", 0.34, False),
+    ],
+)
+def test_threshold_boundaries(metric: str, value: float | None, meets: bool) -> None:
+    reason = check_threshold(T[metric], value)
+    assert (reason is None) is meets
+    if reason:
+        assert metric in reason and str(T[metric]) in reason
+
+
+def test_defaults_are_the_seed_targets() -> None:
+    p = Policy()
+    assert (
+        str(p.thresholds["speedup"]),
+        str(p.thresholds["peak_memory_reduction_pct"]),
+        str(p.thresholds["accuracy_diff"]),
+    ) == (">= 1.5x", ">= 40%", "< 0.01")
+    assert p.required == ("static", "execution", "integration", "performance")
+    assert p.skippable == {"performance": "no-cuda"}
+    assert p.deduction[Severity.CRITICAL] > p.deduction[Severity.HIGH] > p.deduction[Severity.LOW]
+
+
+def test_a_custom_table_overrides_what_it_names() -> None:
+    p = policy_from_mapping(
+        {
+            "thresholds": {
+                "speedup": {"op": ">", "value": 2},
+                "coverage_pct": {"op": ">=", "value": 90},
+            },
+            "severity": {"slow_test": "info", "host_sync": "HIGH"},
+            "deduction": {"HIGH": 25},
+            "regression_margin_pct": 5,
+            "required": ["static", "execution"],
+        }
+    )
+    assert check_threshold(p.thresholds["speedup"], 2.0) is not None
+    assert check_threshold(p.thresholds["speedup"], 2.01) is None
+    assert p.severity["slow_test"] is Severity.INFO and p.severity["host_sync"] is Severity.HIGH
+    assert p.deduction[Severity.HIGH] == 25 and p.deduction[Severity.CRITICAL] == 40
+    assert p.regression_margin_pct == 5.0 and p.required == ("static", "execution")
+    assert str(p.thresholds["accuracy_diff"]) == "< 0.01"  # untouched
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"speed": 1}, "'speed'"),
+        ({"thresholds": {"speedup": {"op": "=>", "value": 1.5}}}, "thresholds.speedup"),
+        ({"thresholds": {"speedup": {"op": ">=", "value": "fast"}}}, "thresholds.speedup.value"),
+        ({"thresholds": {"latency": {"op": "<", "value": 1}}}, "thresholds.latency"),
+        ({"severity": {"test_failed": "FATAL"}}, "severity.test_failed"),
+        ({"severity": {"typo_kind": "LOW"}}, "severity.typo_kind"),
+        ({"deduction": {"HIGH": -3}}, "deduction.HIGH"),
+        ({"regression_margin_pct": math.inf}, "regression_margin_pct"),
+        ({"slow_test_s": -1}, "slow_test_s"),
+        ({"required": ["static", "docs"]}, "required"),
+        ({"skippable": {"performance": "always"}}, "skippable"),
+    ],
+)
+def test_a_bad_value_names_its_key(table: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        policy_from_mapping(table)
+
+
+def test_require_makes_a_stage_mandatory_and_unskippable() -> None:
+    p = Policy().require(("performance",))
+    assert "performance" in p.required and "performance" not in p.skippable
+    with pytest.raises(ConfigError, match="--require 'gpu'"):
+        Policy().require(("gpu",))
+
+
+def test_the_projects_own_pyproject_loads() -> None:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    policy = load_policy(pyproject)
+    assert policy.thresholds["speedup"].limit == 1.5
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text("[tool.stagegate\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_policy(bad)
+    assert load_policy(tmp_path / "absent.toml") == Policy()
