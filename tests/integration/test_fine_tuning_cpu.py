@@ -62,16 +62,17 @@ def _check_learning(result: dict) -> None:
     assert result["train_samples"] > 0 and result["val_samples"] > 0
 
 
-def test_fine_tuning_fp32() -> None:
+def test_fine_tuning_fp32(record_curve) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a plain fp32 run warns about nothing
         result = test_fine_tuning(_model(), _Config(), n_epochs=3, learning_rate=3e-3)
+    record_curve("test_fine_tuning fp32: val loss per epoch", result["val_loss_history"])
     _check_learning(result)
     assert result["precision"] == "32-true" and result["amp_enabled"] is False
     assert result["final_loss_scale"] == 1.0
 
 
-def test_fine_tuning_use_amp_without_cuda_falls_back_to_fp32() -> None:
+def test_fine_tuning_use_amp_without_cuda_falls_back_to_fp32(record_curve) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present: use_amp=True trains in mixed precision, not the fallback")
     with pytest.warns(PrecisionFallbackWarning, match="CUDA is not available") as caught:
@@ -79,11 +80,14 @@ def test_fine_tuning_use_amp_without_cuda_falls_back_to_fp32() -> None:
             _model(), {"vocab_size": VOCAB}, n_epochs=3, learning_rate=3e-3, use_amp=True
         )
     assert len(caught) == 1
+    record_curve(
+        "test_fine_tuning use_amp fallback: val loss per epoch", result["val_loss_history"]
+    )
     _check_learning(result)
     assert result["precision"] == "32-true" and result["amp_enabled"] is False
 
 
-def test_fine_tune_bf16_autocast_on_cpu() -> None:
+def test_fine_tune_bf16_autocast_on_cpu(record_curve) -> None:
     train = synthetic_token_data(64, 32, VOCAB, seed=0)
     val = synthetic_token_data(16, 32, VOCAB, seed=1)
     result = fine_tune(
@@ -98,5 +102,6 @@ def test_fine_tune_bf16_autocast_on_cpu() -> None:
     )
     assert result.precision == "bf16-mixed"
     val_losses = result.val_loss_history
+    record_curve("fine_tune bf16-mixed: val loss per epoch", val_losses)
     assert all(math.isfinite(v) for v in val_losses) and val_losses[-1] < val_losses[0]
     assert result.val_accuracy_history[-1] > 10 * CHANCE

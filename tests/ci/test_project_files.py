@@ -1,0 +1,84 @@
+"""The Dockerfile, the nox sessions, the README's commands and .ci/run agree with each other."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def instructions() -> list[tuple[str, str]]:
+    joined = re.sub(r"\\\n", " ", DOCKERFILE)
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in joined.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def test_dockerfile_base_is_a_pinned_cuda_torch_image() -> None:
+    (base,) = [arg for op, arg in instructions() if op == "FROM"]
+    image, _, tag = base.partition(":")
+    assert image == "pytorch/pytorch" and re.fullmatch(
+        r"\d+\.\d+\.\d+-cuda[\d.]+-cudnn\d+-runtime", tag
+    )
+
+
+def test_dockerfile_installs_dependencies_before_copying_the_source_and_drops_root() -> None:
+    ops = instructions()
+    copies = [i for i, (op, arg) in enumerate(ops) if op == "COPY"]
+    install = next(i for i, (op, arg) in enumerate(ops) if op == "RUN" and "pip install" in arg)
+    source = next(i for i in copies if ops[i][1].endswith(". ."))
+    assert ops[copies[0]][1] == "pyproject.toml ./" and copies[0] < install < source
+    user = next(i for i, (op, _) in enumerate(ops) if op == "USER")
+    assert user < source and ops[user][1].split(":")[0] not in ("0", "root")
+    assert ops[-1] == ("CMD", '["nox", "-s", "verify"]')
+    assert (
+        "ENV",
+        next(arg for op, arg in ops if op == "ENV"),
+    ) and "AMPTRAIN_SYSTEM_TORCH=1" in DOCKERFILE
+
+
+def test_dockerignore_keeps_local_state_out_of_the_image() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".nox", "wandb", "reports/*"} <= set(ignored)
+
+
+def test_nox_sessions_exist_with_docstrings_and_tags() -> None:
+    names = ["lint", "unit", "integration", "benchmark", "report", "verify", "tests"]
+    out = subprocess.run(
+        [sys.executable, "-m", "nox", "--list", "--json", "-s", *names],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    sessions = {s["name"]: s for s in json.loads(out.stdout)}
+    assert set(sessions) == set(names)
+    assert all(s["description"] for s in sessions.values())
+    assert {"cpu", "stage"} <= set(sessions["unit"]["tags"]) and "gpu" in sessions["benchmark"][
+        "tags"
+    ]
+
+
+def _readme_commands() -> list[str]:
+    block = README.split("## Set up and run", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("#")[0].strip() for line in block.strip().splitlines()]
+
+
+def test_ci_runs_the_readme_test_command_and_the_main_job() -> None:
+    main_job, test_command = _readme_commands()
+    assert main_job.endswith("nox -s verify") and test_command.endswith("nox -s tests")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command in ci and "nox -s verify" in ci
+    assert ci.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in ci
+
+
+def test_torch_is_pinned_where_nox_installs_it() -> None:
+    assert (ROOT / "constraints-cpu.txt").read_text().split() == ["torch==2.13.0"]

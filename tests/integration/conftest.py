@@ -1,0 +1,33 @@
+"""Loss curves of the integration run, written where AMPTRAIN_INTEGRATION_METRICS points."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+_CURVES: dict[str, list[float | None]] = {}
+
+
+@pytest.fixture
+def record_curve() -> Callable[[str, list[float]], None]:
+    """Keep a named curve for the stage report (values that are not finite become null)."""
+
+    def record(name: str, values: list[float]) -> None:
+        _CURVES[name] = [v if v is not None and math.isfinite(v) else None for v in values]
+
+    return record
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _write_curves() -> Iterator[None]:
+    yield
+    target = os.environ.get("AMPTRAIN_INTEGRATION_METRICS")
+    if target and _CURVES:
+        path = Path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"curves": _CURVES}, indent=2) + "\n")
