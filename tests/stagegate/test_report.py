@@ -248,7 +248,13 @@ def test_a_broken_stage_output_is_an_error_finding_not_a_pass(
     (tmp_path / "reports" / "raw" / file).write_text(content)
     verdict, files = _build("pass-cpu")
     assert verdict.decision == "BLOCK"
-    stage = next(s for s in verdict.stages if s.status.value == "ERROR")
+    owner = {
+        "junit-execution.xml": "execution",
+        "coverage.json": "execution",
+        "benchmark.json": "performance",
+    }[file]
+    (stage,) = [s for s in verdict.stages if s.status.value == "ERROR"]
+    assert stage.name == owner
     assert any(message in f.detail for f in stage.findings)
     assert "stage output is unreadable" in files[f"{stage.name}.md"]
 
