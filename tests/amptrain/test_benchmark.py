@@ -231,3 +231,27 @@ def test_gpu_preset_without_cuda_is_a_usage_error(
         main(["--preset", "gpu", "--out", str(tmp_path / "b.json")])
     assert exc.value.code == 2 and "use --preset cpu-smoke" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_benchmark_summary_is_logged_to_wandb_offline(
+    smoke_run: tuple[int, dict, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import wandb
+
+    from amptrain.benchmark.__main__ import _log_wandb
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from wandb_files import logged_keys
+
+    monkeypatch.chdir(tmp_path)
+    _log_wandb(smoke_run[1])
+    wandb.teardown()  # the run file is complete once W&B's service has closed it
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    summary = logged_keys(run_dir)["summary"]
+    assert {
+        "32-true/tokens_per_second",
+        "bf16-mixed/val_accuracy",
+        "bf16-mixed/speedup_vs_32-true",
+    } <= summary

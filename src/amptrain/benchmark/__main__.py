@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from amptrain.benchmark.presets import PRESETS
 from amptrain.benchmark.run import parse_precisions, run_benchmark
+from amptrain.metrics import WandbSink
 
 
 def _finite(value: Any) -> Any:
@@ -73,20 +74,19 @@ def table(doc: dict[str, Any]) -> str:
 
 
 def _log_wandb(doc: dict[str, Any]) -> None:
-    import wandb
-
-    run = wandb.init(
-        project="amptrain-benchmark",
-        mode=os.environ.get("WANDB_MODE", "offline"),
+    """The headline figures, in the summary of a W&B run (offline unless WANDB_MODE says)."""
+    sink = WandbSink(
+        "amptrain-benchmark",
         config={"preset": doc["preset"], "machine": doc["machine_info"]},
+        mode=os.environ.get("WANDB_MODE", "offline"),
     )
     for name, r in doc["precisions"].items():
         if r["status"] == "ok":
-            run.summary[f"{name}/tokens_per_second"] = r["tokens_per_second"]
-            run.summary[f"{name}/val_accuracy"] = r["val_accuracy"]
+            sink.run.summary[f"{name}/tokens_per_second"] = r["tokens_per_second"]
+            sink.run.summary[f"{name}/val_accuracy"] = r["val_accuracy"]
     for c in doc["comparisons"]:
-        run.summary[f"{c['precision']}/speedup_vs_{c['baseline']}"] = c["speedup"]
-    run.finish()
+        sink.run.summary[f"{c['precision']}/speedup_vs_{c['baseline']}"] = c["speedup"]
+    sink.close()
 
 
 def main(argv: list[str] | None = None) -> int:
