@@ -55,10 +55,20 @@ def _resolve(raw_dir: Path, value: str) -> Path:
     return moved if moved.exists() else path
 
 
+def pick_baseline(current: Benchmark, baselines: list[Benchmark]) -> Benchmark | None:
+    """The baseline measured on the same GPU and preset as ``current``, else the first one
+    (which the comparison then reports as not comparable)."""
+    same = [b for b in baselines if (b.gpu_name, b.preset) == (current.gpu_name, current.preset)]
+    return (same or baselines or [None])[0]
+
+
 def collect_stage(
-    record: StageRecord, raw_dir: Path, baseline: Benchmark | None, margin_pct: float
+    record: StageRecord, raw_dir: Path, baselines: list[Benchmark], margin_pct: float
 ) -> StageData:
-    """Collect the files ``record`` names; a file that cannot be read becomes an input error."""
+    """Collect the files ``record`` names; a file that cannot be read becomes an input error.
+
+    A benchmark is compared with the matching one of ``baselines``.
+    """
     found: dict[str, Any] = {"lint": {}}
     errors: list[str] = []
     readers = {
@@ -83,6 +93,7 @@ def collect_stage(
             errors.append(str(exc))
     comparison = None
     bench = found.get("benchmark")
+    baseline = pick_baseline(bench, baselines) if bench is not None else None
     if bench is not None and baseline is not None:
         comparison = compare_to_baseline(bench, baseline, margin_pct)
     return StageData(

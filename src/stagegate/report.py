@@ -62,27 +62,6 @@ def load_baselines(path: Path) -> list[Benchmark]:
     return [read_benchmark(path)]
 
 
-def _pick_baseline(baselines: list[Benchmark], records: dict, raw_dir: Path) -> Benchmark | None:
-    if not baselines:
-        return None
-    perf = records.get("performance")
-    current = None
-    if perf is not None and "benchmark" in perf.files:
-        try:
-            current = read_benchmark(
-                Path(perf.files["benchmark"])
-                if Path(perf.files["benchmark"]).exists()
-                else raw_dir / Path(perf.files["benchmark"]).name
-            )
-        except InputError:
-            return baselines[0]  # the stage's own error is reported with the stage
-    if current is not None:
-        for b in baselines:
-            if (b.gpu_name, b.preset) == (current.gpu_name, current.preset):
-                return b
-    return baselines[0]
-
-
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
     """Judge every stage and render every output to text (nothing is written yet)."""
     policy: Policy = load_policy(options.pyproject).require(options.require)
@@ -93,7 +72,6 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
             "(nox -s verify, or stagegate run STAGE -- COMMAND)"
         )
     baselines = load_baselines(options.baseline) if options.baseline else []
-    baseline = _pick_baseline(baselines, records, options.raw_dir)
     names = [
         *(s for s in STAGES if s in records or s in policy.required or s in policy.skippable),
         *(s for s in records if s not in STAGES),
@@ -102,7 +80,7 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     for name in names:
         record = records.get(name)
         data = (
-            collect_stage(record, options.raw_dir, baseline, policy.regression_margin_pct)
+            collect_stage(record, options.raw_dir, baselines, policy.regression_margin_pct)
             if record
             else StageData(record=None)
         )

@@ -141,7 +141,7 @@ def _test_results(stage: StageVerdict, ctx: Context) -> Section:
     record, suite = stage.data.record, stage.data.suite
     if record is None:
         return Section("Test Execution Results", ("The stage did not run: no record.",))
-    junit = stage.data.record.files.get("junit", "the JUnit file") if record else ""
+    junit = record.files.get("junit", "the JUnit file")
     facts = [
         ("Command", code(" ".join(record.command), 200)),
         ("Exit code", _exit(stage)),
