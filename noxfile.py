@@ -192,7 +192,7 @@ def run_report(session: nox.Session, *args: str) -> None:
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
 def lint(session: nox.Session) -> None:
     """Stage 1: ruff, compile and import checks, zizmor, hadolint, actionlint, check-jsonschema."""
-    install(session, "lint")
+    install(session, "test", "lint")  # the import check imports every module, extras' too
     run_lint(session, session.posargs)
 
 

@@ -229,7 +229,15 @@ def fine_tune(
     val_loader = (
         make_dataloader(val_data, shuffle=False, **loader_args) if val_data is not None else None
     )
-    steps_per_epoch = len(train_loader)
+    try:
+        steps_per_epoch = len(train_loader)
+    except TypeError:  # an iterable dataset has no length: the epoch needs a stated size
+        if not cfg.max_steps_per_epoch:
+            raise ValueError(
+                "the training DataLoader has no length (an IterableDataset?): "
+                "pass max_steps_per_epoch"
+            ) from None
+        steps_per_epoch = cfg.max_steps_per_epoch
     if cfg.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     if steps_per_epoch == 0:

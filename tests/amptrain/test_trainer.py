@@ -174,3 +174,16 @@ def test_no_warning_on_a_plain_fp32_run() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fine_tune(_model(), _data(), epochs=1, num_workers=0)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):  # type: ignore[override]
+        return iter(_data(64))
+
+
+def test_an_iterable_dataset_needs_a_stated_epoch_size() -> None:
+    loader = torch.utils.data.DataLoader(_Stream(), batch_size=8)
+    with pytest.raises(ValueError, match="max_steps_per_epoch"):
+        fine_tune(_model(), loader, epochs=1)
+    result = fine_tune(_model(), loader, epochs=2, max_steps_per_epoch=3)
+    assert result.steps == 6 and result.train_samples == 0
