@@ -389,3 +389,14 @@ def test_a_huge_summary_still_fits_a_comment(
 
     body = comment_body("| a |\n|---|\n" + "| row |\n" * 40000)
     assert len(body) < COMMENT_LIMIT and body.startswith(COMMENT_MARKER) and "cut" in body
+
+
+def test_a_bad_policy_value_exits_2_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text('[tool.stagegate.thresholds]\nspeedup = { op = ">=", value = "fast" }\n')
+    assert main(["report", "reports/raw", "--out", "reports", "--pyproject", str(bad)]) == 2
+    assert "thresholds.speedup.value" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "summary.md").exists()
