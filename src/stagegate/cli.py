@@ -16,7 +16,11 @@ EXIT_PASS, EXIT_BLOCK = 0, 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stagegate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="stagegate",
+        description="Record each verification stage, judge the records by the written policy, "
+        "and render markdown reports.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
