@@ -199,10 +199,8 @@ def run_arms(
         arm.pending.clear()
 
 
-def _static_bytes(arm: Arm) -> int:
-    params = list(arm.model.parameters())
-    grads = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    return _resident_bytes(arm.model, arm.trainer.optimizer) + grads
+def _grad_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def summarize_arm(
@@ -234,8 +232,9 @@ def summarize_arm(
     flops = arm.model.flops_per_token(preset.seq_len) if isinstance(arm.model, TinyGPT) else None
     memory: dict[str, Any] = {"measured": device.type == "cuda"}
     if device.type == "cuda":
-        static = _static_bytes(arm)
+        # Static: parameters and optimizer state (resident between steps) plus gradients.
         resident = _resident_bytes(arm.model, arm.trainer.optimizer)
+        static = resident + _grad_bytes(arm.model)
         peak_bytes = resident + arm.transient_peak_bytes
         memory.update(
             peak_allocated_mb=peak_bytes / 2**20,
