@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from stagegate.collect import (
     read_lint,
     read_warnings,
 )
-from stagegate.errors import InputError
+from stagegate.errors import InputError, MissingFileError
 from stagegate.judge import StageData
 from stagegate.model import Benchmark
 from stagegate.policy import STAGES
@@ -62,6 +64,29 @@ def pick_baseline(current: Benchmark, baselines: list[Benchmark]) -> Benchmark |
     return (same or baselines or [None])[0]
 
 
+SIDE_FILES = ("metrics", "warnings")  # optional: their absence is noted, not an unreadable stage
+_READERS = {
+    "junit": ("suite", read_junit),
+    "coverage": ("coverage", read_coverage),
+    "warnings": ("warnings", read_warnings),
+    "benchmark": ("benchmark", read_benchmark),
+    "metrics": ("curves", read_curves),
+}
+
+
+def _read(reader: Callable[[Path], Any], path: Path) -> Any:
+    """Run one collector; a bug in it is reported against the file, never raised past here."""
+    try:
+        return reader(path)
+    except InputError:
+        raise
+    except Exception as exc:  # any crash becomes a message naming the file
+        raise InputError(
+            f"{path} could not be read ({type(exc).__name__}: {exc}); the file is kept as it "
+            "is: report this as a stagegate bug with the file attached"
+        ) from exc
+
+
 def collect_stage(
     record: StageRecord, raw_dir: Path, baselines: list[Benchmark], margin_pct: float
 ) -> StageData:
@@ -71,31 +96,26 @@ def collect_stage(
     """
     found: dict[str, Any] = {"lint": {}}
     errors: list[str] = []
-    readers = {
-        "junit": read_junit,
-        "coverage": read_coverage,
-        "warnings": read_warnings,
-        "benchmark": read_benchmark,
-        "metrics": read_curves,
-    }
+    missing: list[str] = []
     for kind, value in record.files.items():
         try:
             if kind == "lint":
                 for tool, path in value.items():
-                    found["lint"][tool] = read_lint(tool, _resolve(raw_dir, path))
-            elif kind in readers:
-                found["curves" if kind == "metrics" else "suite" if kind == "junit" else kind] = (
-                    readers[kind](_resolve(raw_dir, value))
-                )
+                    found["lint"][tool] = _read(partial(read_lint, tool), _resolve(raw_dir, path))
+            elif kind in _READERS:
+                key, reader = _READERS[kind]
+                found[key] = _read(reader, _resolve(raw_dir, value))
             else:
                 errors.append(f"record names an unknown kind of file {kind!r}")
+        except MissingFileError as exc:
+            (missing if kind in SIDE_FILES else errors).append(
+                Path(value).name if kind in SIDE_FILES else str(exc)
+            )
         except InputError as exc:
             errors.append(str(exc))
-    comparison = None
     bench = found.get("benchmark")
     baseline = pick_baseline(bench, baselines) if bench is not None else None
-    if bench is not None and baseline is not None:
-        comparison = compare_to_baseline(bench, baseline, margin_pct)
+    comparison = compare_to_baseline(bench, baseline, margin_pct) if baseline else None
     return StageData(
         record=record,
         suite=found.get("suite"),
@@ -105,5 +125,6 @@ def collect_stage(
         curves=found.get("curves"),
         lint=found["lint"],
         input_errors=tuple(errors),
+        missing_side_files=tuple(missing),
         baseline=comparison,
     )

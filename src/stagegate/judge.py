@@ -15,6 +15,7 @@ from stagegate.model import (
     Location,
     Severity,
     StageStatus,
+    TestCase,
     TestSuite,
     WarningEntry,
 )
@@ -36,6 +37,7 @@ class StageData:
     curves: Curves | None = None
     lint: dict[str, list[LintFinding]] = field(default_factory=dict)
     input_errors: tuple[str, ...] = ()
+    missing_side_files: tuple[str, ...] = ()  # optional files the stage did not write
     baseline: BaselineComparison | None = None
 
 
@@ -120,32 +122,72 @@ def _record_findings(f: _Findings, record: StageRecord) -> bool:
     return False
 
 
-def _suite_findings(f: _Findings, suite: TestSuite, integration: bool, slow_s: float) -> None:
-    if not suite.cases:
+def _no_test_ran(f: _Findings, suite: TestSuite) -> None:
+    what = (
+        "holds no test case"
+        if not suite.cases
+        else f"holds {len(suite.cases)} test(s) and every one was skipped or disabled"
+    )
+    f.add(
+        "stage_failed",
+        f"no test ran: {suite.count('skipped')} skipped, 0 executed",
+        detail=f"{suite.source} {what}",
+        fix="a run that executes no test verifies nothing: check the selection, markers and "
+        "skip conditions (or list the stage in allow_no_tests)",
+    )
+
+
+def _failures_text(case: TestCase) -> str:
+    if len(case.failures) <= 1:
+        return case.message or case.text[-400:]
+    return " ".join(
+        f"({i + 1}) {x.message or x.text[-200:]}" + (f" at {x.location}" if x.location else "")
+        for i, x in enumerate(case.failures)
+    )
+
+
+def _case_findings(f: _Findings, case: TestCase, integration: bool, slow_s: float) -> None:
+    if case.outcome in ("failed", "error"):
+        kind = "integration_raised" if integration else "test_failed"
+        what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
+        tries = f" in all {case.attempts} attempts" if case.attempts > 1 else ""
         f.add(
-            "stage_failed",
-            "no test ran",
-            detail=f"{suite.source} holds no test case",
-            fix="check the test selection: a run of zero tests verifies nothing",
+            kind,
+            f"{case.nodeid} {what}{tries}",
+            detail=_failures_text(case),
+            location=case.location,
+            fix=f"fix the code at {case.location}" if case.location else "run the test locally",
+        )
+    elif case.outcome == "flaky":
+        f.add(
+            "flaky_test",
+            f"{case.nodeid} is flaky: it failed, then passed ({case.attempts} attempts)",
+            detail=_failures_text(case),
+            location=case.location,
+            fix="find what makes it depend on order, timing or state; a re-run hides a bug",
+        )
+    if case.duration_s > slow_s:
+        f.add(
+            "slow_test",
+            f"{case.nodeid} took {case.duration_s:.1f} s (over {slow_s:g} s)",
+            location=case.location,
+            fix="shrink its data or mark it slow",
+        )
+
+
+def _suite_findings(f: _Findings, suite: TestSuite, stage: str, policy: Policy) -> None:
+    if suite.executed == 0 and stage not in policy.allow_no_tests:
+        _no_test_ran(f, suite)
+    for mismatch in suite.count_mismatches:
+        f.add(
+            "count_mismatch",
+            f"test count mismatch: {mismatch}",
+            detail=f"{suite.source}: a file cut off between elements still parses",
+            fix="check that the test run wrote the whole file; if the producer counts something "
+            "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch",
         )
     for case in suite.cases:
-        if case.outcome in ("failed", "error"):
-            kind = "integration_raised" if integration else "test_failed"
-            what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
-            f.add(
-                kind,
-                f"{case.nodeid} {what}",
-                detail=case.message or case.text[-400:],
-                location=case.location,
-                fix=f"fix the code at {case.location}" if case.location else "run the test locally",
-            )
-        elif case.duration_s > slow_s:
-            f.add(
-                "slow_test",
-                f"{case.nodeid} took {case.duration_s:.1f} s (limit {slow_s:g} s)",
-                location=case.location,
-                fix="shrink its data or mark it slow",
-            )
+        _case_findings(f, case, stage == "integration", policy.slow_test_s)
     skipped: dict[str, list[str]] = defaultdict(list)
     for case in suite.cases:
         if case.outcome == "skipped":
@@ -155,13 +197,16 @@ def _suite_findings(f: _Findings, suite: TestSuite, integration: bool, slow_s: f
 
 
 def _warning_findings(f: _Findings, entries: tuple[WarningEntry, ...]) -> None:
-    for w in entries:
-        kind = "deprecation_warning" if w.category in _DEPRECATIONS else "other_warning"
+    grouped: dict[tuple[str, str, Location], int] = defaultdict(int)
+    for w in entries:  # the same warning at the same place is one finding
+        grouped[(w.category, " ".join(w.message.split()), w.location)] += w.count
+    for (category, message, location), count in grouped.items():
+        kind = "deprecation_warning" if category in _DEPRECATIONS else "other_warning"
         f.add(
             kind,
-            f"{w.category}: {w.message}",
-            detail=f"seen {w.count} time(s)",
-            location=w.location,
+            f"{category}: {message}",
+            detail=f"seen {count} time(s)",
+            location=location,
             fix="move to the API the warning names",
         )
 
@@ -250,6 +295,23 @@ def _baseline_findings(f: _Findings, cmp: BaselineComparison) -> None:
         )
 
 
+def _side_file_findings(f: _Findings, data: StageData) -> None:
+    suite = data.suite
+    if suite is None:
+        why = "the stage wrote no test results either"
+    elif suite.count("failed") + suite.count("error") + suite.count("skipped"):
+        why = "likely because tests that write it failed or were skipped (see above)"
+    else:
+        why = "though every test passed: check the code that writes it"
+    for missing in data.missing_side_files:
+        f.add(
+            "side_file_missing",
+            f"{missing} was not written",
+            detail=why,
+            fix="its charts and figures are left out of this report",
+        )
+
+
 def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
     """Findings, status and score of one stage."""
     required = name in policy.required
@@ -273,12 +335,13 @@ def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
     for error in data.input_errors:
         f.add(
             "stage_failed",
-            "stage output is unreadable",
-            detail=error,
-            fix="re-run the stage; if it persists, the tool's output format changed",
+            f"unreadable output: {error}",
+            fix="re-run the stage; if the file is still unreadable, its producer changed format "
+            "or crashed while writing it",
         )
     if data.suite is not None:
-        _suite_findings(f, data.suite, name == "integration", policy.slow_test_s)
+        _suite_findings(f, data.suite, name, policy)
+    _side_file_findings(f, data)
     if data.coverage is not None:
         reason = check_threshold(policy.thresholds["coverage_pct"], data.coverage.percent)
         if reason:

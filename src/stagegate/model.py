@@ -61,20 +61,40 @@ class Finding:
     fix: str = ""
 
 
+OUTCOMES = ("passed", "flaky", "failed", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One ``<failure>`` or ``<error>`` of a test (a test may hold several)."""
+
+    kind: str  # "failure" or "error"
+    message: str
+    text: str = ""
+    location: Location | None = None
+
+
 @dataclass(frozen=True)
 class TestCase:
-    """One test from a JUnit file."""
+    """One test from a JUnit file; repeated attempts of one test are merged into one case."""
 
     __test__ = False  # a record of a test, not a test for pytest to collect
 
     nodeid: str
     file: str
     name: str
-    outcome: str  # passed, failed, error, skipped
+    outcome: str  # one of OUTCOMES; flaky: failed at least once, then passed
     duration_s: float
-    message: str = ""
+    message: str = ""  # the first failure's message, or the skip reason
     text: str = ""
     location: Location | None = None
+    failures: tuple[Failure, ...] = ()
+    attempts: int = 1
+
+    @property
+    def executed(self) -> bool:
+        """The test ran (skipped and disabled tests did not)."""
+        return self.outcome != "skipped"
 
 
 @dataclass(frozen=True)
@@ -85,10 +105,17 @@ class TestSuite:
 
     cases: tuple[TestCase, ...]
     source: str
+    # "suite NAME declares 250 tests, the file holds 1" for each suite that holds fewer
+    count_mismatches: tuple[str, ...] = ()
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""
         return sum(1 for c in self.cases if c.outcome == outcome)
+
+    @property
+    def executed(self) -> int:
+        """Number of cases that ran."""
+        return sum(1 for c in self.cases if c.executed)
 
     @property
     def duration_s(self) -> float:

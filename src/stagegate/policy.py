@@ -64,10 +64,13 @@ DEFAULT_SEVERITY = {
     "host_sync": Severity.MEDIUM,
     "lint_warning": Severity.MEDIUM,
     "deprecation_warning": Severity.LOW,
-    "slow_test": Severity.LOW,
+    "flaky_test": Severity.MEDIUM,
+    "count_mismatch": Severity.HIGH,  # a file that lost tests fails closed
+    "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,
     "skipped_test": Severity.INFO,
+    "slow_test": Severity.INFO,  # durations depend on the machine's load: never scored
     "improvement": Severity.INFO,
 }
 
@@ -92,6 +95,8 @@ class Policy:
     deduction: Mapping[Severity, int] = field(default_factory=lambda: dict(DEFAULT_DEDUCTION))
     regression_margin_pct: float = 10.0
     slow_test_s: float = 5.0
+    # Stages that may execute no test (all skipped or disabled) and still pass.
+    allow_no_tests: tuple[str, ...] = ()
     judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
 
     def require(self, stages: tuple[str, ...]) -> Policy:
@@ -131,6 +136,7 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
         "regression_margin_pct",
         "slow_test_s",
         "judged_baseline",
+        "allow_no_tests",
     }
     for key in table:
         if key not in known:
@@ -179,6 +185,12 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
                     f"{', '.join(DEFAULT_SEVERITY)}"
                 )
             severity[kind] = _severity(f"severity.{kind}", value)
+        if severity["slow_test"] is not Severity.INFO:
+            raise ConfigError(
+                f"[tool.stagegate] severity.slow_test = {table['severity']['slow_test']!r}: "
+                "must be INFO; a test's duration depends on the machine's load, and the same "
+                "code must get the same verdict and score"
+            )
         kwargs["severity"] = severity
     if "deduction" in table:
         deduction = dict(base.deduction)
@@ -190,6 +202,13 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
     for key in ("regression_margin_pct", "slow_test_s"):
         if key in table:
             kwargs[key] = _number(key, table[key])
+    if "allow_no_tests" in table:
+        allow = table["allow_no_tests"]
+        if not isinstance(allow, list) or any(s not in STAGES for s in allow):
+            raise ConfigError(
+                f"[tool.stagegate] allow_no_tests = {allow!r}: a list from {', '.join(STAGES)}"
+            )
+        kwargs["allow_no_tests"] = tuple(allow)
     if "judged_baseline" in table:
         kwargs["judged_baseline"] = str(table["judged_baseline"])
     return Policy(**kwargs)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stagegate.errors import InputError
+from stagegate.errors import InputError, MissingFileError
 
 FORMAT_VERSION = 1
 RECORD_KIND = "stagegate-record"
@@ -50,7 +50,7 @@ def load_json(path: Path, what: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{what} {path} does not exist") from None
+        raise MissingFileError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{what} {path} cannot be read: {exc}") from None
     if not text.strip():

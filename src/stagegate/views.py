@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from stagegate.charts import bar_chart, line_chart
+from stagegate.charts import line_chart
 from stagegate.judge import StageVerdict, Verdict
-from stagegate.model import Severity, StageStatus
-from stagegate.policy import Policy, check_threshold
-from stagegate.text import code, code_block, inline, number
+from stagegate.model import Failure, Severity, StageStatus, TestCase
+from stagegate.perfviews import performance_sections
+from stagegate.policy import Policy
+from stagegate.text import code, code_block, inline
+from stagegate.viewparts import MAX_ROWS, Chart, Section, Table, chart, table
 
 STAGE_TITLES = {
     "static": (1, "Static Verification Report"),
@@ -17,29 +19,6 @@ STAGE_TITLES = {
     "integration": (3, "Integration Verification Report"),
     "performance": (4, "Performance Verification Report"),
 }
-MAX_ROWS = 50
-
-
-@dataclass(frozen=True)
-class Table:
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    more: str = ""  # a line saying how many rows were left out, and where they are
-
-
-@dataclass(frozen=True)
-class Chart:
-    mermaid: str
-    legend: str
-
-
-@dataclass(frozen=True)
-class Section:
-    title: str
-    paragraphs: tuple[str, ...] = ()
-    tables: tuple[Table, ...] = ()
-    charts: tuple[Chart, ...] = ()
-    blocks: tuple[str, ...] = ()  # fenced code blocks, already built
 
 
 @dataclass(frozen=True)
@@ -80,26 +59,12 @@ class SummaryView:
     links: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], pointer: str = "") -> Table:
-    shown = tuple(tuple(r) for r in rows[:MAX_ROWS])
-    more = ""
-    if len(rows) > MAX_ROWS:
-        more = f"{len(rows) - MAX_ROWS} more rows not shown" + (
-            f"; see {pointer}" if pointer else ""
-        )
-    return Table(tuple(header), shown, more)
-
-
-def _chart(made: tuple[str, str] | None) -> tuple[Chart, ...]:
-    return (Chart(*made),) if made else ()
-
-
 def _tests_line(stage: StageVerdict) -> str:
     suite = stage.data.suite
     if suite is None:
         return "-"
     parts = [f"{suite.count('passed')} passed"]
-    for outcome in ("failed", "error", "skipped"):
+    for outcome in ("flaky", "failed", "error", "skipped"):
         if suite.count(outcome):
             parts.append(f"{suite.count(outcome)} {outcome}")
     return ", ".join(parts)
@@ -127,7 +92,7 @@ def _issues(stage: StageVerdict, ctx: Context) -> Section:
             for f in items
         ]
         tables.append(
-            _table(
+            table(
                 ("Severity", "Finding", "Location", "Detail", "Fix"),
                 rows,
                 _record_pointer(stage, ctx),
@@ -137,108 +102,105 @@ def _issues(stage: StageVerdict, ctx: Context) -> Section:
     return Section("Issues", paragraphs, tuple(tables))
 
 
+Part = tuple[list[tuple[str, str]], list[Table]]  # facts for the first table, further tables
+
+
+def _suite_part(stage: StageVerdict, pointer: str) -> Part:
+    suite = stage.data.suite
+    if suite is None:
+        return [("Tests", "no JUnit file: the outcome is the command's exit code")], []
+    facts = [("Results", inline(_tests_line(stage))), ("Tests run", str(suite.executed))]
+    tables = []
+    failed = [c for c in suite.cases if c.outcome in ("failed", "error", "flaky")]
+    if failed:
+        header = ("Failed or flaky test", "Outcome", "Location", "Message")
+        rows = [row for c in failed for row in _failure_rows(c, pointer)]
+        tables.append(table(header, rows, pointer))
+    skipped = [
+        (inline(c.nodeid, 160), inline(c.message or "no reason given"))
+        for c in suite.cases
+        if c.outcome == "skipped"
+    ]
+    if skipped:
+        tables.append(table(("Skipped or disabled test", "Reason"), skipped, pointer))
+    slowest = sorted(suite.cases, key=lambda c: -c.duration_s)[:5]
+    if slowest:
+        rows = [(inline(c.nodeid, 160), f"{c.duration_s:.2f} s") for c in slowest]
+        tables.append(table(("Slowest tests", "Duration"), rows))
+    return facts, tables
+
+
+def _warnings_part(stage: StageVerdict, pointer: str) -> Part:
+    if not stage.data.warnings:
+        return ([("Warnings captured", "none")] if stage.data.suite else []), []
+    rows = [
+        (inline(w.category), inline(w.message, 200), inline(str(w.location)), str(w.count))
+        for w in stage.data.warnings
+    ]
+    return [], [table(("Warning", "Message", "Location", "Count"), rows)]
+
+
+def _coverage_part(stage: StageVerdict, pointer: str) -> Part:
+    cov = stage.data.coverage
+    if cov is None:
+        return [], []
+    worst = sorted(cov.files, key=lambda f: f.percent)[:10]
+    rows = [
+        (inline(f.path), f"{f.percent:.1f}%", inline(_ranges(f.missing_lines), 120)) for f in worst
+    ]
+    return (
+        [("Coverage", f"{cov.percent:.1f}% of lines and branches")],
+        [table(("File", "Coverage", "Missed lines"), rows)],
+    )
+
+
+def _lint_part(stage: StageVerdict, pointer: str) -> Part:
+    rows = [
+        (
+            inline(tool),
+            str(len(items)),
+            *(str(sum(1 for i in items if i.level == lv)) for lv in ("error", "warning", "style")),
+        )
+        for tool, items in stage.data.lint.items()
+    ]
+    return [], ([table(("Tool", "Findings", "Errors", "Warnings", "Style"), rows)] if rows else [])
+
+
+RESULT_PARTS = (_suite_part, _warnings_part, _coverage_part, _lint_part)
+
+
 def _test_results(stage: StageVerdict, ctx: Context) -> Section:
-    record, suite = stage.data.record, stage.data.suite
+    record = stage.data.record
     if record is None:
         return Section("Test Execution Results", ("The stage did not run: no record.",))
-    junit = record.files.get("junit", "the JUnit file")
     facts = [
         ("Command", code(" ".join(record.command), 200)),
         ("Exit code", _exit(stage)),
         ("Duration", f"{record.duration_s:.2f} s"),
         ("Started", inline(record.start)),
     ]
-    tables = []
-    if suite is not None:
-        facts.append(("Results", inline(_tests_line(stage))))
-        facts.append(("Tests run", str(len(suite.cases))))
-        failed = [c for c in suite.cases if c.outcome in ("failed", "error")]
-        if failed:
-            tables.append(
-                _table(
-                    ("Failed test", "Location", "Message"),
-                    [
-                        (
-                            inline(c.nodeid, 160),
-                            inline(str(c.location)) if c.location else "-",
-                            inline(c.message or c.text, 300, junit),
-                        )
-                        for c in failed
-                    ],
-                    junit,
-                )
-            )
-        skipped = [c for c in suite.cases if c.outcome == "skipped"]
-        if skipped:
-            tables.append(
-                _table(
-                    ("Skipped test", "Reason"),
-                    [
-                        (inline(c.nodeid, 160), inline(c.message or "no reason given"))
-                        for c in skipped
-                    ],
-                    junit,
-                )
-            )
-        slowest = sorted(suite.cases, key=lambda c: -c.duration_s)[:5]
-        if slowest:
-            tables.append(
-                _table(
-                    ("Slowest tests", "Duration"),
-                    [(inline(c.nodeid, 160), f"{c.duration_s:.2f} s") for c in slowest],
-                )
-            )
-    else:
-        facts.append(("Tests", "no JUnit file: the outcome is the command's exit code"))
-    if stage.data.warnings:
-        tables.append(
-            _table(
-                ("Warning", "Message", "Location", "Count"),
-                [
-                    (
-                        inline(w.category),
-                        inline(w.message, 200),
-                        inline(str(w.location)),
-                        str(w.count),
-                    )
-                    for w in stage.data.warnings
-                ],
-            )
-        )
-    elif suite is not None:
-        facts.append(("Warnings captured", "none"))
-    cov = stage.data.coverage
-    if cov is not None:
-        facts.append(("Coverage", f"{cov.percent:.1f}% of lines and branches"))
-        worst = sorted(cov.files, key=lambda f: f.percent)[:10]
-        tables.append(
-            _table(
-                ("File", "Coverage", "Missed lines"),
-                [
-                    (inline(f.path), f"{f.percent:.1f}%", inline(_ranges(f.missing_lines), 120))
-                    for f in worst
-                ],
-            )
-        )
-    lint = stage.data.lint
-    if lint:
-        tables.append(
-            _table(
-                ("Tool", "Findings", "Errors", "Warnings", "Style"),
-                [
-                    (
-                        inline(tool),
-                        str(len(items)),
-                        *(
-                            str(sum(1 for i in items if i.level == lv))
-                            for lv in ("error", "warning", "style")
-                        ),
-                    )
-                    for tool, items in lint.items()
-                ],
-            )
-        )
+    tables: list[Table] = []
+    pointer = record.files.get("junit", "the JUnit file")
+    for part in RESULT_PARTS:
+        more_facts, more_tables = part(stage, pointer)
+        facts += more_facts
+        tables += more_tables
     return Section("Test Execution Results", (), (Table(("", ""), tuple(facts)), *tables))
+
+
+def _failure_rows(case: TestCase, pointer: str) -> list[tuple[str, ...]]:
+    """One row per failure of ``case`` (a test may fail several assertions, or several tries)."""
+    outcome = case.outcome + (f" ({case.attempts} attempts)" if case.attempts > 1 else "")
+    failures = case.failures or (Failure("failure", case.message, case.text, case.location),)
+    return [
+        (
+            inline(case.nodeid, 160) if i == 0 else "″",
+            inline(outcome) if i == 0 else "",
+            inline(str(x.location)) if x.location else "-",
+            inline(x.message or x.text, 300, pointer),
+        )
+        for i, x in enumerate(failures)
+    ]
 
 
 def _ranges(lines: Sequence[int]) -> str:
@@ -275,211 +237,11 @@ def _exit(stage: StageVerdict) -> str:
     return str(r.exit_code)
 
 
-def _performance(stage: StageVerdict, policy: Policy) -> list[Section]:
-    bench = stage.data.benchmark
-    if bench is None:
-        return [
-            Section("Performance Metrics", ("Not measured in this stage.",)),
-            Section("Memory", ("Not measured in this stage.",)),
-            Section("Concurrency", ("Not measured in this stage.",)),
-        ]
-    judged = bench.gpu_verified
-    t = policy.thresholds
-    rows = []
-    for c in bench.comparisons:
-        values = {
-            "speedup": (
-                c.speedup,
-                f"{number(c.speedup)}x (95% CI {number(c.speedup_ci95[0])}"
-                f"-{number(c.speedup_ci95[1])})",
-            ),
-            "peak_memory_reduction_pct": (
-                c.peak_memory_reduction_pct,
-                number(c.peak_memory_reduction_pct, 1, "%"),
-            ),
-            "activation_memory_reduction_pct": (
-                c.activation_memory_reduction_pct,
-                number(c.activation_memory_reduction_pct, 1, "%"),
-            ),
-            "accuracy_diff": (c.accuracy_diff, number(c.accuracy_diff, 4)),
-        }
-        for metric, (value, shown) in values.items():
-            if not judged or c.baseline != policy.judged_baseline:
-                status = "not checked (GPU not verified)" if not judged else "reported"
-            else:
-                status = "MISS" if check_threshold(t[metric], value) else "PASS"
-            rows.append(
-                (inline(f"{c.precision} vs {c.baseline}"), metric, shown, str(t[metric]), status)
-            )
-    per_precision = [
-        (
-            inline(p.name),
-            inline(p.status),
-            number(p.step_time_ms),
-            number(p.iqr_ms),
-            number(p.tokens_per_second, 0),
-            number(p.mfu * 100 if p.mfu is not None else None, 1, "%"),
-            number(p.val_loss, 4),
-            number(p.val_accuracy, 4),
-            str(p.overflow_steps) if p.overflow_steps is not None else "-",
-        )
-        for p in bench.precisions
-    ]
-    charts = (
-        *_chart(
-            line_chart(
-                "Training loss per timed step",
-                "timed step",
-                "loss",
-                {p.name: p.loss_curve for p in bench.precisions},
-            )
-        ),
-        *_chart(
-            bar_chart(
-                "Median step time per precision (ms)",
-                "ms per step",
-                {p.name: p.step_time_ms for p in bench.precisions},
-            )
-        ),
-    )
-    setup = (
-        f"Preset {code(bench.preset)} on {inline(bench.device)}"
-        f" ({inline(bench.gpu_name or 'no GPU')}; torch {inline(bench.torch or '?')}, "
-        f"CUDA {inline(bench.cuda or 'none')}, driver {inline(bench.driver or 'none')}). "
-        f"Baseline: {inline(str(bench.settings.get('fp32_matmul', 'IEEE fp32')), 200)}."
-    )
-    metrics = Section(
-        "Performance Metrics",
-        (setup,),
-        (
-            _table(("Comparison", "Metric", "Value", "Target", "Status"), rows),
-            _table(
-                (
-                    "Precision",
-                    "Status",
-                    "ms/step (median)",
-                    "IQR ms",
-                    "tokens/s",
-                    "MFU",
-                    "Val loss",
-                    "Val accuracy",
-                    "Skipped steps",
-                ),
-                per_precision,
-            ),
-        ),
-        charts,
-    )
-    memory_rows = [
-        (
-            inline(p.name),
-            number(p.peak_mb, 0),
-            number(p.static_mb, 0),
-            number(p.activation_mb, 0),
-            f"{number(p.memory_growth_mb_per_window, 3)} ({inline(p.memory_source or '-')})",
-        )
-        for p in bench.precisions
-    ]
-    memory = Section(
-        "Memory",
-        (
-            "Peak is CUDA memory allocated during a precision's windows; static is parameters, "
-            "gradients and optimizer state; activation is peak minus static. Growth is the "
-            "least-squares slope of memory in use across windows "
-            f"(limit {t['memory_growth_mb_per_window']}).",
-        ),
-        (
-            _table(
-                ("Precision", "Peak MB", "Static MB", "Activation MB", "Growth MB/window"),
-                memory_rows,
-            ),
-        ),
-    )
-    sync_rows = [
-        (
-            inline(p.name),
-            number(p.syncs_per_step, 2) if p.syncs_measured else "not measured (no CUDA)",
-            inline(
-                ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5]) or "-"
-            ),
-            number(p.data_wait_share * 100 if p.data_wait_share is not None else None, 1, "%"),
-            f"{number(p.latency_p50_ms)} / {number(p.latency_p95_ms)}",
-        )
-        for p in bench.precisions
-    ]
-    concurrency = Section(
-        "Concurrency",
-        (
-            "Host-device synchronizations inside the training step, counted with CUDA's sync debug "
-            "mode in a separate pass; data wait is the share of window time spent waiting for the "
-            "next batch; latency is single-sample inference.",
-        ),
-        (
-            _table(
-                ("Precision", "Syncs per step", "Where", "Data wait", "Latency p50 / p95 ms"),
-                sync_rows,
-            ),
-        ),
-    )
-    sections = [metrics, memory, concurrency]
-    cmp = stage.data.baseline
-    if cmp is not None:
-        if not cmp.comparable:
-            sections.append(Section("Baseline", (inline(cmp.reason, 300),)))
-        else:
-            rows = [
-                (
-                    inline(c.precision),
-                    c.metric,
-                    number(c.baseline, 2),
-                    number(c.current, 2),
-                    number(c.change_pct, 1, "%"),
-                    number(c.margin_pct, 1, "%"),
-                    c.verdict,
-                )
-                for c in cmp.changes
-            ]
-            step = {
-                f"{c.precision} baseline": c.baseline
-                for c in cmp.changes
-                if c.metric == "step_time_ms"
-            }
-            step.update(
-                {f"{c.precision} now": c.current for c in cmp.changes if c.metric == "step_time_ms"}
-            )
-            sections.append(
-                Section(
-                    "Baseline",
-                    (
-                        f"Against the baseline from {inline(cmp.baseline_datetime)} "
-                        f"(commit {code((cmp.baseline_commit or '?')[:12])}): "
-                        f"{inline(cmp.reason)}.",
-                    ),
-                    (
-                        _table(
-                            (
-                                "Precision",
-                                "Metric",
-                                "Baseline",
-                                "Now",
-                                "Change",
-                                "Noise margin",
-                                "Verdict",
-                            ),
-                            rows,
-                        ),
-                    ),
-                    _chart(bar_chart("Step time against the baseline (ms)", "ms per step", step)),
-                )
-            )
-    return sections
-
-
 def _curves(stage: StageVerdict) -> tuple[Chart, ...]:
     curves = stage.data.curves
     if curves is None:
         return ()
-    return _chart(line_chart("Loss per epoch", "epoch", "loss", curves.series))
+    return chart(line_chart("Loss per epoch", "epoch", "loss", curves.series))
 
 
 def _score(stage: StageVerdict) -> Section:
@@ -488,7 +250,7 @@ def _score(stage: StageVerdict) -> Section:
     return Section(
         "Score Breakdown",
         (f"Score: 100 - {total} = **{stage.score}/100**.",),
-        (_table(("Severity", "Points", "Finding"), rows),) if rows else (),
+        (table(("Severity", "Points", "Finding"), rows),) if rows else (),
     )
 
 
@@ -523,7 +285,7 @@ def _audit(stage: StageVerdict, ctx: Context) -> Section:
             ("commit", code(r.commit or "unknown")),
             ("record", code(_record_pointer(stage, ctx))),
         ]
-        tables.append(_table(("Environment", "Value"), env))
+        tables.append(table(("Environment", "Value"), env))
         pointer = _record_pointer(stage, ctx)
         if r.stdout_tail:
             blocks.append("Standard output (tail):\n\n" + code_block(r.stdout_tail, 3000, pointer))
@@ -549,7 +311,11 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
             ("Required", _required(stage)),
         ),
     )
-    sections = [_test_results(stage, ctx), _issues(stage, ctx), *_performance(stage, policy)]
+    sections = [
+        _test_results(stage, ctx),
+        _issues(stage, ctx),
+        *performance_sections(stage, policy),
+    ]
     charts = _curves(stage)
     if charts:
         sections.append(Section("Loss Curves", ("From the stage's metrics file.",), (), charts))
@@ -597,7 +363,7 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         generated_at=ctx.generated_at,
         commit=ctx.commit,
         banners=banners,
-        stages=_table(
+        stages=table(
             (
                 "Stage",
                 "Status",
@@ -615,5 +381,5 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         ),
         blocking_reasons=tuple(inline(r, 300) for r in verdict.blocking_reasons[:MAX_ROWS]),
         required_fixes=tuple(inline(f, 300) for f in verdict.required_fixes[:MAX_ROWS]),
-        deductions=_table(("Stage", "Severity", "Points", "Finding"), deductions),
+        deductions=table(("Stage", "Severity", "Points", "Finding"), deductions),
     )

@@ -22,7 +22,7 @@ def _by_name(suite: object) -> dict:
 
 @pytest.mark.parametrize("family", ["xunit1", "xunit2"])
 def test_junit_from_a_real_pytest_run(tmp_path: Path, family: str, sample_project) -> None:
-    suite = read_junit(sample_project(tmp_path, family)["junit"])
+    suite = read_junit(sample_project(tmp_path, family)["junit"], root=tmp_path)
     cases = _by_name(suite)
     assert cases["test_passes"].outcome == "passed"
     assert cases["test_passes"].nodeid == "test_sample.py::test_passes"

@@ -190,7 +190,7 @@ def test_skips_warnings_slow_tests_and_coverage() -> None:
     assert sorted(kinds(v)) == sorted(
         [
             ("HIGH", "coverage_below_floor"),
-            ("LOW", "slow_test"),
+            ("INFO", "slow_test"),
             ("LOW", "deprecation_warning"),
             ("LOW", "deprecation_warning"),
             ("INFO", "other_warning"),
@@ -199,7 +199,7 @@ def test_skips_warnings_slow_tests_and_coverage() -> None:
     )
     skipped = next(f for f in v.findings if f.kind == "skipped_test")
     assert skipped.title == "2 skipped: needs CUDA"
-    assert v.score == 100 - 20 - 1 - 1 - 1 and v.status is StageStatus.FAIL
+    assert v.score == 100 - 20 - 1 - 1 and v.status is StageStatus.FAIL  # slowness is not scored
 
 
 def test_missing_required_stage_blocks_and_skippable_is_not_verified() -> None:

@@ -95,10 +95,12 @@ def check_markdown(markdown: str) -> None:
         body = block.splitlines()
         assert body[0] == "xychart-beta"
         assert re.fullmatch(r'    title "[^"\[\]]*"', body[1])
-        assert re.fullmatch(r'    x-axis ("[^"]*" \d+ --> \d+|\[("[^"]*"(, )?)+\])', body[2]), body[
-            2
-        ]
-        assert re.fullmatch(r'    y-axis "[^"]*"', body[3])
+        assert re.fullmatch(r'    x-axis ("[^"]*" \[\d+(, \d+)*\]|\[("[^"]*"(, )?)+\])', body[2]), (
+            body[2]
+        )
+        assert re.fullmatch(r'    y-axis "[^"]*"( -?[\d.e+-]+ --> [\d.e+-]+)?', body[3]), body[3]
+        if "bar [" in block:  # bars start at zero: their heights are proportional
+            assert re.fullmatch(r'    y-axis "[^"]*" 0 --> [\d.e+]+', body[3]), body[3]
         for series in body[4:]:
             assert re.fullmatch(r"    (line|bar) \[-?[\d.e+-]+(, -?[\d.e+-]+)*\]", series), series
 
@@ -255,8 +257,10 @@ def test_a_broken_stage_output_is_an_error_finding_not_a_pass(
     }[file]
     (stage,) = [s for s in verdict.stages if s.status.value == "ERROR"]
     assert stage.name == owner
-    assert any(message in f.detail for f in stage.findings)
-    assert "stage output is unreadable" in files[f"{stage.name}.md"]
+    (unreadable,) = [f for f in stage.findings if f.title.startswith("unreadable output")]
+    assert message in unreadable.title and file in unreadable.title
+    # the summary (and so the PR comment) names the file and what is wrong with it
+    assert file in files["summary.md"] and message in files["summary.md"]
 
 
 def test_nan_and_infinity_in_benchmark_metrics(

@@ -1,0 +1,205 @@
+"""The performance part of a stage report: one small builder per section, in report order."""
+
+from __future__ import annotations
+
+from stagegate.baseline import BaselineComparison
+from stagegate.charts import bar_chart, line_chart
+from stagegate.judge import StageVerdict
+from stagegate.model import Benchmark, Comparison, PrecisionResult
+from stagegate.policy import Policy, check_threshold
+from stagegate.text import code, inline, number
+from stagegate.viewparts import Section, chart, table
+
+NOT_MEASURED = Section(
+    "", ("Performance, memory and concurrency: not measured in this stage (no benchmark).",)
+)
+
+
+def _comparison_values(c: Comparison) -> dict[str, tuple[float | None, str]]:
+    low, high = c.speedup_ci95
+    return {
+        "speedup": (c.speedup, f"{number(c.speedup)}x (95% CI {number(low)}-{number(high)})"),
+        "peak_memory_reduction_pct": (
+            c.peak_memory_reduction_pct,
+            number(c.peak_memory_reduction_pct, 1, "%"),
+        ),
+        "activation_memory_reduction_pct": (
+            c.activation_memory_reduction_pct,
+            number(c.activation_memory_reduction_pct, 1, "%"),
+        ),
+        "accuracy_diff": (c.accuracy_diff, number(c.accuracy_diff, 4)),
+    }
+
+
+def _comparison_rows(bench: Benchmark, policy: Policy) -> list[tuple[str, ...]]:
+    t = policy.thresholds
+    rows = []
+    for c in bench.comparisons:
+        for metric, (value, shown) in _comparison_values(c).items():
+            if not bench.gpu_verified:
+                status = "not checked (GPU not verified)"
+            elif c.baseline != policy.judged_baseline:
+                status = "reported"
+            else:
+                status = "MISS" if check_threshold(t[metric], value) else "PASS"
+            label = inline(f"{c.precision} vs {c.baseline}")
+            rows.append((label, metric, shown, str(t[metric]), status))
+    return rows
+
+
+def _precision_row(p: PrecisionResult) -> tuple[str, ...]:
+    return (
+        inline(p.name),
+        inline(p.status),
+        number(p.step_time_ms),
+        number(p.iqr_ms),
+        number(p.tokens_per_second, 0),
+        number(p.mfu * 100 if p.mfu is not None else None, 1, "%"),
+        number(p.val_loss, 4),
+        number(p.val_accuracy, 4),
+        str(p.overflow_steps) if p.overflow_steps is not None else "-",
+    )
+
+
+def _setup_line(bench: Benchmark) -> str:
+    return (
+        f"Preset {code(bench.preset)} on {inline(bench.device)}"
+        f" ({inline(bench.gpu_name or 'no GPU')}; torch {inline(bench.torch or '?')}, "
+        f"CUDA {inline(bench.cuda or 'none')}, driver {inline(bench.driver or 'none')}). "
+        f"Baseline: {inline(str(bench.settings.get('fp32_matmul', 'IEEE fp32')), 200)}."
+    )
+
+
+def metrics_section(bench: Benchmark, policy: Policy) -> Section:
+    """Targets per comparison, figures per precision, the loss curves and step times."""
+    header = ("Precision", "Status", "ms/step (median)", "IQR ms", "tokens/s", "MFU")
+    header += ("Val loss", "Val accuracy", "Skipped steps")
+    charts = (
+        *chart(
+            line_chart(
+                "Training loss per timed step",
+                "timed step",
+                "loss",
+                {p.name: p.loss_curve for p in bench.precisions},
+            )
+        ),
+        *chart(
+            bar_chart(
+                "Median step time per precision (ms)",
+                "ms per step",
+                {p.name: p.step_time_ms for p in bench.precisions},
+            )
+        ),
+    )
+    return Section(
+        "Performance Metrics",
+        (_setup_line(bench),),
+        (
+            table(
+                ("Comparison", "Metric", "Value", "Target", "Status"),
+                _comparison_rows(bench, policy),
+            ),
+            table(header, [_precision_row(p) for p in bench.precisions]),
+        ),
+        charts,
+    )
+
+
+def memory_section(bench: Benchmark, policy: Policy) -> Section:
+    """Peak, static and activation memory, and growth across windows, per precision."""
+    rows = [
+        (
+            inline(p.name),
+            number(p.peak_mb, 0),
+            number(p.static_mb, 0),
+            number(p.activation_mb, 0),
+            f"{number(p.memory_growth_mb_per_window, 3)} ({inline(p.memory_source or '-')})",
+        )
+        for p in bench.precisions
+    ]
+    limit = policy.thresholds["memory_growth_mb_per_window"]
+    return Section(
+        "Memory",
+        (
+            "Peak is CUDA memory allocated during a precision's windows; static is parameters, "
+            "gradients and optimizer state; activation is peak minus static. Growth is the "
+            f"least-squares slope of memory in use across windows (limit {limit}).",
+        ),
+        (table(("Precision", "Peak MB", "Static MB", "Activation MB", "Growth MB/window"), rows),),
+    )
+
+
+def _sync_row(p: PrecisionResult) -> tuple[str, ...]:
+    where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
+    return (
+        inline(p.name),
+        number(p.syncs_per_step, 2) if p.syncs_measured else "not measured (no CUDA)",
+        inline(where or "-"),
+        number(p.data_wait_share * 100 if p.data_wait_share is not None else None, 1, "%"),
+        f"{number(p.latency_p50_ms)} / {number(p.latency_p95_ms)}",
+    )
+
+
+def concurrency_section(bench: Benchmark) -> Section:
+    """Host-device syncs in the step, time waiting for data, inference latency."""
+    return Section(
+        "Concurrency",
+        (
+            "Host-device synchronizations inside the training step, counted with CUDA's sync "
+            "debug mode in a separate pass; data wait is the share of window time spent waiting "
+            "for the next batch; latency is single-sample inference.",
+        ),
+        (
+            table(
+                ("Precision", "Syncs per step", "Where", "Data wait", "Latency p50 / p95 ms"),
+                [_sync_row(p) for p in bench.precisions],
+            ),
+        ),
+    )
+
+
+def baseline_section(cmp: BaselineComparison) -> Section:
+    """Each precision's figures against the committed baseline, within the noise margin."""
+    if not cmp.comparable:
+        return Section("Baseline", (inline(cmp.reason, 300),))
+    rows = [
+        (
+            inline(c.precision),
+            c.metric,
+            number(c.baseline, 2),
+            number(c.current, 2),
+            number(c.change_pct, 1, "%"),
+            number(c.margin_pct, 1, "%"),
+            c.verdict,
+        )
+        for c in cmp.changes
+    ]
+    steps = [c for c in cmp.changes if c.metric == "step_time_ms"]
+    bars = {f"{c.precision} baseline": c.baseline for c in steps}
+    bars.update({f"{c.precision} now": c.current for c in steps})
+    header = ("Precision", "Metric", "Baseline", "Now", "Change", "Noise margin", "Verdict")
+    return Section(
+        "Baseline",
+        (
+            f"Against the baseline from {inline(cmp.baseline_datetime)} "
+            f"(commit {code((cmp.baseline_commit or '?')[:12])}): {inline(cmp.reason)}.",
+        ),
+        (table(header, rows),),
+        chart(bar_chart("Step time against the baseline (ms)", "ms per step", bars)),
+    )
+
+
+def performance_sections(stage: StageVerdict, policy: Policy) -> list[Section]:
+    """Performance Metrics, Memory, Concurrency and Baseline; one line when nothing was
+    measured."""
+    bench = stage.data.benchmark
+    if bench is None:
+        return [NOT_MEASURED]
+    sections = [
+        metrics_section(bench, policy),
+        memory_section(bench, policy),
+        concurrency_section(bench),
+    ]
+    if stage.data.baseline is not None:
+        sections.append(baseline_section(stage.data.baseline))
+    return sections
