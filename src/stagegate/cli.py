@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from stagegate.collect import LINT_TOOLS
-from stagegate.errors import StagegateError, UsageError
+from stagegate.errors import InternalError, StagegateError, UsageError
 from stagegate.report import ReportOptions, run_report
 from stagegate.runner import run_stage
 
@@ -136,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     except StagegateError as exc:
         print(f"stagegate: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception:  # a bug in stagegate: never confused with BLOCK (1)
+        traceback.print_exc()
+        print(
+            f"stagegate: internal error (exit {InternalError.exit_code}, no verdict): "
+            "report it with the traceback above",
+            file=sys.stderr,
+        )
+        return InternalError.exit_code
 
 
 if __name__ == "__main__":

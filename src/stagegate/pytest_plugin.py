@@ -5,11 +5,12 @@ Registered through the ``pytest11`` entry point; it does nothing unless the opti
 
 from __future__ import annotations
 
-import contextlib
 import json
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -31,27 +32,70 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--stagegate-warnings")
     if path:
-        config.pluginmanager.register(WarningRecorder(Path(path)), "stagegate-warnings")
+        recorder = WarningRecorder(Path(path), Path(config.rootpath).resolve())
+        config.pluginmanager.register(recorder, "stagegate-warnings")
+
+
+_DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
+
+
+def _in_project(filename: str, root: Path) -> str | None:
+    """``filename`` relative to ``root`` when it is the project's own code, else None."""
+    try:
+        relative = Path(filename).resolve().relative_to(root)
+    except (ValueError, OSError):
+        return None
+    return None if _DEPENDENCY_DIRS.intersection(relative.parts) else str(relative)
+
+
+def project_frame(root: Path, frame: FrameType | None) -> tuple[str, int] | None:
+    """The innermost frame at or outside ``frame`` that is the project's own code."""
+    while frame is not None:
+        relative = _in_project(frame.f_code.co_filename, root)
+        if relative is not None:
+            return relative, frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 class WarningRecorder:
-    """Counts warnings by (category, message, location) and writes them when the run ends."""
+    """Counts warnings by (category, message, location) and writes them when the run ends.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    A warning raised inside a dependency on behalf of the project's call (a deprecated API
+    whose warning points at the library's own line) is located at the innermost frame of the
+    project's code on the stack when it was raised.
+    """
+
+    def __init__(self, path: Path, root: Path) -> None:
+        self.path, self.root = path, root
         self.counts: Counter[tuple[str, str, str, int]] = Counter()
+
+    @pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own catch_warnings
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        shown = warnings._showwarnmsg_impl  # type: ignore[attr-defined]
+
+        def locate(message: warnings.WarningMessage) -> None:
+            if _in_project(message.filename, self.root) is None:
+                message.stagegate_origin = project_frame(self.root, sys._getframe(1))  # type: ignore[attr-defined]
+            shown(message)
+
+        warnings._showwarnmsg_impl = locate  # type: ignore[attr-defined]
+        try:
+            return (yield)
+        finally:
+            warnings._showwarnmsg_impl = shown  # type: ignore[attr-defined]
 
     def pytest_warning_recorded(
         self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: Any
     ) -> None:
-        file = warning_message.filename
-        with contextlib.suppress(ValueError):  # outside the project: keep the absolute path
-            file = str(Path(file).resolve().relative_to(Path.cwd()))
+        origin = getattr(warning_message, "stagegate_origin", None)
+        file, line = origin or (warning_message.filename, warning_message.lineno)
+        file = _in_project(file, self.root) or file  # outside the project: the absolute path
         key = (
             warning_message.category.__name__,
             str(warning_message.message).strip(),
             file,
-            warning_message.lineno,
+            line,
         )
         self.counts[key] += 1
 

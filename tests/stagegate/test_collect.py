@@ -171,3 +171,42 @@ def test_lint_output_in_the_wrong_format_is_an_input_error(tmp_path: Path) -> No
         read_lint("hadolint", tmp_path / "x.json")
     with pytest.raises(InputError, match="unknown lint tool"):
         read_lint("pylint", tmp_path / "x.json")
+
+
+DEPENDENCY_PROJECT = {
+    "pytest.ini": "[pytest]\nfilterwarnings = always\npythonpath = .venv/lib/site-packages\n",
+    ".venv/lib/site-packages/fakedep.py": (
+        "import warnings\n\n\ndef old():\n"
+        '    warnings.warn("old() is deprecated; use new()", DeprecationWarning, stacklevel=1)\n'
+    ),
+    "mylib.py": "import fakedep\n\n\ndef train():\n    fakedep.old()\n",
+    "test_uses.py": (
+        "import mylib\n\n\ndef test_a():\n    mylib.train()\n    mylib.train()\n\n\n"
+        "def test_b():\n    mylib.train()\n"
+    ),
+}
+
+
+def test_a_warning_raised_inside_a_dependency_points_at_the_project_line(tmp_path: Path) -> None:
+    for name, text in DEPENDENCY_PROJECT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "warnings.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--stagegate-warnings={out}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    (warning,) = read_warnings(out)
+    assert warning.location == Location("mylib.py", 5)  # not .venv/.../fakedep.py:5
+    assert warning.count == 3 and warning.category == "DeprecationWarning"

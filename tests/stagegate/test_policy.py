@@ -127,3 +127,21 @@ def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_policy(bad)
     assert load_policy(tmp_path / "absent.toml") == Policy()
+
+
+@pytest.mark.parametrize("severity", ["LOW", "HIGH", "CRITICAL", "MEDIUM"])
+def test_slow_tests_can_never_cost_points(severity: str) -> None:
+    with pytest.raises(ConfigError, match=r"slow_test.*must be INFO.*load"):
+        policy_from_mapping({"severity": {"slow_test": severity}})
+    assert (
+        policy_from_mapping({"severity": {"slow_test": "info"}}).severity["slow_test"].value
+        == "INFO"
+    )
+
+
+def test_allow_no_tests_names_known_stages() -> None:
+    assert policy_from_mapping({"allow_no_tests": ["integration"]}).allow_no_tests == (
+        "integration",
+    )
+    with pytest.raises(ConfigError, match="allow_no_tests"):
+        policy_from_mapping({"allow_no_tests": ["nightly"]})

@@ -404,3 +404,47 @@ def test_a_bad_policy_value_exits_2_naming_the_key(
     assert main(["report", "reports/raw", "--out", "reports", "--pyproject", str(bad)]) == 2
     assert "thresholds.speedup.value" in capsys.readouterr().err
     assert not (tmp_path / "reports" / "summary.md").exists()
+
+
+def test_an_internal_error_exits_3_never_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug in a view")
+
+    monkeypatch.setattr("stagegate.report.summary_view", broken)
+    assert _cli(tmp_path) == 3
+    assert "internal error" in capsys.readouterr().err
+
+
+def test_a_missing_side_file_is_named_and_stacks_no_second_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+    (tmp_path / "reports" / "raw" / "integration-metrics.json").unlink()
+    verdict, files = _build("pass-cpu")
+    (integration,) = [s for s in verdict.stages if s.name == "integration"]
+    (missing,) = [f for f in integration.findings if f.kind == "side_file_missing"]
+    assert missing.title == "integration-metrics.json was not written"
+    assert "every test passed" in missing.detail and missing.severity.value == "LOW"
+    assert integration.status.value == "PASS" and verdict.decision == "PASS"
+    assert "unreadable" not in files["integration.md"]
+
+
+def test_a_broken_collector_is_reported_against_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+
+    def crash(path: Path) -> None:
+        raise ValueError("invalid literal for int() with base 10: 'abc'")
+
+    monkeypatch.setitem(
+        __import__("stagegate.collector").collector._READERS, "coverage", ("coverage", crash)
+    )
+    verdict, files = _build("pass-cpu")
+    (execution,) = [s for s in verdict.stages if s.name == "execution"]
+    assert execution.status.value == "ERROR" and verdict.decision == "BLOCK"
+    assert "coverage.json could not be read (ValueError" in files["summary.md"]
