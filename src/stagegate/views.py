@@ -56,6 +56,7 @@ class SummaryView:
     blocking_reasons: tuple[str, ...]
     required_fixes: tuple[str, ...]
     deductions: Table
+    flaky: tuple[str, ...] = ()  # "stage: test (N attempts)", one per flaky test
     links: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
@@ -357,6 +358,13 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
     banners = tuple(
         inline(s.note, 400) for s in verdict.stages if s.status is StageStatus.NOT_VERIFIED
     )
+    flaky = tuple(
+        f"{s.name}: {inline(c.nodeid, 200)} ({c.attempts} attempts)"
+        for s in verdict.stages
+        if s.data.suite is not None
+        for c in s.data.suite.cases
+        if c.outcome == "flaky"
+    )
     return SummaryView(
         decision=verdict.decision,
         score=verdict.score,
@@ -382,4 +390,5 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         blocking_reasons=tuple(inline(r, 300) for r in verdict.blocking_reasons[:MAX_ROWS]),
         required_fixes=tuple(inline(f, 300) for f in verdict.required_fixes[:MAX_ROWS]),
         deductions=table(("Stage", "Severity", "Points", "Finding"), deductions),
+        flaky=flaky[:MAX_ROWS],
     )

@@ -448,3 +448,18 @@ def test_a_broken_collector_is_reported_against_its_file(
     (execution,) = [s for s in verdict.stages if s.name == "execution"]
     assert execution.status.value == "ERROR" and verdict.decision == "BLOCK"
     assert "coverage.json could not be read (ValueError" in files["summary.md"]
+
+
+def test_flaky_tests_are_named_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+    shutil.copy(
+        Path(__file__).parents[1] / "fixtures" / "junit" / "documented" / "surefire-flaky-only.xml",
+        tmp_path / "reports" / "raw" / "junit-execution.xml",
+    )
+    verdict, files = _build("pass-cpu")
+    assert verdict.decision == "PASS"
+    assert "## Flaky Tests" in files["summary.md"]
+    assert "execution: com.example.NetTest::timesOut (2 attempts)" in files["summary.md"]
+    assert "1 passed, 1 flaky" in files["summary.md"]
