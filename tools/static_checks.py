@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("src", "stagegate/src")  # amptrain's and stagegate's distributions
 WORKFLOWS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
 
@@ -46,10 +47,11 @@ def _run_json(cmd: list[str], env: dict[str, str] | None = None) -> Any:
 
 
 def imports() -> list[dict[str, Any]]:
-    """Compile every Python file and import every module of src/: findings in stagegate's format."""
+    """Compile every Python file and import every module of both distributions: findings in
+    stagegate's format."""
     findings = []
     for path in sorted(
-        [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("*.py")]
+        [*ROOT.glob("**/src/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("*.py")]
     ):
         try:
             py_compile.compile(str(path), doraise=True)
@@ -65,8 +67,8 @@ def imports() -> list[dict[str, Any]]:
                     "level": "error",
                 }
             )
-    for path in sorted(ROOT.glob("src/**/*.py")):
-        parts = path.relative_to(ROOT / "src").with_suffix("").parts
+    for source, path in sorted((src, p) for src in SOURCES for p in (ROOT / src).glob("**/*.py")):
+        parts = path.relative_to(ROOT / source).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if parts[-1] == "__main__":
             continue  # running it is the command, not an import
