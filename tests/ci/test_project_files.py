@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -82,3 +83,39 @@ def test_ci_runs_the_readme_test_command_and_the_main_job() -> None:
 
 def test_torch_is_pinned_where_nox_installs_it() -> None:
     assert (ROOT / "constraints-cpu.txt").read_text().split() == ["torch==2.13.0"]
+
+
+def _torch_versions() -> dict[str, str]:
+    (base,) = [arg for op, arg in instructions() if op == "FROM"]
+    readme = re.search(r"install torch (\d+\.\d+\.\d+) through", README.replace("\n", " "))
+    return {
+        "constraints-cpu.txt": (ROOT / "constraints-cpu.txt").read_text().split("==")[1].strip(),
+        "Dockerfile": base.split(":")[1].split("-")[0],
+        "README.md": readme.group(1) if readme else "not stated",
+    }
+
+
+def test_one_torch_version_everywhere() -> None:
+    versions = _torch_versions()
+    assert len(set(versions.values())) == 1, versions
+
+
+def test_the_image_reads_its_requirements_from_the_pyproject_files() -> None:
+    spec = importlib.util.spec_from_file_location("reqs", ROOT / "tools" / "image_requirements.py")
+    reqs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reqs)  # type: ignore[union-attr]
+    found = reqs.requirements()
+    assert not any(r.startswith("torch") for r in found)
+    assert "defusedxml>=0.7.1" in found and "ruff==0.17.6" in found and "pytest>=8" in found
+    assert "python tools/image_requirements.py" in DOCKERFILE
+
+
+def test_linters_are_pinned_exactly_in_one_place() -> None:
+    import tomllib
+
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert lint["lint"] and all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in lint["lint"])
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert '"lint")' in noxfile and not re.search(
+        r"(ruff|zizmor|hadolint|shellcheck)[=<>]", noxfile
+    )

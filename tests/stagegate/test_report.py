@@ -463,3 +463,36 @@ def test_flaky_tests_are_named_in_the_summary(
     assert "## Flaky Tests" in files["summary.md"]
     assert "execution: com.example.NetTest::timesOut (2 attempts)" in files["summary.md"]
     assert "1 passed, 1 flaky" in files["summary.md"]
+
+
+def test_only_judges_the_named_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+    for name in ("static", "execution", "integration"):
+        (tmp_path / "reports" / "raw" / f"{name}.json").unlink()
+    verdict, _ = _build("pass-cpu", only=("performance",))
+    assert [s.name for s in verdict.stages] == ["performance"]
+    assert verdict.decision == "PASS"  # the other stages' records are another job's to judge
+    verdict, _ = _build("pass-cpu", only=("performance",), require=("performance",))
+    assert verdict.decision == "BLOCK"  # a CPU run cannot stand in for a required GPU stage
+    verdict, _ = _build("pass-cpu")
+    assert verdict.decision == "BLOCK"  # without --only, the missing stages are MISSING
+
+
+def test_on_github_stage_links_lead_to_the_run_not_to_a_relative_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scenario(tmp_path, "pass-cpu", monkeypatch)
+    env = {
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": "owner/amptrain",
+        "GITHUB_RUN_ID": "12345",
+    }
+    opts = ReportOptions(
+        raw_dir=Path("reports/raw"), out_dir=Path("reports"), pyproject=PYPROJECT, github=True
+    )
+    _, files = build_report(opts, env)
+    run = "https://github.com/owner/amptrain/actions/runs/12345"
+    for body in (files["summary.md"], files["comment.md"]):
+        assert f"[static]({run})" in body and "(static.md)" not in body
+    _, local = _build("pass-cpu")  # read beside the files: relative links
+    assert "[static](static.md)" in local["summary.md"]

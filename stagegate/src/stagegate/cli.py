@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         help="make STAGE mandatory (no skipping), e.g. performance on the PR gate",
     )
     rep.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="STAGE",
+        help="judge only STAGE (repeatable); other stages are judged by another job",
+    )
+    rep.add_argument(
         "--baseline", type=Path, help="baseline benchmark JSON, or a directory of them"
     )
     rep.add_argument(
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             raw_dir=args.raw_dir,
             out_dir=args.out,
             require=tuple(args.require),
+            only=tuple(args.only),
             baseline=args.baseline,
             github=args.github,
             pyproject=args.pyproject,

@@ -95,6 +95,7 @@ class Policy:
     deduction: Mapping[Severity, int] = field(default_factory=lambda: dict(DEFAULT_DEDUCTION))
     regression_margin_pct: float = 10.0
     slow_test_s: float = 5.0
+    judged: tuple[str, ...] = STAGES  # --only narrows it; records of other stages are ignored
     # Stages that may execute no test (all skipped or disabled) and still pass.
     allow_no_tests: tuple[str, ...] = ()
     judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
@@ -107,6 +108,20 @@ class Policy:
         skippable = {k: v for k, v in self.skippable.items() if k not in stages}
         required = tuple(dict.fromkeys((*self.required, *stages)))
         return replace(self, required=required, skippable=skippable)
+
+    def only(self, stages: tuple[str, ...]) -> Policy:
+        """The same policy restricted to ``stages`` (none given: every stage)."""
+        if not stages:
+            return self
+        unknown = [s for s in stages if s not in STAGES]
+        if unknown:
+            raise ConfigError(f"--only {unknown[0]!r}: stages are {', '.join(STAGES)}")
+        return replace(
+            self,
+            required=tuple(s for s in self.required if s in stages),
+            skippable={k: v for k, v in self.skippable.items() if k in stages},
+            judged=stages,
+        )
 
 
 def _severity(key: str, value: Any) -> Severity:

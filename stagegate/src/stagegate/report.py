@@ -27,6 +27,7 @@ class ReportOptions:
     raw_dir: Path
     out_dir: Path
     require: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()  # judge just these stages (another job judges the rest)
     baseline: Path | None = None
     github: bool = False
     pyproject: Path | None = Path("pyproject.toml")
@@ -52,6 +53,15 @@ def changed_files(base_ref: str | None, env: Mapping[str, str]) -> tuple[str, tu
     return ref, tuple(" ".join(line.split("\t")) for line in out.splitlines() if line.strip())
 
 
+def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
+    """The GitHub Actions run page (where the reports artifact is), in --github mode."""
+    keys = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
+    if not options.github or not all(env.get(k) for k in keys):
+        return ""
+    server, repo, run = (env[k] for k in keys)
+    return f"{server}/{repo}/actions/runs/{run}"
+
+
 def load_baselines(path: Path) -> list[Benchmark]:
     """A baseline benchmark file, or every ``*.json`` benchmark in a directory."""
     if path.is_dir():
@@ -64,7 +74,7 @@ def load_baselines(path: Path) -> list[Benchmark]:
 
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
     """Judge every stage and render every output to text (nothing is written yet)."""
-    policy: Policy = load_policy(options.pyproject).require(options.require)
+    policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
     records = find_records(options.raw_dir)
     if not records:
         raise InputError(
@@ -72,9 +82,10 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
             "(nox -s verify, or stagegate run STAGE -- COMMAND)"
         )
     baselines = load_baselines(options.baseline) if options.baseline else []
+    wanted = [s for s in STAGES if s in records or s in policy.required or s in policy.skippable]
     names = [
-        *(s for s in STAGES if s in records or s in policy.required or s in policy.skippable),
-        *(s for s in records if s not in STAGES),
+        *(s for s in wanted if s in policy.judged),
+        *(s for s in records if s not in STAGES and not options.only),
     ]
     stages = []
     for name in names:
@@ -89,7 +100,9 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
     base, changed = changed_files(options.base_ref, env)
-    ctx = Context(generated_at, commit[:12], base, changed, str(options.raw_dir))
+    ctx = Context(
+        generated_at, commit[:12], base, changed, str(options.raw_dir), _run_url(options, env)
+    )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
     for stage in verdict.stages:

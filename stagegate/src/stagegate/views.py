@@ -30,6 +30,13 @@ class Context:
     base: str  # what "files changed" is measured against, in words
     changed_files: tuple[str, ...]
     raw_dir: str
+    run_url: str = ""  # on GitHub: the run whose artifact holds the stage reports
+
+
+def report_link(name: str, ctx: Context) -> str:
+    """A link to a stage's report that works where the summary is read: the file beside it,
+    or on GitHub (job summary, pull-request comment) the run that holds the reports artifact."""
+    return f"[{name}]({ctx.run_url})" if ctx.run_url else f"[{name}]({name}.md)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class SummaryView:
     required_fixes: tuple[str, ...]
     deductions: Table
     flaky: tuple[str, ...] = ()  # "stage: test (N attempts)", one per flaky test
+    run_url: str = ""
     links: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
@@ -341,7 +349,7 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         duration = f"{s.data.record.duration_s:.1f} s" if s.data.record else "-"
         rows.append(
             (
-                f"[{s.name}]({s.name}.md)",
+                report_link(s.name, ctx),
                 f"**{s.status.value}**",
                 _required(s),
                 str(s.score),
@@ -391,4 +399,5 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         required_fixes=tuple(inline(f, 300) for f in verdict.required_fixes[:MAX_ROWS]),
         deductions=table(("Stage", "Severity", "Points", "Finding"), deductions),
         flaky=flaky[:MAX_ROWS],
+        run_url=ctx.run_url,
     )

@@ -146,6 +146,7 @@ LINT_TOOLS: dict[str, Callable[[Any], list[LintFinding]]] = {
     "hadolint": _hadolint,
     "actionlint": _actionlint,
     "check-jsonschema": _check_jsonschema,
+    "shellcheck": _generic,  # tools/static_checks.py writes its findings in the generic form
     "generic": _generic,
 }
 
