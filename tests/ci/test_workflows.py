@@ -265,26 +265,28 @@ def _self_hosted(job: Mapping[str, Any]) -> bool:
     return "self-hosted" in labels
 
 
+def runs_of(s: Scenario) -> list[tuple[str, Mapping[str, Any], bool]]:
+    """(workflow:job, job, whether it runs) for every job of every workflow ``s`` starts."""
+    out = []
+    for doc_name, doc in DOCS.items():
+        if triggered(doc, s):
+            ran = jobs_that_run(doc_name, s)
+            out += [(f"{doc_name}:{n}", job, ran[n]) for n, job in doc["jobs"].items()]
+    return out
+
+
 @pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
 def test_no_event_skips_a_required_check(s: Scenario) -> None:
-    for doc_name, doc in DOCS.items():
-        if not triggered(doc, s):
-            continue
-        ran = jobs_that_run(doc_name, s)
-        for name, job in doc["jobs"].items():
-            if job.get("name") in REQUIRED_CHECKS:
-                assert ran[name], f"{doc_name}: {job['name']} is skipped on {s.name}"
+    for where, job, ran in runs_of(s):
+        if job.get("name") in REQUIRED_CHECKS:
+            assert ran, f"{where} ({job['name']}) is skipped on {s.name}"
 
 
 @pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
 def test_fork_code_never_reaches_the_gpu_runner_unapproved(s: Scenario) -> None:
-    for doc_name, doc in DOCS.items():
-        if not triggered(doc, s):
-            continue
-        ran = jobs_that_run(doc_name, s)
-        for name, job in doc["jobs"].items():
-            if _self_hosted(job) and ran[name]:
-                assert not s.fork or s.approved, f"{doc_name}:{name} runs fork code on {s.name}"
+    for where, job, ran in runs_of(s):
+        if _self_hosted(job) and ran:
+            assert not s.fork or s.approved, f"{where} runs fork code on {s.name}"
 
 
 def test_every_pull_request_gets_a_verify_run_and_so_a_comment() -> None:

@@ -140,6 +140,12 @@ def _number(key: str, value: Any, minimum: float = 0.0) -> float:
     return float(value)
 
 
+def _stage_list(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or any(s not in STAGES for s in value):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a list from {', '.join(STAGES)}")
+    return tuple(value)
+
+
 def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
     """A Policy from a ``[tool.stagegate]`` table; a bad value raises ConfigError naming it."""
     known = {
@@ -160,13 +166,9 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
             )
     base = Policy()
     kwargs: dict[str, Any] = {}
-    if "required" in table:
-        req = table["required"]
-        if not isinstance(req, list) or any(s not in STAGES for s in req):
-            raise ConfigError(
-                f"[tool.stagegate] required = {req!r}: a list from {', '.join(STAGES)}"
-            )
-        kwargs["required"] = tuple(req)
+    for key in ("required", "allow_no_tests"):
+        if key in table:
+            kwargs[key] = _stage_list(key, table[key])
     if "skippable" in table:
         skip = table["skippable"]
         if not isinstance(skip, dict) or any(
@@ -217,13 +219,6 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
     for key in ("regression_margin_pct", "slow_test_s"):
         if key in table:
             kwargs[key] = _number(key, table[key])
-    if "allow_no_tests" in table:
-        allow = table["allow_no_tests"]
-        if not isinstance(allow, list) or any(s not in STAGES for s in allow):
-            raise ConfigError(
-                f"[tool.stagegate] allow_no_tests = {allow!r}: a list from {', '.join(STAGES)}"
-            )
-        kwargs["allow_no_tests"] = tuple(allow)
     if "judged_baseline" in table:
         kwargs["judged_baseline"] = str(table["judged_baseline"])
     return Policy(**kwargs)
