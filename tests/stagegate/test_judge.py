@@ -251,9 +251,57 @@ def test_benchmark_health_findings() -> None:
         sync_locations=({"location": "src/amptrain/engine.py:120", "count": 3, "message": "m"},),
     )
     v = judge_stage("performance", StageData(record("performance"), benchmark=b), POLICY)
-    assert {("HIGH", "memory_growth"), ("MEDIUM", "host_sync")} <= set(kinds(v))
+    assert {("HIGH", "memory_growth"), ("HIGH", "host_sync")} <= set(kinds(v))
     sync = next(f for f in v.findings if f.kind == "host_sync")
     assert "src/amptrain/engine.py:120 x3" in sync.detail
+    assert sync.location == Location("src/amptrain/engine.py", 120)
+    assert decide([v]).decision == "BLOCK"  # a sync in the step can block, as promised
+
+
+def _cpu_bench(**kw: object) -> Benchmark:
+    clean = dict(
+        sync_method="dispatch",
+        matmul_dtypes={"bfloat16": 11},
+        matmul_dtype_expected="bfloat16",
+        live_graph_tensors=0,
+        live_growth_pct_per_window=0.002,
+        memory_source="process_rss",
+    )
+    b = bench(gpu=False, speedup=0.7, mem=math.nan)
+    mixed = replace(b.precisions[1], **{**clean, **kw})
+    return replace(b, precisions=(b.precisions[0], mixed))
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "title"),
+    [
+        ({"syncs_per_step": 1.0}, "host_sync", "1 host-device syncs per training step"),
+        ({"matmul_dtypes": {"float32": 11}}, "autocast_mismatch", "do not compute in bfloat16"),
+        ({"matmul_dtypes": {"bfloat16": 9, "float32": 2}}, "autocast_mismatch", "bfloat16"),
+        ({"live_graph_tensors": 54}, "memory_growth", "keep an autograd graph alive"),
+        ({"live_growth_pct_per_window": 2.5}, "memory_growth", "tensors pile up"),
+        ({"status": "nonfinite", "error": "non-finite loss"}, "benchmark_failed", "nonfinite"),
+    ],
+)
+def test_the_cpu_run_judges_what_it_measured(fault: dict, kind: str, title: str) -> None:
+    clean = judge_stage(
+        "performance", StageData(record("performance"), benchmark=_cpu_bench()), POLICY
+    )
+    assert clean.status is StageStatus.NOT_VERIFIED and decide([clean]).decision == "PASS"
+    assert "What the CPU run measured was judged" in clean.note
+    data = StageData(record("performance"), benchmark=_cpu_bench(**fault))
+    v = judge_stage("performance", data, POLICY)
+    found = [f for f in v.findings if f.kind == kind]
+    assert found and title in found[0].title and found[0].severity.blocks
+    assert v.status is StageStatus.FAIL and decide([v]).decision == "BLOCK"
+
+
+def test_accuracy_parity_is_judged_on_cpu_and_speed_is_not() -> None:
+    b = _cpu_bench()
+    b = replace(b, comparisons=(replace(b.comparisons[0], accuracy_diff=0.2),))
+    v = judge_stage("performance", StageData(record("performance"), benchmark=b), POLICY)
+    titles = [f.title for f in v.findings if f.kind == "threshold_missed"]
+    assert titles == ["bf16-mixed vs 32-true: accuracy_diff misses its target"]
 
 
 def test_a_failed_precision_is_critical() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from amptrain import probes
 from amptrain.benchmark import health
 from amptrain.benchmark.environment import commit_info, machine_info, peak_tflops, settings_info
 from amptrain.benchmark.presets import Preset
@@ -61,6 +62,13 @@ class Arm:
     memory_change_mb: list[float] = field(default_factory=list)
     transient_peak_bytes: int = 0
     peak_reserved_bytes: int = 0
+    # Python-held tensors: their storage's cumulative change across this arm's windows, and the
+    # most tensors attached to an autograd graph that one window left behind (a clean loop:
+    # none). Both are differences across the arm's own windows: what else the process holds
+    # (other arms, the caller's objects) cancels out.
+    live_bytes_change: list[float] = field(default_factory=list)
+    live_bytes_start: float | None = None
+    graph_tensors_max: int = 0
     data_wait_s: float = 0.0
     host_window_s: float = 0.0
     losses: list[torch.Tensor] = field(default_factory=list)
@@ -135,6 +143,7 @@ def time_window(arm: Arm, steps: int, device: torch.device) -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
     memory_before = health.memory_in_use_mb(device)
+    live_before = probes.live_tensors()
     host_start = time.perf_counter()
     arm.data_wait_s += run_steps(arm, steps, device)
     if cuda:
@@ -153,6 +162,16 @@ def time_window(arm: Arm, steps: int, device: torch.device) -> None:
     arm.memory_change_mb.append(
         (arm.memory_change_mb[-1] if arm.memory_change_mb else 0.0) + change
     )
+    _record_live_tensors(arm, live_before, probes.live_tensors())
+
+
+def _record_live_tensors(arm: Arm, before: dict[str, float], after: dict[str, float]) -> None:
+    if arm.live_bytes_start is None:
+        arm.live_bytes_start = before["bytes"]
+    previous = arm.live_bytes_change[-1] if arm.live_bytes_change else 0.0
+    arm.live_bytes_change.append(previous + after["bytes"] - before["bytes"])
+    added = int(after["graph_attached"] - before["graph_attached"])
+    arm.graph_tensors_max = max(arm.graph_tensors_max, added)
 
 
 def _fail(arm: Arm, exc: BaseException, device: torch.device) -> None:
@@ -260,17 +279,37 @@ def summarize_arm(
             "memory_change_mb": arm.memory_change_mb,
             "memory_growth_mb_per_window": health.memory_growth(arm.memory_change_mb),
             "memory_source": "cuda_allocated" if device.type == "cuda" else "process_rss",
+            "live_tensors": _live_tensor_summary(arm),
             "data_wait_share": arm.data_wait_s / arm.host_window_s if arm.host_window_s else None,
         },
     )
     return result
 
 
+def _live_tensor_summary(arm: Arm) -> dict[str, Any]:
+    """Growth of Python-held tensor storage per window, relative to what the process held
+    when the arm started (a leak of a tiny model is tiny in MB, not relative to itself)."""
+    start = arm.live_bytes_start or 0.0
+    slope_bytes = health.memory_growth(arm.live_bytes_change)
+    return {
+        "bytes_change": arm.live_bytes_change,
+        "start_bytes": start,
+        "growth_pct_per_window": slope_bytes / start * 100 if start else None,
+        "graph_attached_added_max": arm.graph_tensors_max,
+    }
+
+
 def after_checks(
     arm: Arm, preset: Preset, device: torch.device, data: torch.Tensor
 ) -> dict[str, Any]:
-    """Sync count of the training step (separate pass) and single-sample inference latency."""
-    syncs = health.count_syncs(lambda: run_steps(arm, 1, device), 3, device)
+    """Host syncs in the training step (a separate pass: CUDA's sync debug mode on a GPU, the
+    dispatched operators elsewhere), the dtypes the forward's matmuls compute in, and
+    single-sample inference latency."""
+    if device.type == "cuda":
+        syncs = health.count_syncs(lambda: run_steps(arm, 1, device), 3, device)
+    else:  # the step alone: the loader's own reads (its sampler's order) are host-side by design
+        batches = [unpack_batch(next(arm.batches)) for _ in range(3)]
+        syncs = probes.count_host_reads(lambda: arm.step(*batches.pop()), 3)
     arm.model.eval()
     samples = [row.unsqueeze(0).to(device) for row in data[: preset.latency_samples]]
 
@@ -279,11 +318,16 @@ def after_checks(
         with arm.plan.autocast():
             return arm.model(sample)
 
+    expected = probes.expected_matmul_dtype(arm.plan.autocast_dtype, arm.plan.param_dtype)
+    if arm.name == TF32:
+        expected = "float32"  # TF32 is how fp32 matmuls run on tensor cores, not a dtype
+    dtypes = {"observed": probes.matmul_dtypes(lambda: forward(samples[0])), "expected": expected}
+
     for sample in samples[:3]:  # warm-up: kernel selection and caches
         forward(sample)
     latency = health.inference_latency_ms(forward, samples, device)
     arm.model.train()
-    return {"syncs_in_step": syncs, "inference_latency_ms": latency}
+    return {"syncs_in_step": syncs, "matmul_dtypes": dtypes, "inference_latency_ms": latency}
 
 
 def compare(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

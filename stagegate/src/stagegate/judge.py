@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stagegate.baseline import BaselineComparison
 from stagegate.model import (
     Benchmark,
+    Comparison,
     Coverage,
     Curves,
     Finding,
     LintFinding,
     Location,
+    PrecisionResult,
     Severity,
     StageStatus,
     TestCase,
     TestSuite,
     WarningEntry,
 )
-from stagegate.policy import Policy, check_threshold
+from stagegate.policy import Policy, Threshold, check_threshold
 from stagegate.records import StageRecord
 
 _DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
@@ -223,59 +226,100 @@ def _lint_findings(f: _Findings, lint: dict[str, list[LintFinding]]) -> None:
             )
 
 
-def _benchmark_findings(
-    f: _Findings, bench: Benchmark, policy: Policy, judge_thresholds: bool
-) -> None:
-    t = policy.thresholds
-    for p in bench.precisions:
-        if p.status != "ok":
-            f.add(
-                "benchmark_failed",
-                f"{p.name}: {p.status}",
-                detail=p.error or "",
-                fix="reduce the preset's batch size"
-                if p.status == "oom"
-                else "find the first non-finite step in the loss curve"
-                if p.status == "nonfinite"
-                else "run the benchmark locally and read the traceback",
-            )
-            continue
-        growth = check_threshold(t["memory_growth_mb_per_window"], p.memory_growth_mb_per_window)
-        if growth:
+def _failed_precision(f: _Findings, p: PrecisionResult) -> None:
+    fixes = {
+        "oom": "reduce the preset's batch size",
+        "nonfinite": "find the first non-finite step in the loss curve",
+    }
+    f.add(
+        "benchmark_failed",
+        f"{p.name}: {p.status}",
+        detail=p.error or "",
+        fix=fixes.get(p.status, "run the benchmark locally and read the traceback"),
+    )
+
+
+def _memory_checks(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    checks = (
+        ("memory_growth_mb_per_window", p.memory_growth_mb_per_window, "memory grows"),
+        ("live_graph_tensors", p.live_graph_tensors, "tensors keep an autograd graph alive"),
+        ("live_tensor_growth_pct_per_window", p.live_growth_pct_per_window, "tensors pile up"),
+    )
+    for metric, value, what in checks:
+        if value is None and metric != "memory_growth_mb_per_window":
+            continue  # a benchmark from before this check: nothing to judge
+        reason = check_threshold(t[metric], value)
+        if reason:
             f.add(
                 "memory_growth",
-                f"{p.name}: memory grows across windows",
-                detail=growth,
+                f"{p.name}: {what} across windows",
+                detail=reason,
                 fix="look for tensors kept across steps (histories of losses, graphs)",
             )
-        if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
-            where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
-            f.add(
-                "host_sync",
-                f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
-                detail=where,
-                fix="remove .item()/.cpu()/bool(tensor) from the step",
-            )
-    if not judge_thresholds:
-        return
-    for c in bench.comparisons:
-        if c.baseline != policy.judged_baseline:
-            continue
-        values = {
+
+
+def _sync_check(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
+        where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
+        f.add(
+            "host_sync",
+            f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
+            detail=where,
+            location=_location(p.sync_locations[0]["location"]) if p.sync_locations else None,
+            fix="remove .item()/.cpu()/.tolist()/bool(tensor) from the step",
+        )
+
+
+def _autocast_check(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    expected = p.matmul_dtype_expected
+    wrong = {d: n for d, n in p.matmul_dtypes.items() if d != expected}
+    if expected and (wrong or not p.matmul_dtypes):
+        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items())) or "none"
+        f.add(
+            "autocast_mismatch",
+            f"{p.name}: matmuls do not compute in {expected}",
+            detail=f"matrix multiplies of one forward pass: {seen}",
+            fix="check that the forward runs inside the precision's autocast context",
+        )
+
+
+PRECISION_CHECKS = (_memory_checks, _sync_check, _autocast_check)
+
+
+def _location(text: str) -> Location:
+    file, _, line = text.rpartition(":")
+    return Location(file, int(line)) if line.isdigit() and file else Location(text)
+
+
+def _comparison_findings(f: _Findings, c: Comparison, policy: Policy, gpu: bool) -> None:
+    values = {"accuracy_diff": c.accuracy_diff}  # parity: measured on any device
+    if gpu:  # speed and CUDA memory mean something only on the GPU
+        values |= {
             "speedup": c.speedup,
             "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
             "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
-            "accuracy_diff": c.accuracy_diff,
         }
-        for metric, value in values.items():
-            reason = check_threshold(t[metric], value)
-            if reason:
-                f.add(
-                    "threshold_missed",
-                    f"{c.precision} vs {c.baseline}: {metric} misses its target",
-                    detail=reason,
-                    fix="profile the step; see the memory and sync sections",
-                )
+    for metric, value in values.items():
+        reason = check_threshold(policy.thresholds[metric], value)
+        if reason:
+            f.add(
+                "threshold_missed",
+                f"{c.precision} vs {c.baseline}: {metric} misses its target",
+                detail=reason,
+                fix="profile the step; see the memory and sync sections",
+            )
+
+
+def _benchmark_findings(f: _Findings, bench: Benchmark, policy: Policy) -> None:
+    for p in bench.precisions:
+        if p.status != "ok":
+            _failed_precision(f, p)
+            continue
+        for check in PRECISION_CHECKS:
+            check(f, p, policy.thresholds)
+    for c in bench.comparisons:
+        if c.baseline == policy.judged_baseline:
+            _comparison_findings(f, c, policy, bench.gpu_verified)
 
 
 def _baseline_findings(f: _Findings, cmp: BaselineComparison) -> None:
@@ -355,7 +399,7 @@ def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
     _lint_findings(f, data.lint)
     gpu_unverified = data.benchmark is not None and not data.benchmark.gpu_verified
     if data.benchmark is not None:
-        _benchmark_findings(f, data.benchmark, policy, judge_thresholds=not gpu_unverified)
+        _benchmark_findings(f, data.benchmark, policy)
         if gpu_unverified and not skip_allowed:
             f.add(
                 "stage_failed",
@@ -382,8 +426,10 @@ def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
         status = StageStatus.NOT_VERIFIED
         note = (
             f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
-            f"its {data.benchmark.preset} preset on {data.benchmark.device}; speedup, memory "
-            "and accuracy targets were not checked"
+            f"its {data.benchmark.preset} preset on {data.benchmark.device}; speedup, CUDA "
+            "memory and MFU were not checked. What the CPU run measured was judged and met "
+            "the policy: finite losses, host syncs in the step, autocast dtypes, live tensors "
+            "across steps, accuracy parity between precisions"
         )
     else:
         status = StageStatus.PASS

@@ -176,8 +176,15 @@ class PrecisionResult:
     memory_source: str | None = None
     data_wait_share: float | None = None
     syncs_measured: bool = False
+    sync_method: str = (
+        "cuda"  # "cuda": CUDA's sync debug mode; "dispatch": host reads on any device
+    )
     syncs_per_step: float | None = None
     sync_locations: tuple[dict[str, Any], ...] = ()
+    matmul_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> matmuls in a forward
+    matmul_dtype_expected: str | None = None
+    live_graph_tensors: int | None = None  # most graph-attached tensors a window left behind
+    live_growth_pct_per_window: float | None = None
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
 

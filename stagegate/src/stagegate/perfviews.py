@@ -36,7 +36,7 @@ def _comparison_rows(bench: Benchmark, policy: Policy) -> list[tuple[str, ...]]:
     rows = []
     for c in bench.comparisons:
         for metric, (value, shown) in _comparison_values(c).items():
-            if not bench.gpu_verified:
+            if not bench.gpu_verified and metric != "accuracy_diff":
                 status = "not checked (GPU not verified)"
             elif c.baseline != policy.judged_baseline:
                 status = "reported"
@@ -105,36 +105,70 @@ def metrics_section(bench: Benchmark, policy: Policy) -> Section:
     )
 
 
+def _memory_row(p: PrecisionResult) -> tuple[str, ...]:
+    graph = str(p.live_graph_tensors) if p.live_graph_tensors is not None else "-"
+    return (
+        inline(p.name),
+        number(p.peak_mb, 0),
+        number(p.static_mb, 0),
+        number(p.activation_mb, 0),
+        f"{number(p.memory_growth_mb_per_window, 3)} ({inline(p.memory_source or '-')})",
+        number(p.live_growth_pct_per_window, 3, "%"),
+        graph,
+    )
+
+
+MEMORY_HEADER = (
+    "Precision",
+    "Peak MB",
+    "Static MB",
+    "Activation MB",
+    "Growth MB/window",
+    "Live tensor growth/window",
+    "Graph-attached tensors",
+)
+
+
 def memory_section(bench: Benchmark, policy: Policy) -> Section:
     """Peak, static and activation memory, and growth across windows, per precision."""
-    rows = [
-        (
-            inline(p.name),
-            number(p.peak_mb, 0),
-            number(p.static_mb, 0),
-            number(p.activation_mb, 0),
-            f"{number(p.memory_growth_mb_per_window, 3)} ({inline(p.memory_source or '-')})",
-        )
-        for p in bench.precisions
-    ]
-    limit = policy.thresholds["memory_growth_mb_per_window"]
+    t = policy.thresholds
     return Section(
         "Memory",
         (
             "Peak is CUDA memory allocated during a precision's windows; static is parameters, "
             "gradients and optimizer state; activation is peak minus static. Growth is the "
-            f"least-squares slope of memory in use across windows (limit {limit}).",
+            "least-squares slope of memory in use across windows "
+            f"(limit {t['memory_growth_mb_per_window']}). Live tensors are those Python holds "
+            "after each window, on any device: their storage's growth per window relative to "
+            f"the start (limit {t['live_tensor_growth_pct_per_window']}), and the most still "
+            f"attached to an autograd graph (limit {t['live_graph_tensors']}: each keeps a graph "
+            "alive).",
         ),
-        (table(("Precision", "Peak MB", "Static MB", "Activation MB", "Growth MB/window"), rows),),
+        (table(MEMORY_HEADER, [_memory_row(p) for p in bench.precisions]),),
     )
+
+
+SYNC_HEADER = (
+    "Precision",
+    "Syncs per step",
+    "Where",
+    "Matmul dtypes",
+    "Data wait",
+    "Latency p50 / p95 ms",
+)
 
 
 def _sync_row(p: PrecisionResult) -> tuple[str, ...]:
     where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
+    how = {"cuda": "CUDA sync debug mode", "dispatch": "dispatched host reads"}
+    dtypes = ", ".join(f"{d} x{n}" for d, n in sorted(p.matmul_dtypes.items())) or "-"
     return (
         inline(p.name),
-        number(p.syncs_per_step, 2) if p.syncs_measured else "not measured (no CUDA)",
+        f"{number(p.syncs_per_step, 2)} ({how.get(p.sync_method, inline(p.sync_method))})"
+        if p.syncs_measured
+        else "not measured",
         inline(where or "-"),
+        inline(f"{dtypes} (expected {p.matmul_dtype_expected or '-'})"),
         number(p.data_wait_share * 100 if p.data_wait_share is not None else None, 1, "%"),
         f"{number(p.latency_p50_ms)} / {number(p.latency_p95_ms)}",
     )
@@ -145,13 +179,16 @@ def concurrency_section(bench: Benchmark) -> Section:
     return Section(
         "Concurrency",
         (
-            "Host-device synchronizations inside the training step, counted with CUDA's sync "
-            "debug mode in a separate pass; data wait is the share of window time spent waiting "
-            "for the next batch; latency is single-sample inference.",
+            "Host-device synchronizations inside the training step, counted in a separate pass "
+            "with CUDA's sync debug mode on a GPU, or elsewhere from the operators the step "
+            "dispatches that read a tensor's value on the host (.item(), bool(), .tolist(), "
+            "nonzero, ...); matmul dtypes are those one forward pass computed in; data wait is "
+            "the share of window time spent waiting for the next batch; latency is "
+            "single-sample inference.",
         ),
         (
             table(
-                ("Precision", "Syncs per step", "Where", "Data wait", "Latency p50 / p95 ms"),
+                SYNC_HEADER,
                 [_sync_row(p) for p in bench.precisions],
             ),
         ),

@@ -49,6 +49,12 @@ DEFAULT_THRESHOLDS = {
     "coverage_pct": Threshold("coverage_pct", ">=", 80.0, "%"),
     "memory_growth_mb_per_window": Threshold("memory_growth_mb_per_window", "<=", 2.0, " MB"),
     "syncs_per_step": Threshold("syncs_per_step", "<=", 0.0),
+    # Tensors still attached to an autograd graph between steps (each keeps a graph alive).
+    "live_graph_tensors": Threshold("live_graph_tensors", "<=", 0.0),
+    # Growth of Python-held tensor storage per window, relative to what the run started with.
+    "live_tensor_growth_pct_per_window": Threshold(
+        "live_tensor_growth_pct_per_window", "<=", 1.0, "%"
+    ),
 }
 
 DEFAULT_SEVERITY = {
@@ -61,7 +67,8 @@ DEFAULT_SEVERITY = {
     "memory_growth": Severity.HIGH,
     "coverage_below_floor": Severity.HIGH,
     "lint_error": Severity.HIGH,
-    "host_sync": Severity.MEDIUM,
+    "host_sync": Severity.HIGH,  # zero syncs in the step is a promise, not a wish
+    "autocast_mismatch": Severity.HIGH,
     "lint_warning": Severity.MEDIUM,
     "deprecation_warning": Severity.LOW,
     "flaky_test": Severity.MEDIUM,

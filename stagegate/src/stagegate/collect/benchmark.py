@@ -42,6 +42,8 @@ def _precision(name: str, r: dict[str, Any], path: Path) -> PrecisionResult:
     memory = r.get("memory") or {}
     health = _get(r, "health", path, where)
     syncs = health.get("syncs_in_step") or {}
+    dtypes = health.get("matmul_dtypes") or {}
+    live = health.get("live_tensors") or {}
     latency = health.get("inference_latency_ms") or {}
     iqr = _num(stats.get("iqr"))
     return PrecisionResult(
@@ -62,7 +64,12 @@ def _precision(name: str, r: dict[str, Any], path: Path) -> PrecisionResult:
         memory_source=health.get("memory_source"),
         data_wait_share=_num(health.get("data_wait_share")),
         syncs_measured=bool(syncs.get("measured")),
+        sync_method=str(syncs.get("method") or "cuda"),
         syncs_per_step=_num(syncs.get("per_step")),
+        matmul_dtypes={str(k): int(v) for k, v in (dtypes.get("observed") or {}).items()},
+        matmul_dtype_expected=dtypes.get("expected"),
+        live_graph_tensors=live.get("graph_attached_added_max"),
+        live_growth_pct_per_window=_num(live.get("growth_pct_per_window")),
         sync_locations=tuple(syncs.get("locations") or ()),
         latency_p50_ms=_num(latency.get("p50")),
         latency_p95_ms=_num(latency.get("p95")),
