@@ -147,11 +147,12 @@ class _MatmulDtypes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def matmul_dtypes(forward: Callable[[], Any]) -> dict[str, int]:
-    """The dtypes the matrix multiplies of ``forward()`` computed in, with their counts."""
+def matmul_dtypes(run: Callable[[], Any]) -> dict[str, int]:
+    """The dtypes the matrix multiplies of ``run()`` (a forward, or a whole training step)
+    computed in, with their counts."""
     seen: Counter[str] = Counter()
-    with torch.no_grad(), _MatmulDtypes(seen):
-        forward()
+    with _MatmulDtypes(seen):
+        run()
     return dict(seen)
 
 

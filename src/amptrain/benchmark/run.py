@@ -305,11 +305,13 @@ def after_checks(
     """Host syncs in the training step (a separate pass: CUDA's sync debug mode on a GPU, the
     dispatched operators elsewhere), the dtypes the forward's matmuls compute in, and
     single-sample inference latency."""
+    batches = [tuple(t.to(device) for t in unpack_batch(next(arm.batches))) for _ in range(4)]
     if device.type == "cuda":
         syncs = health.count_syncs(lambda: run_steps(arm, 1, device), 3, device)
     else:  # the step alone: the loader's own reads (its sampler's order) are host-side by design
-        batches = [unpack_batch(next(arm.batches)) for _ in range(3)]
         syncs = probes.count_host_reads(lambda: arm.step(*batches.pop()), 3)
+    # The dtypes of the training step itself (forward and backward), as the loop runs it.
+    observed = probes.matmul_dtypes(lambda: arm.step(*batches.pop()))
     arm.model.eval()
     samples = [row.unsqueeze(0).to(device) for row in data[: preset.latency_samples]]
 
@@ -321,7 +323,7 @@ def after_checks(
     expected = probes.expected_matmul_dtype(arm.plan.autocast_dtype, arm.plan.param_dtype)
     if arm.name == TF32:
         expected = "float32"  # TF32 is how fp32 matmuls run on tensor cores, not a dtype
-    dtypes = {"observed": probes.matmul_dtypes(lambda: forward(samples[0])), "expected": expected}
+    dtypes = {"observed": observed, "expected": expected}
 
     for sample in samples[:3]:  # warm-up: kernel selection and caches
         forward(sample)
@@ -378,7 +380,8 @@ def run_benchmark(
     others still run. ``arms_hook`` sees the built arms before warm-up (for instrumentation).
     """
     seed_everything(seed)
-    steps = preset.warmup_steps + preset.windows * preset.window_steps + 3  # 3: the sync pass
+    # 4: the sync pass and the dtype pass
+    steps = preset.warmup_steps + preset.windows * preset.window_steps + 4
     data = synthetic_token_data(
         steps * preset.batch_size, preset.seq_len, preset.vocab_size, seed=seed
     )

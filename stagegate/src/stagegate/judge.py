@@ -278,7 +278,7 @@ def _autocast_check(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]
         f.add(
             "autocast_mismatch",
             f"{p.name}: matmuls do not compute in {expected}",
-            detail=f"matrix multiplies of one forward pass: {seen}",
+            detail=f"matrix multiplies of one training step: {seen}",
             fix="check that the forward runs inside the precision's autocast context",
         )
 

@@ -182,7 +182,7 @@ def concurrency_section(bench: Benchmark) -> Section:
             "Host-device synchronizations inside the training step, counted in a separate pass "
             "with CUDA's sync debug mode on a GPU, or elsewhere from the operators the step "
             "dispatches that read a tensor's value on the host (.item(), bool(), .tolist(), "
-            "nonzero, ...); matmul dtypes are those one forward pass computed in; data wait is "
+            "nonzero, ...); matmul dtypes are those one training step computed in; data wait is "
             "the share of window time spent waiting for the next batch; latency is "
             "single-sample inference.",
         ),
