@@ -13,6 +13,26 @@ from amptrain.data import TokenData, synthetic_token_data
 from amptrain.precision import PrecisionFallbackWarning, compute_effective_precision
 from amptrain.trainer import fine_tune
 
+# What test_fine_tuning returns, key by key. Validation figures are None without val_data
+# (test_fine_tuning makes validation data itself only when it makes the training data too).
+RESULT_KEYS = {
+    "final_train_loss": "mean training loss of the last epoch, per token",
+    "final_val_loss": "validation loss after the last epoch, per token (None: no val_data)",
+    "final_val_accuracy": "next-token accuracy on the validation data (None: no val_data)",
+    "train_loss_history": "training loss of every epoch",
+    "val_loss_history": "validation loss after every epoch",
+    "val_accuracy_history": "validation accuracy after every epoch",
+    "amp_enabled": "True when the run used mixed precision",
+    "precision": "the precision used (after any fallback)",
+    "final_loss_scale": "fp16's loss scale at the end (1.0 without a scaler)",
+    "train_samples": "training rows",
+    "val_samples": "validation rows (0: no val_data)",
+    "overflow_steps": "optimizer steps skipped on a non-finite gradient",
+    "samples_per_second": "training throughput of the last epoch",
+    "tokens_per_second": "training throughput of the last epoch, in counted tokens",
+    "wall_time_s": "seconds the whole run took",
+    "vocab_size": "the vocabulary the synthetic data and the checks used",
+}
 SYNTHETIC_TRAIN_SAMPLES = 64
 SYNTHETIC_VAL_SAMPLES = 16
 SYNTHETIC_SEQ_LEN = 32
@@ -53,7 +73,7 @@ def test_fine_tuning(
     use_wandb: bool = False,
     use_amp: bool = False,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` and return a flat dict of the run's results.
+    """Fine-tune ``model`` and return a flat dict of the run's results (``RESULT_KEYS``).
 
     Without data, learnable synthetic sequences are generated from the detected vocabulary.
     ``use_amp=True`` trains in fp16 mixed precision on CUDA (bf16 where supported); without
