@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stagegate.baseline import BaselineComparison
+from stagegate.benchcheck import baseline_findings, benchmark_findings
+from stagegate.findings import Findings
 from stagegate.model import (
     Benchmark,
-    Comparison,
     Coverage,
     Curves,
     Finding,
     LintFinding,
     Location,
-    PrecisionResult,
     Severity,
     StageStatus,
     TestCase,
     TestSuite,
     WarningEntry,
 )
-from stagegate.policy import Policy, Threshold, check_threshold
+from stagegate.policy import Policy, check_threshold
 from stagegate.records import StageRecord
 
 _DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
@@ -76,27 +75,7 @@ class Verdict:
     required_fixes: tuple[str, ...]
 
 
-class _Findings:
-    """Collects findings for one stage, with severities taken from the policy."""
-
-    def __init__(self, stage: str, policy: Policy) -> None:
-        self.stage, self.policy, self.items = stage, policy, []
-
-    def add(
-        self,
-        kind: str,
-        title: str,
-        *,
-        detail: str = "",
-        location: Location | None = None,
-        fix: str = "",
-    ) -> None:
-        self.items.append(
-            Finding(self.policy.severity[kind], self.stage, kind, title, detail, location, fix)
-        )
-
-
-def _record_findings(f: _Findings, record: StageRecord) -> bool:
+def _record_findings(f: Findings, record: StageRecord) -> bool:
     """Findings about how the command ended; True when it crashed rather than merely failed."""
     if record.error:
         f.add(
@@ -125,7 +104,7 @@ def _record_findings(f: _Findings, record: StageRecord) -> bool:
     return False
 
 
-def _no_test_ran(f: _Findings, suite: TestSuite) -> None:
+def _no_test_ran(f: Findings, suite: TestSuite) -> None:
     what = (
         "holds no test case"
         if not suite.cases
@@ -149,7 +128,7 @@ def _failures_text(case: TestCase) -> str:
     )
 
 
-def _case_findings(f: _Findings, case: TestCase, integration: bool, slow_s: float) -> None:
+def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float) -> None:
     if case.outcome in ("failed", "error"):
         kind = "integration_raised" if integration else "test_failed"
         what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
@@ -178,7 +157,7 @@ def _case_findings(f: _Findings, case: TestCase, integration: bool, slow_s: floa
         )
 
 
-def _suite_findings(f: _Findings, suite: TestSuite, stage: str, policy: Policy) -> None:
+def _suite_findings(f: Findings, suite: TestSuite, stage: str, policy: Policy) -> None:
     if suite.executed == 0 and stage not in policy.allow_no_tests:
         _no_test_ran(f, suite)
     for mismatch in suite.count_mismatches:
@@ -199,7 +178,7 @@ def _suite_findings(f: _Findings, suite: TestSuite, stage: str, policy: Policy) 
         f.add("skipped_test", f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
 
 
-def _warning_findings(f: _Findings, entries: tuple[WarningEntry, ...]) -> None:
+def _warning_findings(f: Findings, entries: tuple[WarningEntry, ...]) -> None:
     grouped: dict[tuple[str, str, Location], int] = defaultdict(int)
     for w in entries:  # the same warning at the same place is one finding
         grouped[(w.category, " ".join(w.message.split()), w.location)] += w.count
@@ -214,7 +193,7 @@ def _warning_findings(f: _Findings, entries: tuple[WarningEntry, ...]) -> None:
         )
 
 
-def _lint_findings(f: _Findings, lint: dict[str, list[LintFinding]]) -> None:
+def _lint_findings(f: Findings, lint: dict[str, list[LintFinding]]) -> None:
     kinds = {"error": "lint_error", "warning": "lint_warning", "style": "lint_style"}
     for tool, items in lint.items():
         for item in items:
@@ -226,120 +205,7 @@ def _lint_findings(f: _Findings, lint: dict[str, list[LintFinding]]) -> None:
             )
 
 
-def _failed_precision(f: _Findings, p: PrecisionResult) -> None:
-    fixes = {
-        "oom": "reduce the preset's batch size",
-        "nonfinite": "find the first non-finite step in the loss curve",
-    }
-    f.add(
-        "benchmark_failed",
-        f"{p.name}: {p.status}",
-        detail=p.error or "",
-        fix=fixes.get(p.status, "run the benchmark locally and read the traceback"),
-    )
-
-
-def _memory_checks(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
-    checks = (
-        ("memory_growth_mb_per_window", p.memory_growth_mb_per_window, "memory grows"),
-        ("live_graph_tensors", p.live_graph_tensors, "tensors keep an autograd graph alive"),
-        ("live_tensor_growth_pct_per_window", p.live_growth_pct_per_window, "tensors pile up"),
-    )
-    for metric, value, what in checks:
-        if value is None and metric != "memory_growth_mb_per_window":
-            continue  # a benchmark from before this check: nothing to judge
-        reason = check_threshold(t[metric], value)
-        if reason:
-            f.add(
-                "memory_growth",
-                f"{p.name}: {what} across windows",
-                detail=reason,
-                fix="look for tensors kept across steps (histories of losses, graphs)",
-            )
-
-
-def _sync_check(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
-    if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
-        where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
-        f.add(
-            "host_sync",
-            f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
-            detail=where,
-            location=_location(p.sync_locations[0]["location"]) if p.sync_locations else None,
-            fix="remove .item()/.cpu()/.tolist()/bool(tensor) from the step",
-        )
-
-
-def _autocast_check(f: _Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
-    expected = p.matmul_dtype_expected
-    wrong = {d: n for d, n in p.matmul_dtypes.items() if d != expected}
-    if expected and (wrong or not p.matmul_dtypes):
-        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items())) or "none"
-        f.add(
-            "autocast_mismatch",
-            f"{p.name}: matmuls do not compute in {expected}",
-            detail=f"matrix multiplies of one training step: {seen}",
-            fix="check that the forward runs inside the precision's autocast context",
-        )
-
-
-PRECISION_CHECKS = (_memory_checks, _sync_check, _autocast_check)
-
-
-def _location(text: str) -> Location:
-    file, _, line = text.rpartition(":")
-    return Location(file, int(line)) if line.isdigit() and file else Location(text)
-
-
-def _comparison_findings(f: _Findings, c: Comparison, policy: Policy, gpu: bool) -> None:
-    values = {"accuracy_diff": c.accuracy_diff}  # parity: measured on any device
-    if gpu:  # speed and CUDA memory mean something only on the GPU
-        values |= {
-            "speedup": c.speedup,
-            "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
-            "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
-        }
-    for metric, value in values.items():
-        reason = check_threshold(policy.thresholds[metric], value)
-        if reason:
-            f.add(
-                "threshold_missed",
-                f"{c.precision} vs {c.baseline}: {metric} misses its target",
-                detail=reason,
-                fix="profile the step; see the memory and sync sections",
-            )
-
-
-def _benchmark_findings(f: _Findings, bench: Benchmark, policy: Policy) -> None:
-    for p in bench.precisions:
-        if p.status != "ok":
-            _failed_precision(f, p)
-            continue
-        for check in PRECISION_CHECKS:
-            check(f, p, policy.thresholds)
-    for c in bench.comparisons:
-        if c.baseline == policy.judged_baseline:
-            _comparison_findings(f, c, policy, bench.gpu_verified)
-
-
-def _baseline_findings(f: _Findings, cmp: BaselineComparison) -> None:
-    for c in cmp.regressions:
-        f.add(
-            "regression",
-            f"{c.precision} {c.metric} regressed {c.change_pct:+.1f}% vs baseline",
-            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}, "
-            f"noise margin {c.margin_pct:.1f}%",
-            fix="bisect the commits since the baseline",
-        )
-    for c in cmp.improvements:
-        f.add(
-            "improvement",
-            f"{c.precision} {c.metric} improved {c.change_pct:+.1f}% vs baseline",
-            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}",
-        )
-
-
-def _side_file_findings(f: _Findings, data: StageData) -> None:
+def _side_file_findings(f: Findings, data: StageData) -> None:
     suite = data.suite
     if suite is None:
         why = "the stage wrote no test results either"
@@ -359,7 +225,7 @@ def _side_file_findings(f: _Findings, data: StageData) -> None:
 def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
     """Findings, status and score of one stage."""
     required = name in policy.required
-    f = _Findings(name, policy)
+    f = Findings(name, policy)
     record = data.record
     note = ""
     skip_allowed = policy.skippable.get(name) == "no-cuda"
@@ -399,7 +265,7 @@ def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
     _lint_findings(f, data.lint)
     gpu_unverified = data.benchmark is not None and not data.benchmark.gpu_verified
     if data.benchmark is not None:
-        _benchmark_findings(f, data.benchmark, policy)
+        benchmark_findings(f, data.benchmark, policy)
         if gpu_unverified and not skip_allowed:
             f.add(
                 "stage_failed",
@@ -409,7 +275,7 @@ def judge_stage(name: str, data: StageData, policy: Policy) -> StageVerdict:
                 fix="run this stage on the self-hosted GPU runner",
             )
     if data.baseline is not None and data.baseline.comparable:
-        _baseline_findings(f, data.baseline)
+        baseline_findings(f, data.baseline)
     explained = any(x.severity.blocks for x in f.items)
     if record.exit_code not in (0, None) and not explained:
         f.add(
@@ -440,7 +306,7 @@ def _finish(
     name: str,
     status: StageStatus,
     required: bool,
-    f: _Findings,
+    f: Findings,
     data: StageData,
     policy: Policy,
     note: str,
