@@ -315,6 +315,12 @@ def test_same_repository_pull_requests_and_pushes_run_the_gpu_stage() -> None:
         assert jobs_that_run("gpu.yml", s)["benchmark"], label
 
 
+def test_ordinary_comments_stop_before_the_gate_runs() -> None:
+    s = next(x for x in SCENARIOS if x.name == "an ordinary comment")
+    assert triggered(DOCS["gpu.yml"], s)
+    assert not any(jobs_that_run("gpu.yml", s).values())
+
+
 def test_a_fork_waits_with_a_pending_status_until_approved() -> None:
     s = next(x for x in SCENARIOS if x.name == "verify done for a fork PR")
     decision = gpu_gate.decide(s.event_name, s.payload, REPO, lambda u: "read", lambda n: {})
