@@ -192,6 +192,7 @@ SCENARIOS = [
         _comment(f"/gpu-approve {HEAD}", "maintainer", on_pull=False),
         fork=True,
     ),
+    Scenario("an ordinary comment", "issue_comment", _comment("looks good", "outsider"), fork=True),
     Scenario(
         "a short SHA",
         "issue_comment",
