@@ -35,6 +35,11 @@ def _copy_checkout(dest: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1",
+    reason="inside the image the sessions already run on its torch (and a stand-in would "
+    "download the CUDA build)",
+)
 def test_sessions_in_the_image_reuse_its_torch_and_download_nothing(tmp_path: Path) -> None:
     image = tmp_path / "image"
     venv.create(image, with_pip=True)
