@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,8 @@ TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader
 
 
 def seed_everything(seed: int, *, deterministic: bool = False) -> None:
-    """Seed Python, NumPy and torch (every device); optionally make kernels deterministic."""
+    """Seed Python, NumPy and torch (every device); optionally make kernels deterministic
+    (global settings that stay set: :func:`deterministic_kernels` gives them back)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -26,6 +28,34 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False
+
+
+@contextmanager
+def deterministic_kernels(enabled: bool) -> Iterator[None]:
+    """Deterministic algorithms (and cuBLAS's fixed workspace) inside the block; every global
+    setting is as it was afterwards."""
+    if not enabled:
+        yield
+        return
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
+    # cuBLAS needs a fixed workspace to be deterministic; set before the first matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.benchmark = saved[2]
+        if saved[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[3]
 
 
 def _seed_worker(worker_id: int) -> None:

@@ -14,7 +14,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from amptrain.data import IGNORE_INDEX, TokenData, make_dataloader, seed_everything, unpack_batch
+from amptrain.data import (
+    IGNORE_INDEX,
+    TokenData,
+    deterministic_kernels,
+    make_dataloader,
+    seed_everything,
+    unpack_batch,
+)
 from amptrain.engine import TrainStep, evaluate
 from amptrain.metrics import (
     ConsoleSink,
@@ -57,6 +64,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         canonical_precision(self.precision)
+        if self.wandb_mode == "dryrun":  # W&B's older name for offline (WANDB_MODE=dryrun)
+            object.__setattr__(self, "wandb_mode", "offline")
         checks = {
             "epochs": self.epochs >= 1,
             "batch_size": self.batch_size >= 1,
@@ -212,8 +221,25 @@ def fine_tune(
     warning) where the device cannot run it; the result records the one used.
     """
     cfg = dataclasses.replace(config or TrainConfig(), **options)
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    with deterministic_kernels(cfg.deterministic):
+        try:
+            return _fine_tune(model, train_data, val_data, cfg, tracker)
+        finally:
+            if dtype is not None:
+                model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
+
+
+def _fine_tune(
+    model: nn.Module,
+    train_data: TokenData,
+    val_data: TokenData | None,
+    cfg: TrainConfig,
+    tracker: MetricsTracker | None,
+) -> FineTuneResult:
+    """The run itself; :func:`fine_tune` gives back the global settings and the model's dtype."""
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    seed_everything(cfg.seed, deterministic=cfg.deterministic)
+    seed_everything(cfg.seed)
     plan = resolve_precision(cfg.precision, device)
     model.to(device=device, dtype=plan.param_dtype)
     model.train()
@@ -280,12 +306,13 @@ def fine_tune(
                     if labels.device.type == "cpu"
                     else labels.numel()
                 )
+                lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (before it moves)
                 out = step(
                     input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
                 )
                 # One host read per step, for the metrics and the progress bar.
                 loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()
-                tracker.log_step(loss, grad_norm, **{"train/lr": optimizer.param_groups[0]["lr"]})
+                tracker.log_step(loss, grad_norm, **{"train/lr": lr})
                 bar.update()
                 if show_progress and (i % 10 == 0 or i + 1 == steps_per_epoch):
                     bar.set_postfix(
@@ -305,7 +332,7 @@ def fine_tune(
                 grad_norm_std=grad["std"],
                 grad_norm_min=grad["min"],
                 grad_norm_max=grad["max"],
-                learning_rate=optimizer.param_groups[0]["lr"],
+                learning_rate=lr,  # the rate of the epoch's last step
                 overflow_steps=step.overflow_steps - overflows_before,
                 loss_scale=step.loss_scale,
                 samples_per_second=samples / elapsed,

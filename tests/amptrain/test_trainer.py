@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from types import SimpleNamespace
 
@@ -128,12 +129,6 @@ def test_fp16_request_on_cpu_records_the_precision_used() -> None:
     assert (result.precision_requested, result.precision) == ("16-mixed", "32-true")
 
 
-def test_bf16_true_trains_a_bf16_model() -> None:
-    model = _model()
-    result = fine_tune(model, _data(), epochs=1, precision="bf16-true", num_workers=0)
-    assert model.head.weight.dtype == torch.bfloat16 and result.precision == "bf16-true"
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -187,3 +182,44 @@ def test_an_iterable_dataset_needs_a_stated_epoch_size() -> None:
         fine_tune(_model(), loader, epochs=1)
     result = fine_tune(_model(), loader, epochs=2, max_steps_per_epoch=3)
     assert result.steps == 6 and result.train_samples == 0
+
+
+def test_the_logged_learning_rate_is_the_one_the_step_used() -> None:
+    from amptrain.metrics import MetricsTracker
+
+    tracker = MetricsTracker(history_size=1000)
+    fine_tune(
+        _model(),
+        _data(64),
+        epochs=1,
+        batch_size=4,
+        learning_rate=1e-3,
+        warmup_ratio=0.25,
+        tracker=tracker,
+        num_workers=0,
+    )  # 16 steps: the first 4 warm up, the first at 1/4 of the rate
+    lrs = [r["train/lr"] for r in tracker.history]
+    assert lrs[:4] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+
+
+def test_wandb_dryrun_mode_is_offline_and_breaks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "dryrun")  # valid for wandb: its old name for offline
+    assert TrainConfig().wandb_mode == "offline"
+    result = fine_tune(_model(), _data(), epochs=1, num_workers=0)
+    assert result.steps > 0
+
+
+def test_deterministic_settings_are_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    fine_tune(_model(), _data(), epochs=1, deterministic=True, num_workers=0)
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_bf16_true_gives_the_callers_model_back_in_its_dtype() -> None:
+    model = _model()
+    before = model.head.weight.detach().clone()
+    result = fine_tune(model, _data(), epochs=1, precision="bf16-true", num_workers=0)
+    assert result.precision == "bf16-true" and model.head.weight.dtype == torch.float32
+    assert not torch.equal(model.head.weight, before)  # trained, then cast back
