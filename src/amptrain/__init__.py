@@ -17,7 +17,14 @@ from amptrain.precision import (
     compute_effective_precision,
     resolve_precision,
 )
-from amptrain.trainer import EpochMetrics, FineTuneResult, TrainConfig, fine_tune
+from amptrain.trainer import (
+    EpochMetrics,
+    FineTuneResult,
+    SkippedStepsWarning,
+    TrainConfig,
+    TrainingDivergedError,
+    fine_tune,
+)
 
 __version__ = "0.1.0"
 
@@ -32,9 +39,11 @@ __all__ = [
     "PrecisionFallbackWarning",
     "PrecisionPlan",
     "RunningStats",
+    "SkippedStepsWarning",
     "TinyGPT",
     "TrainConfig",
     "TrainStep",
+    "TrainingDivergedError",
     "WandbSink",
     "canonical_precision",
     "compute_effective_precision",

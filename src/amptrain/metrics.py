@@ -19,18 +19,20 @@ Scalar = float | int | str | bool
 class RunningStats:
     """Count, mean, standard deviation, min and max of a stream, in O(1) memory (Welford)."""
 
-    __slots__ = ("_m2", "count", "max", "mean", "min")
+    __slots__ = ("_m2", "count", "max", "mean", "min", "nonfinite")
 
     def __init__(self) -> None:
         self.count = 0
+        self.nonfinite = 0  # NaN and infinite values seen (not in the statistics)
         self.mean = 0.0
         self._m2 = 0.0
         self.min = math.inf
         self.max = -math.inf
 
     def update(self, value: float) -> None:
-        """Add one value; non-finite values are not counted (they are overflows, not data)."""
+        """Add one value; non-finite values are counted apart, not in the statistics."""
         if not math.isfinite(value):
+            self.nonfinite += 1
             return
         self.count += 1
         delta = value - self.mean

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,47 @@ from amptrain.metrics import (
 from amptrain.precision import canonical_precision, resolve_precision
 
 
+class SkippedStepsWarning(UserWarning):
+    """Optimizer steps are being skipped because the gradient is not finite."""
+
+
+class TrainingDivergedError(RuntimeError):
+    """Too many optimizer steps in a row were skipped: the run no longer trains."""
+
+
+class SkipGuard:
+    """Counts optimizer steps skipped in a row (a non-finite gradient): warns at the first,
+    raises at ``limit``. While an fp16 scaler calibrates (no step has succeeded yet), its
+    skips are expected and not counted."""
+
+    def __init__(self, limit: int, *, calibrating: bool = False) -> None:
+        self.limit, self.calibrating = limit, calibrating
+        self.in_a_row = 0
+        self.warned = False
+
+    def update(self, *, finite: bool, where: str = "") -> None:
+        """Record one step: ``finite`` is whether its gradient norm was finite."""
+        if finite:
+            self.in_a_row, self.calibrating = 0, False
+            return
+        if self.calibrating:
+            return
+        self.in_a_row += 1
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"an optimizer step was skipped: the gradient is not finite{where}",
+                SkippedStepsWarning,
+                stacklevel=4,
+            )
+        if self.in_a_row >= self.limit:
+            raise TrainingDivergedError(
+                f"{self.in_a_row} optimizer steps in a row were skipped{where}: the loss or "
+                "gradient is NaN or infinite. Lower the learning rate, check the data, or raise "
+                "max_consecutive_skips if this is expected"
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
@@ -49,6 +91,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # the cosine decay ends at learning_rate * min_lr_ratio
     max_grad_norm: float | None = 1.0
     max_steps_per_epoch: int | None = None
+    max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
     device: str | None = None  # None: CUDA when available, else CPU
     seed: int = 0
     deterministic: bool = False
@@ -76,6 +119,7 @@ class TrainConfig:
             "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_steps_per_epoch": self.max_steps_per_epoch is None
             or self.max_steps_per_epoch >= 1,
+            "max_consecutive_skips": self.max_consecutive_skips >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
@@ -280,6 +324,7 @@ def _fine_tune(
     tracker = tracker or MetricsTracker()
     tracker.sinks.extend(_sinks(cfg, plan.name))
     show_progress = sys.stderr.isatty() if cfg.progress is None else cfg.progress
+    guard = SkipGuard(cfg.max_consecutive_skips, calibrating=plan.scaler_enabled)
 
     epochs: list[EpochMetrics] = []
     run_start = time.perf_counter()
@@ -313,6 +358,7 @@ def _fine_tune(
                 # One host read per step, for the metrics and the progress bar.
                 loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()
                 tracker.log_step(loss, grad_norm, **{"train/lr": lr})
+                guard.update(finite=math.isfinite(grad_norm), where=f" (epoch {epoch}, step {i})")
                 bar.update()
                 if show_progress and (i % 10 == 0 or i + 1 == steps_per_epoch):
                     bar.set_postfix(
@@ -324,7 +370,10 @@ def _fine_tune(
             grad = tracker.epoch_grad_norm.summary()
             metrics = EpochMetrics(
                 epoch=epoch,
-                train_loss=tracker.epoch_loss.mean if tracker.epoch_loss.count else math.nan,
+                # A non-finite step makes the epoch's loss NaN, not the mean of the others.
+                train_loss=tracker.epoch_loss.mean
+                if tracker.epoch_loss.count and not tracker.epoch_loss.nonfinite
+                else math.nan,
                 val_loss=val.get("loss"),
                 val_perplexity=val.get("perplexity"),
                 val_accuracy=val.get("accuracy"),

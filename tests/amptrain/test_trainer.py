@@ -13,8 +13,10 @@ from torch import nn
 from amptrain import (
     FineTuneResult,
     PrecisionFallbackWarning,
+    SkippedStepsWarning,
     TinyGPT,
     TrainConfig,
+    TrainingDivergedError,
     fine_tune,
     synthetic_token_data,
 )
@@ -223,3 +225,61 @@ def test_bf16_true_gives_the_callers_model_back_in_its_dtype() -> None:
     result = fine_tune(model, _data(), epochs=1, precision="bf16-true", num_workers=0)
     assert result.precision == "bf16-true" and model.head.weight.dtype == torch.float32
     assert not torch.equal(model.head.weight, before)  # trained, then cast back
+
+
+class _DivergesAfter(nn.Module):
+    """A model whose logits become NaN after ``good`` forward passes in training."""
+
+    def __init__(self, good: int) -> None:
+        super().__init__()
+        self.inner, self.good, self.calls = _model(), good, 0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = self.inner(input_ids)
+        if self.training:
+            self.calls += 1
+            if self.calls > self.good:
+                return logits * math.nan
+        return logits
+
+
+def test_a_diverged_step_makes_the_epoch_loss_nan_not_the_mean_of_the_rest() -> None:
+    with pytest.warns(SkippedStepsWarning, match="skipped"):
+        result = fine_tune(
+            _DivergesAfter(good=1),
+            _data(),
+            epochs=1,
+            batch_size=8,
+            num_workers=0,
+            max_consecutive_skips=100,
+        )
+    assert math.isnan(result.epochs[0].train_loss) and result.overflow_steps >= 1
+
+
+def test_a_run_whose_steps_keep_being_skipped_stops_with_a_clear_error() -> None:
+    with (
+        pytest.warns(SkippedStepsWarning) as warned,
+        pytest.raises(TrainingDivergedError, match="3 optimizer steps in a row were skipped"),
+    ):
+        fine_tune(
+            _DivergesAfter(good=1),
+            _data(64),
+            epochs=1,
+            batch_size=4,
+            num_workers=0,
+            max_consecutive_skips=3,
+        )
+    assert len(warned) == 1  # warned once, then stopped
+
+
+def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
+    from amptrain.trainer import SkipGuard
+
+    guard = SkipGuard(limit=2, calibrating=True)
+    for _ in range(5):
+        guard.update(finite=False)  # the scaler backing off from 65536: expected
+    guard.update(finite=True)
+    with pytest.warns(SkippedStepsWarning):
+        guard.update(finite=False)
+    with pytest.raises(TrainingDivergedError):
+        guard.update(finite=False)
