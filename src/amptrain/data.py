@@ -82,6 +82,14 @@ class _SequenceDataset(Dataset):
                     raise ValueError(f"item {i} of the token list is not a 1-D tensor")
         if len(rows) == 0:
             raise ValueError("no sequences: the token data is empty")
+        lengths = [rows.shape[1]] if isinstance(rows, torch.Tensor) else [r.numel() for r in rows]
+        short = next((i for i, n in enumerate(lengths) if n < 2), None)
+        if short is not None:
+            n = lengths[short]
+            raise ValueError(
+                f"row {short} has {n} token{'s' if n != 1 else ''}: next-token training needs "
+                "at least 2 per row"
+            )
         tensors = [rows] if isinstance(rows, torch.Tensor) else rows
         if any(t.is_floating_point() for t in tensors):
             raise ValueError("token ids must be integers, got a floating-point tensor")
@@ -89,6 +97,18 @@ class _SequenceDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def id_range_and_length(self) -> tuple[int, int, int]:
+        """(largest id, smallest id, longest row) over every row."""
+        tensors = [self.rows] if isinstance(self.rows, torch.Tensor) else self.rows
+        top = max(int(t.max()) for t in tensors)
+        low = min(int(t.min()) for t in tensors)
+        length = (
+            self.rows.shape[1]
+            if isinstance(self.rows, torch.Tensor)
+            else max(t.numel() for t in tensors)
+        )
+        return top, low, length
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return self.rows[index]

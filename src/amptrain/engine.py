@@ -56,6 +56,62 @@ def token_hits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     return correct.sum(), mask.sum()
 
 
+def vocabulary_size(model: nn.Module) -> int | None:
+    """Rows of the model's input embedding, if it has one."""
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    embedding = get_embeddings() if callable(get_embeddings) else None
+    if not isinstance(embedding, nn.Embedding):
+        embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    return embedding.num_embeddings if embedding is not None else None
+
+
+def position_count(model: nn.Module) -> int | None:
+    """How many positions the model has (``max_seq_len``, or a Hugging Face config's)."""
+    for owner in (model, getattr(model, "config", None)):
+        for name in ("max_seq_len", "max_position_embeddings", "n_positions"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def check_data_fits(model: nn.Module, max_id: int, min_id: int, length: int) -> None:
+    """Token ids inside the vocabulary and sequences inside the positions, or a ValueError
+    that says which (torch's own message is an IndexError deep in an embedding)."""
+    vocab = vocabulary_size(model)
+    if vocab is not None and (max_id >= vocab or min_id < 0):
+        bad = max_id if max_id >= vocab else min_id
+        raise ValueError(
+            f"token id {bad} is outside the model's vocabulary of {vocab} (ids 0 to {vocab - 1})"
+        )
+    positions = position_count(model)
+    if positions is not None and length > positions:
+        raise ValueError(
+            f"sequences of {length} tokens are longer than the model's {positions} positions: "
+            "cut them, or use a model with more positions"
+        )
+
+
+@torch.no_grad()
+def check_outputs_logits(model: nn.Module, input_ids: torch.Tensor, plan: PrecisionPlan) -> None:
+    """The model returns logits over its vocabulary, not hidden states (checked on one row)."""
+    vocab = vocabulary_size(model)
+    if vocab is None:
+        return
+    was_training = model.training
+    model.eval()  # no dropout: the check draws nothing from the random stream
+    try:
+        with plan.autocast():
+            width = extract_logits(model(input_ids[:1])).shape[-1]
+    finally:
+        model.train(was_training)
+    if width != vocab:
+        raise ValueError(
+            f"the model output's last dimension is {width}, not the vocabulary ({vocab}): "
+            "return logits (with the language-model head), not hidden states"
+        )
+
+
 @dataclass
 class StepOutput:
     """Device tensors from one step; reading them (``.item()``) is the caller's choice."""

@@ -23,7 +23,7 @@ from amptrain.data import (
     seed_everything,
     unpack_batch,
 )
-from amptrain.engine import TrainStep, evaluate
+from amptrain.engine import TrainStep, check_data_fits, check_outputs_logits, evaluate
 from amptrain.metrics import (
     ConsoleSink,
     JsonlSink,
@@ -78,6 +78,33 @@ class SkipGuard:
             )
 
 
+# The types each annotation of TrainConfig admits (bool is not an int here).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+}
+
+
+def _check_types(cfg: Any) -> None:
+    """A wrong type is a ValueError naming the field, before any value check."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        names = [n.strip() for n in str(f.type).split("|")]
+        if value is None and "None" in names:
+            continue
+        allowed = tuple(t for n in names for t in _TYPES.get(n, ()))
+        if not allowed:
+            continue
+        wrong_bool = isinstance(value, bool) and bool not in allowed
+        if wrong_bool or not isinstance(value, allowed):
+            raise ValueError(
+                f"TrainConfig.{f.name} must be {' or '.join(names)}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
@@ -106,6 +133,7 @@ class TrainConfig:
     wandb_dir: str | None = None
 
     def __post_init__(self) -> None:
+        _check_types(self)
         canonical_precision(self.precision)
         if self.wandb_mode == "dryrun":  # W&B's older name for offline (WANDB_MODE=dryrun)
             object.__setattr__(self, "wandb_mode", "offline")
@@ -248,6 +276,22 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
     return sinks
 
 
+def _check_data(model: nn.Module, train_loader: Any, val_loader: Any) -> None:
+    if val_loader is not None and _length(val_loader) == 0:
+        raise ValueError("val_data gives no batch: pass validation rows, or no val_data")
+    for loader in (train_loader, val_loader):
+        dataset = getattr(loader, "dataset", None)
+        if hasattr(dataset, "id_range_and_length"):  # token ids given as tensors: all checked
+            check_data_fits(model, *dataset.id_range_and_length())
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable dataset has no length
+        return None
+
+
 def fine_tune(
     model: nn.Module,
     train_data: TokenData,
@@ -283,6 +327,11 @@ def _fine_tune(
 ) -> FineTuneResult:
     """The run itself; :func:`fine_tune` gives back the global settings and the model's dtype."""
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"TrainConfig.device is {cfg.device!r} but CUDA is not available here: "
+            "leave device unset to use the CPU"
+        )
     seed_everything(cfg.seed)
     plan = resolve_precision(cfg.precision, device)
     model.to(device=device, dtype=plan.param_dtype)
@@ -312,6 +361,7 @@ def _fine_tune(
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     if steps_per_epoch == 0:
         raise ValueError("the training data gives no batch: is it empty?")
+    _check_data(model, train_loader, val_loader)
 
     optimizer = build_optimizer(model, cfg, device)
     step = TrainStep(
@@ -345,6 +395,10 @@ def _fine_tune(
                 if i == steps_per_epoch:
                     break
                 input_ids, labels = unpack_batch(batch)
+                if epoch == 1 and i == 0:  # once: the output must be logits over the vocabulary
+                    ids = input_ids.to(device)
+                    check_data_fits(model, int(ids.max()), int(ids.min()), ids.shape[1])
+                    check_outputs_logits(model, ids, plan)
                 samples += input_ids.shape[0]
                 tokens += (
                     int(labels.ne(IGNORE_INDEX).sum())

@@ -73,7 +73,7 @@ def test_dataloader_order_is_reproducible_from_the_seed() -> None:
 
 
 def test_dataloader_with_a_worker_yields_every_row_once() -> None:
-    data = [torch.arange(n) + 1 for n in range(1, 9)]
+    data = [torch.arange(n) + 1 for n in range(2, 10)]
     loader = make_dataloader(data, batch_size=3, shuffle=False, device=CPU, num_workers=1)
     assert loader.num_workers == 1 and loader.persistent_workers
     rows = [int(r[0]) for ids, _ in loader for r in ids]

@@ -283,3 +283,60 @@ def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
         guard.update(finite=False)
     with pytest.raises(TrainingDivergedError):
         guard.update(finite=False)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("learning_rate", "3e-4"), ("epochs", 2.5), ("batch_size", True), ("deterministic", "yes")],
+)
+def test_wrong_types_are_reported_by_field_name(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"TrainConfig.{field} must be"):
+        TrainConfig(**{field: value})
+
+
+def test_token_ids_outside_the_vocabulary_are_a_clear_error() -> None:
+    data = _data()
+    data[0, 3] = VOCAB + 5
+    with pytest.raises(ValueError, match=f"token id {VOCAB + 5} .* vocabulary of {VOCAB}"):
+        fine_tune(_model(), data, epochs=1, num_workers=0)
+
+
+def test_sequences_longer_than_the_models_positions_are_a_clear_error() -> None:
+    long = synthetic_token_data(16, SEQ * 2, VOCAB)
+    with pytest.raises(ValueError, match=f"{SEQ * 2} tokens .* {SEQ} positions"):
+        fine_tune(_model(), long, epochs=1, num_workers=0)
+
+
+class _HiddenStates(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.embed(input_ids))  # [B, T, 16]: not logits over the vocabulary
+
+
+def test_a_model_that_returns_hidden_states_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="last dimension is 16, not the vocabulary"):
+        fine_tune(_HiddenStates(), _data(), epochs=1, num_workers=0)
+
+
+def test_rows_too_short_to_train_on_are_a_clear_error() -> None:
+    rows = [torch.tensor([3, 4, 5]), torch.tensor([7])]
+    with pytest.raises(ValueError, match="row 1 has 1 token"):
+        fine_tune(_model(), rows, epochs=1, num_workers=0)
+
+
+def test_an_empty_validation_loader_is_a_clear_error() -> None:
+    from torch.utils.data import DataLoader
+
+    empty = DataLoader(torch.empty(0, SEQ, dtype=torch.long), batch_size=4)
+    with pytest.raises(ValueError, match="val_data gives no batch"):
+        fine_tune(_model(), _data(), empty, epochs=1, num_workers=0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
+def test_asking_for_cuda_without_it_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"TrainConfig.device is 'cuda' but CUDA is not available"):
+        fine_tune(_model(), _data(), epochs=1, device="cuda", num_workers=0)
