@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import uuid
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -105,11 +106,15 @@ class ConsoleSink:
 
 
 class JsonlSink:
-    """Appends every record, with its step, as one JSON object per line."""
+    """Appends every record, with its run id and step, as one JSON object per line.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Runs appended to one file are told apart by ``run`` (each run's steps count from 1).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id or uuid.uuid4().hex[:12]
         self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, record: Mapping[str, Scalar], step: int) -> None:
@@ -117,7 +122,7 @@ class JsonlSink:
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in record.items()
         }
-        self._file.write(json.dumps({"step": step, **clean}) + "\n")
+        self._file.write(json.dumps({"run": self.run_id, "step": step, **clean}) + "\n")
 
     def close(self) -> None:
         self._file.close()

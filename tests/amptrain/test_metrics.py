@@ -94,3 +94,20 @@ def test_cpu_has_no_gpu_memory_figure() -> None:
 
     assert peak_memory_mb(torch.device("cpu")) is None
     assert gpu_utilization(torch.device("cpu")) is None
+
+
+def test_runs_appended_to_one_jsonl_file_are_told_apart(tmp_path: Path) -> None:
+    from amptrain import TinyGPT, fine_tune, synthetic_token_data
+
+    path = tmp_path / "metrics.jsonl"
+    for _ in range(2):
+        model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+        fine_tune(
+            model, synthetic_token_data(16, 8, 16), epochs=2, jsonl_path=str(path), num_workers=0
+        )
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    runs = list(dict.fromkeys(r["run"] for r in records))
+    assert len(runs) == 2 and all(r["run"] for r in records)
+    for run in runs:
+        steps = [r["step"] for r in records if r["run"] == run and "train/loss" in r]
+        assert steps == sorted(steps) and len(set(steps)) == len(steps)
