@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 import sys
+import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path

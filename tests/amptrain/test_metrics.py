@@ -109,5 +109,5 @@ def test_runs_appended_to_one_jsonl_file_are_told_apart(tmp_path: Path) -> None:
     runs = list(dict.fromkeys(r["run"] for r in records))
     assert len(runs) == 2 and all(r["run"] for r in records)
     for run in runs:
-        steps = [r["step"] for r in records if r["run"] == run and "train/loss" in r]
+        steps = [r["step"] for r in records if r["run"] == run and "train/grad_norm" in r]
         assert steps == sorted(steps) and len(set(steps)) == len(steps)
