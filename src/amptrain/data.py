@@ -188,6 +188,22 @@ def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids, input_ids if labels is None else labels
 
 
+def batch_inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """``(input_ids, labels, inputs)``: the ids, the labels, and what else the model takes.
+
+    A mapping's ``attention_mask`` is passed on to the model; without ``labels``, the
+    positions it masks (padding, left or right) are not scored.
+    """
+    input_ids, labels = unpack_batch(batch)
+    inputs: dict[str, torch.Tensor] = {}
+    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+    if mask is not None:
+        inputs["attention_mask"] = mask
+        if batch.get("labels") is None:
+            labels = input_ids.masked_fill(mask == 0, IGNORE_INDEX)
+    return input_ids, labels, inputs
+
+
 def synthetic_token_data(
     n_samples: int,
     seq_len: int,

@@ -5,8 +5,9 @@ Kept apart from the epoch loop so the benchmark times exactly the step that ``fi
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from amptrain.data import IGNORE_INDEX, unpack_batch
+from amptrain.data import IGNORE_INDEX, batch_inputs
 from amptrain.precision import PrecisionPlan
 
 
@@ -54,6 +55,17 @@ def token_hits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     mask = targets != IGNORE_INDEX
     correct = (logits[:, :-1].argmax(dim=-1) == targets) & mask
     return correct.sum(), mask.sum()
+
+
+def forward_inputs(model: nn.Module) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A filter keeping the inputs (``attention_mask``, ...) the model's forward accepts."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return lambda inputs: {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict
+    return lambda inputs: {k: v for k, v in inputs.items() if k in params}
 
 
 def vocabulary_size(model: nn.Module) -> int | None:
@@ -148,13 +160,18 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
         self._overflows = torch.zeros((), dtype=torch.long, device=device)  # read lazily
+        self._inputs = forward_inputs(model)
         self._device_skip = bool(optimizer.defaults.get("fused")) and getattr(
             optimizer, "_step_supports_amp_scaling", False
         )
 
-    def __call__(self, input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+    def __call__(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, **inputs: torch.Tensor
+    ) -> StepOutput:
+        """One step; ``inputs`` (``attention_mask``) reach the model if its forward takes them."""
         with self.plan.autocast():
-            loss = lm_loss(extract_logits(self.model(input_ids)), labels)
+            logits = extract_logits(self.model(input_ids, **self._inputs(inputs)))
+            loss = lm_loss(logits, labels)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
@@ -200,10 +217,13 @@ def evaluate(
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
     total_correct = torch.zeros((), device=device, dtype=torch.long)
     total_tokens = torch.zeros((), device=device, dtype=torch.long)
+    accepted = forward_inputs(model)
     for batch in batches:
-        input_ids, labels = (t.to(device, non_blocking=True) for t in unpack_batch(batch))
+        input_ids, labels, inputs = batch_inputs(batch)
+        input_ids, labels = input_ids.to(device), labels.to(device)
+        inputs = {k: v.to(device) for k, v in accepted(inputs).items()}
         with plan.autocast():
-            logits = extract_logits(model(input_ids))
+            logits = extract_logits(model(input_ids, **inputs))
             loss = lm_loss(logits, labels)
             correct, count = token_hits(logits, labels)
         total_loss += loss.double() * count

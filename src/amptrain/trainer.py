@@ -18,10 +18,10 @@ from tqdm.auto import tqdm
 from amptrain.data import (
     IGNORE_INDEX,
     TokenData,
+    batch_inputs,
     deterministic_kernels,
     make_dataloader,
     seed_everything,
-    unpack_batch,
 )
 from amptrain.engine import TrainStep, check_data_fits, check_outputs_logits, evaluate
 from amptrain.metrics import (
@@ -394,7 +394,7 @@ def _fine_tune(
             for i, batch in enumerate(train_loader):
                 if i == steps_per_epoch:
                     break
-                input_ids, labels = unpack_batch(batch)
+                input_ids, labels, inputs = batch_inputs(batch)
                 if epoch == 1 and i == 0:  # once: the output must be logits over the vocabulary
                     ids = input_ids.to(device)
                     check_data_fits(model, int(ids.max()), int(ids.min()), ids.shape[1])
@@ -407,7 +407,9 @@ def _fine_tune(
                 )
                 lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (before it moves)
                 out = step(
-                    input_ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+                    input_ids.to(device, non_blocking=True),
+                    labels.to(device, non_blocking=True),
+                    **{k: v.to(device, non_blocking=True) for k, v in inputs.items()},
                 )
                 # One host read per step, for the metrics and the progress bar.
                 loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from amptrain import (
     FineTuneResult,
@@ -340,3 +341,58 @@ def test_an_empty_validation_loader_is_a_clear_error() -> None:
 def test_asking_for_cuda_without_it_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"TrainConfig.device is 'cuda' but CUDA is not available"):
         fine_tune(_model(), _data(), epochs=1, device="cuda", num_workers=0)
+
+
+class _MaskAware(nn.Module):
+    """A model whose forward takes attention_mask (as Hugging Face models do), and records it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _model()
+        self.masks: list[torch.Tensor | None] = []
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.masks.append(attention_mask)
+        return self.inner(input_ids)
+
+
+def _left_padded() -> list[dict[str, torch.Tensor]]:
+    ids = synthetic_token_data(8, SEQ, VOCAB)
+    mask = torch.ones_like(ids)
+    mask[:, :4] = 0  # left padding: the first four positions are not text
+    ids = ids.masked_fill(mask == 0, 0)
+    return [{"input_ids": ids[i : i + 4], "attention_mask": mask[i : i + 4]} for i in (0, 4)]
+
+
+def test_attention_mask_reaches_the_model_and_padding_is_not_scored() -> None:
+    from amptrain.engine import lm_loss
+    from amptrain.metrics import MetricsTracker
+
+    model, tracker = _MaskAware(), MetricsTracker()
+    batches = _left_padded()
+    expected = lm_loss(
+        _model()(batches[0]["input_ids"]),
+        batches[0]["input_ids"].masked_fill(batches[0]["attention_mask"] == 0, -100),
+    ).item()
+    loader = DataLoader(batches, batch_size=None)  # ready batches, as a tokenizer pipeline gives
+    fine_tune(model, loader, epochs=1, tracker=tracker, max_grad_norm=None, learning_rate=1e-9)
+    assert any(m is not None and torch.equal(m, batches[0]["attention_mask"]) for m in model.masks)
+    assert tracker.history[0]["train/loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_labels_in_a_batch_are_honoured() -> None:
+    from amptrain.metrics import MetricsTracker
+
+    ids = synthetic_token_data(4, SEQ, VOCAB)
+    labels = torch.full_like(ids, -100)
+    labels[:, 5] = ids[:, 5]  # only one target per row counts
+    tracker = MetricsTracker()
+    loader = DataLoader([{"input_ids": ids, "labels": labels}], batch_size=None)
+    fine_tune(_model(), loader, epochs=1, tracker=tracker, learning_rate=1e-9)
+    from amptrain.engine import lm_loss
+
+    assert tracker.history[0]["train/loss"] == pytest.approx(
+        lm_loss(_model()(ids), labels).item(), rel=1e-5
+    )
