@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
@@ -114,6 +114,26 @@ class _SequenceDataset(Dataset):
         return self.rows[index]
 
 
+class EpochShuffle(Sampler[int]):
+    """A shuffled order that is a function of (seed, epoch) alone: the same with any number of
+    workers (they draw from their own generator, never from this one). Call
+    :meth:`set_epoch` before each epoch, as with ``DistributedSampler``."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order to give next."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class PadCollate:
     """Stack rows into ``(input_ids, labels)``, padding ragged rows; the loss skips padding."""
 
@@ -152,12 +172,13 @@ def make_dataloader(
         num_workers = 2 if device.type == "cuda" else 1
     num_workers = min(num_workers, os.cpu_count() or 1)
     generator = torch.Generator()
-    generator.manual_seed(seed)
+    generator.manual_seed(seed)  # the workers' seeds; the order has a generator of its own
     workers = num_workers > 0
+    dataset = _SequenceDataset(data)
     return DataLoader(
-        _SequenceDataset(data),
+        dataset,
         batch_size=batch_size,
-        shuffle=shuffle,
+        sampler=EpochShuffle(len(dataset), seed) if shuffle else None,
         collate_fn=PadCollate(pad_token_id),
         num_workers=num_workers,
         pin_memory=device.type == "cuda",

@@ -390,6 +390,9 @@ def _fine_tune(
                 disable=not show_progress,
                 unit="step",
             )
+            sampler = getattr(train_loader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
+                sampler.set_epoch(epoch)
             start = time.perf_counter()
             for i, batch in enumerate(train_loader):
                 if i == steps_per_epoch:

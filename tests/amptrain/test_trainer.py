@@ -396,3 +396,12 @@ def test_labels_in_a_batch_are_honoured() -> None:
     assert tracker.history[0]["train/loss"] == pytest.approx(
         lm_loss(_model()(ids), labels).item(), rel=1e-5
     )
+
+
+def test_the_shuffle_order_depends_on_seed_and_epoch_not_on_the_worker_count() -> None:
+    def losses(workers: int) -> list[float]:
+        return fine_tune(
+            _model(), _data(64), epochs=3, batch_size=8, seed=3, num_workers=workers
+        ).train_loss_history
+
+    assert losses(0) == losses(1)
