@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
 import traceback
@@ -76,7 +77,11 @@ class Arm:
 
 
 def _forever(loader: Any) -> Iterator[Any]:
-    while True:
+    """Batches without end, each pass over the data in its own shuffled order."""
+    sampler = getattr(loader, "sampler", None)
+    for epoch in itertools.count():
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
         yield from loader
 
 
