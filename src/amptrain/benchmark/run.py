@@ -142,13 +142,14 @@ def run_steps(arm: Arm, steps: int, device: torch.device) -> float:
 def time_window(arm: Arm, steps: int, device: torch.device) -> None:
     """One timed window: CUDA events on a GPU (read later), ``perf_counter`` elsewhere."""
     cuda = device.type == "cuda"
+    # Measured before the window starts: a garbage collection inside it would be timed.
+    memory_before = health.memory_in_use_mb(device)
+    live_before = probes.live_tensors()
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
         start_alloc = torch.cuda.memory_allocated(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-    memory_before = health.memory_in_use_mb(device)
-    live_before = probes.live_tensors()
     host_start = time.perf_counter()
     arm.data_wait_s += run_steps(arm, steps, device)
     if cuda:
