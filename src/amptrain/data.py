@@ -24,10 +24,14 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
     if deterministic:
-        # cuBLAS needs a fixed workspace to be deterministic; set before the first matmul.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
+        _set_deterministic()
+
+
+def _set_deterministic() -> None:
+    # cuBLAS needs a fixed workspace to be deterministic; set before the first matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
 
 
 @contextmanager
@@ -43,10 +47,7 @@ def deterministic_kernels(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.benchmark,
         os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
     )
-    # cuBLAS needs a fixed workspace to be deterministic; set before the first matmul.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
+    _set_deterministic()
     try:
         yield
     finally:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from amptrain.data import TokenData, synthetic_token_data
+from amptrain.engine import vocabulary_size
 from amptrain.precision import PrecisionFallbackWarning, compute_effective_precision
 from amptrain.trainer import fine_tune
 
@@ -50,16 +51,13 @@ def detect_vocab_size(model: nn.Module, config: Any = None) -> int:
     value = _config_value(config, "vocab_size")
     if isinstance(value, int) and value > 0:
         return value
-    get_embeddings = getattr(model, "get_input_embeddings", None)
-    embedding = get_embeddings() if callable(get_embeddings) else None
-    if not isinstance(embedding, nn.Embedding):
-        embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
-    if embedding is None:
+    size = vocabulary_size(model)
+    if size is None:
         raise ValueError(
             "cannot tell the vocabulary size: give config.vocab_size or a model with an "
             "nn.Embedding"
         )
-    return embedding.num_embeddings
+    return size
 
 
 def test_fine_tuning(

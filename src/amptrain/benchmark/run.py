@@ -311,7 +311,8 @@ def after_checks(
     """Host syncs in the training step (a separate pass: CUDA's sync debug mode on a GPU, the
     dispatched operators elsewhere), the dtypes the forward's matmuls compute in, and
     single-sample inference latency."""
-    batches = [tuple(t.to(device) for t in unpack_batch(next(arm.batches))) for _ in range(4)]
+    needed = 1 if device.type == "cuda" else 4  # the dtype pass, and on CPU the sync pass
+    batches = [tuple(t.to(device) for t in unpack_batch(next(arm.batches))) for _ in range(needed)]
     if device.type == "cuda":
         syncs = health.count_syncs(lambda: run_steps(arm, 1, device), 3, device)
     else:  # the step alone: the loader's own reads (its sampler's order) are host-side by design
