@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from amptrain.callbacks import Callback, EarlyStopping, TrainState
 from amptrain.data import make_dataloader, seed_everything, synthetic_token_data
 from amptrain.engine import TrainStep, evaluate, extract_logits, lm_loss, token_hits
 from amptrain.legacy import detect_vocab_size, test_fine_tuning
@@ -31,7 +32,9 @@ __version__ = "0.1.0"
 __all__ = [
     "PRECISIONS",
     "AmpWandbCallback",
+    "Callback",
     "ConsoleSink",
+    "EarlyStopping",
     "EpochMetrics",
     "FineTuneResult",
     "JsonlSink",
@@ -42,6 +45,7 @@ __all__ = [
     "SkippedStepsWarning",
     "TinyGPT",
     "TrainConfig",
+    "TrainState",
     "TrainStep",
     "TrainingDivergedError",
     "WandbSink",

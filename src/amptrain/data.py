@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from amptrain.distributed import World, shard_loader, shard_sampler
+
 IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
 TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader
@@ -160,15 +162,18 @@ def make_dataloader(
     seed: int = 0,
     num_workers: int | None = None,
     pad_token_id: int = 0,
+    world: World | None = None,
 ) -> DataLoader:
-    """Wrap token ids in a DataLoader; a ready DataLoader is returned unchanged.
+    """Wrap token ids in a DataLoader; a ready DataLoader is returned unchanged (under
+    torchrun, rebuilt over this rank's shard).
 
     Workers prefetch batches and stay alive across epochs; on CUDA, batches are pinned so
     the host-to-device copy can be ``non_blocking``. ``num_workers=None`` picks 2 on CUDA and
     1 on CPU (the CPU's cores are the ones doing the training).
     """
+    world = world or World()
     if isinstance(data, DataLoader):
-        return data
+        return shard_loader(data, world, shuffle=shuffle, seed=seed)
     if num_workers is None:
         num_workers = 2 if device.type == "cuda" else 1
     num_workers = min(num_workers, os.cpu_count() or 1)
@@ -176,10 +181,16 @@ def make_dataloader(
     generator.manual_seed(seed)  # the workers' seeds; the order has a generator of its own
     workers = num_workers > 0
     dataset = _SequenceDataset(data)
+    if world.distributed:
+        sampler: Sampler[int] | None = shard_sampler(
+            len(dataset), world, shuffle=shuffle, seed=seed
+        )
+    else:
+        sampler = EpochShuffle(len(dataset), seed) if shuffle else None
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=EpochShuffle(len(dataset), seed) if shuffle else None,
+        sampler=sampler,
         collate_fn=PadCollate(pad_token_id),
         num_workers=num_workers,
         pin_memory=device.type == "cuda",

@@ -5,9 +5,10 @@ Kept apart from the epoch loop so the benchmark times exactly the step that ``fi
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +58,32 @@ def token_hits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     return correct.sum(), mask.sum()
 
 
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+MicroBatch = tuple[torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor]]
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside ``DistributedDataParallel`` and ``torch.compile`` wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def _no_sync(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """DDP's ``no_sync`` (found through a compile wrapper), or a context that does nothing."""
+    while isinstance(model, nn.Module):
+        if callable(getattr(type(model), "no_sync", None)):
+            return model.no_sync  # type: ignore[no-any-return]
+        model = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+    return contextlib.nullcontext
+
+
 def forward_inputs(model: nn.Module) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """A filter keeping the inputs (``attention_mask``, ...) the model's forward accepts."""
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(unwrap(model).forward).parameters
     except (TypeError, ValueError):
         return lambda inputs: {}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
@@ -135,11 +158,13 @@ class StepOutput:
 class TrainStep:
     """One optimizer step in the order mixed precision needs.
 
-    scaled backward -> unscale_ -> clip -> step (skipped on a non-finite gradient norm)
-    -> scaler.update() -> zero_grad(set_to_none=True).
+    scaled backward (per micro-batch) -> unscale_ -> clip -> step (skipped on a non-finite
+    gradient norm) -> scaler.update() -> zero_grad(set_to_none=True).
     With fp16 the scaler skips the step on inf/NaN gradients. Otherwise a fused optimizer
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
+    ``loss_fn(logits, labels)`` returns the mean over the counted tokens (labels not
+    ``IGNORE_INDEX``); :func:`lm_loss` by default.
     """
 
     def __init__(
@@ -150,17 +175,20 @@ class TrainStep:
         *,
         scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
         max_grad_norm: float | None = 1.0,
+        loss_fn: LossFn = lm_loss,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.plan = plan
         self.scheduler = scheduler
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
+        self.loss_fn = loss_fn
         self.scaler = plan.grad_scaler()
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
         self._overflows = torch.zeros((), dtype=torch.long, device=device)  # read lazily
         self._inputs = forward_inputs(model)
+        self._no_sync = _no_sync(model)
         self._device_skip = bool(optimizer.defaults.get("fused")) and getattr(
             optimizer, "_step_supports_amp_scaling", False
         )
@@ -169,10 +197,13 @@ class TrainStep:
         self, input_ids: torch.Tensor, labels: torch.Tensor, **inputs: torch.Tensor
     ) -> StepOutput:
         """One step; ``inputs`` (``attention_mask``) reach the model if its forward takes them."""
-        with self.plan.autocast():
-            logits = extract_logits(self.model(input_ids, **self._inputs(inputs)))
-            loss = lm_loss(logits, labels)
-        self.scaler.scale(loss).backward()
+        return self.run([(input_ids, labels, inputs)])
+
+    def run(self, micro_batches: Sequence[MicroBatch]) -> StepOutput:
+        """One optimizer step over ``(input_ids, labels, inputs)`` micro-batches (gradient
+        accumulation): each micro-batch's loss is weighted by its share of the counted tokens,
+        so the step equals one over their concatenation; DDP syncs gradients on the last only."""
+        loss = self._backward(micro_batches)
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         finite = torch.isfinite(grad_norm)
@@ -191,7 +222,36 @@ class TrainStep:
         if self.scheduler is not None:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepOutput(loss=loss.detach(), grad_norm=grad_norm.detach())
+        return StepOutput(loss=loss, grad_norm=grad_norm.detach())
+
+    def _backward(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
+        """Scaled backward of every micro-batch; the step's loss, detached."""
+        if not micro_batches:
+            raise ValueError("a training step needs at least one micro-batch")
+        if len(micro_batches) == 1:
+            input_ids, labels, inputs = micro_batches[0]
+            loss = self._loss(input_ids, labels, inputs)
+            self.scaler.scale(loss).backward()
+            return loss.detach()
+        counts = [labels[:, 1:].ne(IGNORE_INDEX).sum() for _, labels, _ in micro_batches]
+        total = torch.stack(counts).sum()
+        step_loss = torch.zeros((), dtype=torch.float32, device=total.device)
+        last = len(micro_batches) - 1
+        for i, ((input_ids, labels, inputs), count) in enumerate(
+            zip(micro_batches, counts, strict=True)
+        ):
+            with self._no_sync() if i < last else contextlib.nullcontext():
+                loss = self._loss(input_ids, labels, inputs) * (count / total)
+                self.scaler.scale(loss).backward()
+            step_loss += loss.detach()
+        return step_loss
+
+    def _loss(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, inputs: Mapping[str, torch.Tensor]
+    ) -> torch.Tensor:
+        with self.plan.autocast():
+            logits = extract_logits(self.model(input_ids, **self._inputs(inputs)))
+            return self.loss_fn(logits, labels)
 
     @property
     def overflow_steps(self) -> int:
@@ -210,8 +270,12 @@ def evaluate(
     batches: Any,
     plan: PrecisionPlan,
     device: torch.device,
+    *,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """Validation loss (token-weighted), perplexity and token accuracy, with one host sync."""
+    """Validation loss (token-weighted), perplexity and token accuracy, with one host sync.
+
+    ``reduce`` sums the totals over processes (each scored its own shard of ``batches``)."""
     was_training = model.training
     model.eval()
     total_loss = torch.zeros((), device=device, dtype=torch.float64)
@@ -230,10 +294,8 @@ def evaluate(
         total_correct += correct
         total_tokens += count
     model.train(was_training)
-    loss_sum, correct, tokens = (
-        float(v)
-        for v in torch.stack([total_loss, total_correct.double(), total_tokens.double()]).tolist()
-    )
+    totals = torch.stack([total_loss, total_correct.double(), total_tokens.double()])
+    loss_sum, correct, tokens = (reduce(totals) if reduce else totals).tolist()
     if tokens == 0:
         return {"loss": math.nan, "perplexity": math.nan, "accuracy": math.nan}
     loss = loss_sum / tokens

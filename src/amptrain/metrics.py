@@ -47,6 +47,14 @@ class RunningStats:
         """Population standard deviation (0 for fewer than two values)."""
         return math.sqrt(self._m2 / self.count) if self.count > 1 else 0.0
 
+    def state_dict(self) -> dict[str, float]:
+        """Everything needed to go on counting (a checkpoint keeps it)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        for name in self.__slots__:
+            setattr(self, name, type(getattr(self, name))(state[name]))
+
     def summary(self) -> dict[str, float]:
         """``mean``, ``std``, ``min``, ``max`` (NaN when nothing was counted)."""
         if not self.count:
@@ -192,6 +200,27 @@ class MetricsTracker:
         self.history.append(record)
         for sink in self.sinks:
             sink.log(record, self.step)
+
+    def log(self, record: Mapping[str, Scalar | None]) -> None:
+        """Send a record (a validation pass's) to the sinks at the current step."""
+        clean = {k: v for k, v in record.items() if v is not None}
+        for sink in self.sinks:
+            sink.log(clean, self.step)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The step count, this epoch's aggregates and the epoch records (for a checkpoint)."""
+        return {
+            "step": self.step,
+            "epoch_loss": self.epoch_loss.state_dict(),
+            "epoch_grad_norm": self.epoch_grad_norm.state_dict(),
+            "epochs": list(self.epochs),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.epoch_loss.load_state_dict(state["epoch_loss"])
+        self.epoch_grad_norm.load_state_dict(state["epoch_grad_norm"])
+        self.epochs = list(state["epochs"])
 
     def end_epoch(self, record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
         """Send an epoch record (``None`` values dropped) to the sinks and reset the aggregates."""

@@ -1,4 +1,4 @@
-"""fine_tune: the epoch loop around :class:`~amptrain.engine.TrainStep`, with a typed result."""
+"""fine_tune: configuration, setup (devices, processes, data, optimizer) and the result."""
 
 from __future__ import annotations
 
@@ -7,76 +7,42 @@ import math
 import os
 import sys
 import time
-import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from amptrain.data import (
-    IGNORE_INDEX,
-    TokenData,
-    batch_inputs,
-    deterministic_kernels,
-    make_dataloader,
-    seed_everything,
+from amptrain import checkpoint
+from amptrain.callbacks import Callback, Hooks
+from amptrain.data import TokenData, deterministic_kernels, make_dataloader, seed_everything
+from amptrain.distributed import World, join_world, wrap_model
+from amptrain.engine import LossFn, TrainStep, check_data_fits, lm_loss
+from amptrain.loop import (
+    Loop,
+    SkipGuard,
+    SkippedStepsWarning,
+    TrainingDivergedError,
 )
-from amptrain.engine import TrainStep, check_data_fits, check_outputs_logits, evaluate
-from amptrain.metrics import (
-    ConsoleSink,
-    JsonlSink,
-    MetricsTracker,
-    Sink,
-    WandbSink,
-    gpu_utilization,
-    peak_memory_mb,
-    reset_peak_memory,
-)
+from amptrain.metrics import ConsoleSink, JsonlSink, MetricsTracker, Sink, WandbSink
 from amptrain.precision import canonical_precision, resolve_precision
+from amptrain.results import EpochMetrics, FineTuneResult
 
+__all__ = [
+    "EpochMetrics",
+    "FineTuneResult",
+    "SkipGuard",
+    "SkippedStepsWarning",
+    "TrainConfig",
+    "TrainingDivergedError",
+    "build_optimizer",
+    "build_schedule",
+    "fine_tune",
+]
 
-class SkippedStepsWarning(UserWarning):
-    """Optimizer steps are being skipped because the gradient is not finite."""
-
-
-class TrainingDivergedError(RuntimeError):
-    """Too many optimizer steps in a row were skipped: the run no longer trains."""
-
-
-class SkipGuard:
-    """Counts optimizer steps skipped in a row (a non-finite gradient): warns at the first,
-    raises at ``limit``. While an fp16 scaler calibrates (no step has succeeded yet), its
-    skips are expected and not counted."""
-
-    def __init__(self, limit: int, *, calibrating: bool = False) -> None:
-        self.limit, self.calibrating = limit, calibrating
-        self.in_a_row = 0
-        self.warned = False
-
-    def update(self, *, finite: bool, where: str = "") -> None:
-        """Record one step: ``finite`` is whether its gradient norm was finite."""
-        if finite:
-            self.in_a_row, self.calibrating = 0, False
-            return
-        if self.calibrating:
-            return
-        self.in_a_row += 1
-        if not self.warned:
-            self.warned = True
-            warnings.warn(
-                f"an optimizer step was skipped: the gradient is not finite{where}",
-                SkippedStepsWarning,
-                stacklevel=4,
-            )
-        if self.in_a_row >= self.limit:
-            raise TrainingDivergedError(
-                f"{self.in_a_row} optimizer steps in a row were skipped{where}: the loss or "
-                "gradient is NaN or infinite. Lower the learning rate, check the data, or raise "
-                "max_consecutive_skips if this is expected"
-            )
-
+OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer, int], Any]
 
 # The types each annotation of TrainConfig admits (bool is not an int here).
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -119,6 +85,14 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     max_steps_per_epoch: int | None = None
     max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
+    grad_accum_steps: int = 1  # micro-batches per optimizer step
+    log_every: int = 10  # optimizer steps between host reads of the loss and gradient norm
+    eval_every: int | None = None  # optimizer steps between validations (and each epoch's end)
+    checkpoint_dir: str | None = None  # where checkpoints go (one is written at the end)
+    checkpoint_every: int | None = None  # optimizer steps between checkpoints
+    keep_checkpoints: int = 3  # the newest K are kept
+    resume_from: str | None = None  # a checkpoint, a directory (its newest), or "latest"
+    compile: bool = False  # torch.compile the model for training
     device: str | None = None  # None: CUDA when available, else CPU
     seed: int = 0
     deterministic: bool = False
@@ -148,6 +122,11 @@ class TrainConfig:
             "max_steps_per_epoch": self.max_steps_per_epoch is None
             or self.max_steps_per_epoch >= 1,
             "max_consecutive_skips": self.max_consecutive_skips >= 1,
+            "grad_accum_steps": self.grad_accum_steps >= 1,
+            "log_every": self.log_every >= 1,
+            "eval_every": self.eval_every is None or self.eval_every >= 1,
+            "checkpoint_every": self.checkpoint_every is None or self.checkpoint_every >= 1,
+            "keep_checkpoints": self.keep_checkpoints >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
@@ -156,82 +135,8 @@ class TrainConfig:
                 raise ValueError(
                     f"TrainConfig.{name} has an invalid value: {getattr(self, name)!r}"
                 )
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    """What one epoch measured. Losses are per token; throughput excludes validation."""
-
-    epoch: int
-    train_loss: float
-    val_loss: float | None
-    val_perplexity: float | None
-    val_accuracy: float | None
-    grad_norm_mean: float
-    grad_norm_std: float
-    grad_norm_min: float
-    grad_norm_max: float
-    learning_rate: float
-    overflow_steps: int
-    loss_scale: float
-    samples_per_second: float
-    tokens_per_second: float
-    peak_memory_mb: float | None  # CUDA tensors only; None on CPU
-    gpu_utilization: float | None
-    wall_time_s: float
-
-    def log_record(self, precision: str) -> dict[str, Any]:
-        """The namespaced keys sent to the metric sinks."""
-        return {
-            "epoch": self.epoch,
-            "train/loss": self.train_loss,
-            "train/grad_norm_mean": self.grad_norm_mean,
-            "train/grad_norm_max": self.grad_norm_max,
-            "train/lr": self.learning_rate,
-            "train/samples_per_second": self.samples_per_second,
-            "train/tokens_per_second": self.tokens_per_second,
-            "val/loss": self.val_loss,
-            "val/perplexity": self.val_perplexity,
-            "val/accuracy": self.val_accuracy,
-            "amp/loss_scale": self.loss_scale,
-            "amp/overflow_steps": self.overflow_steps,
-            "amp/enabled": int(precision in ("16-mixed", "bf16-mixed")),
-            "amp/precision": precision,
-            "system/peak_memory_mb": self.peak_memory_mb,
-            "system/gpu_utilization": self.gpu_utilization,
-        }
-
-
-@dataclass(frozen=True)
-class FineTuneResult:
-    """The outcome of :func:`fine_tune`."""
-
-    precision: str
-    precision_requested: str
-    device: str
-    epochs: list[EpochMetrics]
-    steps: int
-    overflow_steps: int
-    final_loss_scale: float
-    train_samples: int
-    val_samples: int
-    wall_time_s: float
-
-    @property
-    def train_loss_history(self) -> list[float]:
-        return [e.train_loss for e in self.epochs]
-
-    @property
-    def val_loss_history(self) -> list[float | None]:
-        return [e.val_loss for e in self.epochs]
-
-    @property
-    def val_accuracy_history(self) -> list[float | None]:
-        return [e.val_accuracy for e in self.epochs]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (nested epoch records included)."""
-        return dataclasses.asdict(self)
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ValueError("TrainConfig.checkpoint_every needs checkpoint_dir")
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -277,7 +182,7 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
 
 
 def _check_data(model: nn.Module, train_loader: Any, val_loader: Any) -> None:
-    if val_loader is not None and _length(val_loader) == 0:
+    if val_loader is not None and _length(getattr(val_loader, "dataset", val_loader)) == 0:
         raise ValueError("val_data gives no batch: pass validation rows, or no val_data")
     for loader in (train_loader, val_loader):
         dataset = getattr(loader, "dataset", None)
@@ -299,6 +204,10 @@ def fine_tune(
     *,
     config: TrainConfig | None = None,
     tracker: MetricsTracker | None = None,
+    callbacks: Iterable[Callback] = (),
+    loss_fn: LossFn | None = None,
+    optimizer_factory: OptimizerFactory | None = None,
+    scheduler_factory: SchedulerFactory | None = None,
     **options: Any,
 ) -> FineTuneResult:
     """Fine-tune ``model`` on token ids with a next-token language-model loss.
@@ -307,15 +216,42 @@ def fine_tune(
     tensors (padded; padding is ignored), or a ready DataLoader. ``options`` are
     :class:`TrainConfig` fields and override ``config``. The precision falls back (with one
     warning) where the device cannot run it; the result records the one used.
+
+    ``loss_fn(logits, labels)`` replaces the next-token cross-entropy for training (validation
+    keeps it, so perplexity means what it says); ``optimizer_factory(model)`` and
+    ``scheduler_factory(optimizer, total_steps)`` replace AdamW and the warm-up/cosine
+    schedule. Under torchrun (``WORLD_SIZE`` > 1) the model trains with DDP on this rank's
+    shard of the data, and only rank 0 writes sinks and checkpoints.
     """
     cfg = dataclasses.replace(config or TrainConfig(), **options)
+    parts = _Parts(Hooks(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     with deterministic_kernels(cfg.deterministic):
         try:
-            return _fine_tune(model, train_data, val_data, cfg, tracker)
+            return _fine_tune(model, train_data, val_data, cfg, tracker, parts)
         finally:
             if dtype is not None:
                 model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What fine_tune takes besides the configuration."""
+
+    hooks: Hooks
+    loss_fn: LossFn
+    optimizer_factory: OptimizerFactory | None
+    scheduler_factory: SchedulerFactory | None
+
+
+def _device(cfg: TrainConfig) -> torch.device:
+    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"TrainConfig.device is {cfg.device!r} but CUDA is not available here: "
+            "leave device unset to use the CPU"
+        )
+    return device
 
 
 def _fine_tune(
@@ -324,148 +260,140 @@ def _fine_tune(
     val_data: TokenData | None,
     cfg: TrainConfig,
     tracker: MetricsTracker | None,
+    parts: _Parts,
 ) -> FineTuneResult:
-    """The run itself; :func:`fine_tune` gives back the global settings and the model's dtype."""
-    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"TrainConfig.device is {cfg.device!r} but CUDA is not available here: "
-            "leave device unset to use the CPU"
-        )
+    """The run; :func:`fine_tune` gives back the global settings and the model's dtype."""
+    device = _device(cfg)
+    world = join_world(device.type)
+    try:
+        if world.distributed and device.type == "cuda":
+            device = torch.device("cuda", world.local_rank)
+        return _train(model, train_data, val_data, cfg, tracker, parts, world, device)
+    finally:
+        world.close()
+
+
+def _train(
+    model: nn.Module,
+    train_data: TokenData,
+    val_data: TokenData | None,
+    cfg: TrainConfig,
+    tracker: MetricsTracker | None,
+    parts: _Parts,
+    world: World,
+    device: torch.device,
+) -> FineTuneResult:
     seed_everything(cfg.seed)
     plan = resolve_precision(cfg.precision, device)
     model.to(device=device, dtype=plan.param_dtype)
     model.train()
+    loaders = _loaders(train_data, val_data, cfg, device, world)
+    batches = _batches_per_epoch(loaders[0], cfg)
+    _check_data(model, *loaders)
 
-    loader_args = {
+    train_model = wrap_model(model, world, device)
+    if cfg.compile:
+        train_model = torch.compile(train_model)
+    optimizer = (parts.optimizer_factory or (lambda m: build_optimizer(m, cfg, device)))(model)
+    total_steps = cfg.epochs * -(-batches // cfg.grad_accum_steps)
+    make_schedule = parts.scheduler_factory or (lambda o, n: build_schedule(o, cfg, n))
+    step = TrainStep(
+        train_model,
+        optimizer,
+        plan,
+        scheduler=make_schedule(optimizer, total_steps),
+        max_grad_norm=cfg.max_grad_norm,
+        loss_fn=parts.loss_fn,
+    )
+    tracker = tracker or MetricsTracker()
+    if world.is_main:
+        tracker.sinks.extend(_sinks(cfg, plan.name))
+    else:  # one writer: rank 0
+        tracker.sinks = []
+    loop = Loop(
+        cfg=cfg,
+        module=model,
+        step=step,
+        device=device,
+        world=world,
+        train_loader=loaders[0],
+        val_loader=loaders[1],
+        batches_per_epoch=batches,
+        tracker=tracker,
+        hooks=parts.hooks,
+        show_progress=world.is_main
+        and (sys.stderr.isatty() if cfg.progress is None else cfg.progress),
+    )
+    resumed = _resume(loop, cfg, device)
+    start = time.perf_counter()
+    try:
+        loop.run()
+    finally:
+        tracker.close()
+    return FineTuneResult(
+        precision=plan.name,
+        precision_requested=plan.requested,
+        device=str(device),
+        epochs=loop.epochs,
+        steps=loop.state.step,
+        overflow_steps=step.overflow_steps,
+        final_loss_scale=step.loss_scale,
+        train_samples=_dataset_size(loaders[0]),
+        val_samples=_dataset_size(loaders[1]) if loaders[1] is not None else 0,
+        wall_time_s=time.perf_counter() - start,
+        evals=loop.evals,
+        stop_reason=loop.state.stop_reason,
+        checkpoint=loop.last_checkpoint,
+        resumed_from=str(resumed) if resumed else None,
+        world_size=world.size,
+    )
+
+
+def _loaders(
+    train_data: TokenData,
+    val_data: TokenData | None,
+    cfg: TrainConfig,
+    device: torch.device,
+    world: World,
+) -> tuple[Any, Any]:
+    args = {
         "batch_size": cfg.batch_size,
         "device": device,
         "seed": cfg.seed,
         "num_workers": cfg.num_workers,
         "pad_token_id": cfg.pad_token_id,
+        "world": world,
     }
-    train_loader = make_dataloader(train_data, shuffle=True, **loader_args)
-    val_loader = (
-        make_dataloader(val_data, shuffle=False, **loader_args) if val_data is not None else None
-    )
-    try:
-        steps_per_epoch = len(train_loader)
-    except TypeError:  # an iterable dataset has no length: the epoch needs a stated size
+    train = make_dataloader(train_data, shuffle=True, **args)
+    val = make_dataloader(val_data, shuffle=False, **args) if val_data is not None else None
+    return train, val
+
+
+def _batches_per_epoch(loader: Any, cfg: TrainConfig) -> int:
+    """Micro-batches an epoch trains on: the loader's length, capped by max_steps_per_epoch."""
+    batches = _length(loader)
+    if batches is None:  # an iterable dataset has no length: the epoch needs a stated size
         if not cfg.max_steps_per_epoch:
             raise ValueError(
                 "the training DataLoader has no length (an IterableDataset?): "
                 "pass max_steps_per_epoch"
-            ) from None
-        steps_per_epoch = cfg.max_steps_per_epoch
+            )
+        batches = cfg.max_steps_per_epoch * cfg.grad_accum_steps
     if cfg.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
-    if steps_per_epoch == 0:
+        batches = min(batches, cfg.max_steps_per_epoch * cfg.grad_accum_steps)
+    if batches == 0:
         raise ValueError("the training data gives no batch: is it empty?")
-    _check_data(model, train_loader, val_loader)
+    return batches
 
-    optimizer = build_optimizer(model, cfg, device)
-    step = TrainStep(
-        model,
-        optimizer,
-        plan,
-        scheduler=build_schedule(optimizer, cfg, cfg.epochs * steps_per_epoch),
-        max_grad_norm=cfg.max_grad_norm,
-    )
-    tracker = tracker or MetricsTracker()
-    tracker.sinks.extend(_sinks(cfg, plan.name))
-    show_progress = sys.stderr.isatty() if cfg.progress is None else cfg.progress
-    guard = SkipGuard(cfg.max_consecutive_skips, calibrating=plan.scaler_enabled)
 
-    epochs: list[EpochMetrics] = []
-    run_start = time.perf_counter()
-    try:
-        for epoch in range(1, cfg.epochs + 1):
-            reset_peak_memory(device)
-            samples = tokens = 0
-            overflows_before = step.overflow_steps
-            bar = tqdm(
-                total=steps_per_epoch,
-                desc=f"epoch {epoch}/{cfg.epochs}",
-                leave=False,
-                disable=not show_progress,
-                unit="step",
-            )
-            sampler = getattr(train_loader, "sampler", None)
-            if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
-                sampler.set_epoch(epoch)
-            start = time.perf_counter()
-            for i, batch in enumerate(train_loader):
-                if i == steps_per_epoch:
-                    break
-                input_ids, labels, inputs = batch_inputs(batch)
-                if epoch == 1 and i == 0:  # once: the output must be logits over the vocabulary
-                    ids = input_ids.to(device)
-                    check_data_fits(model, int(ids.max()), int(ids.min()), ids.shape[1])
-                    check_outputs_logits(model, ids, plan)
-                samples += input_ids.shape[0]
-                tokens += (
-                    int(labels.ne(IGNORE_INDEX).sum())
-                    if labels.device.type == "cpu"
-                    else labels.numel()
-                )
-                lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (before it moves)
-                out = step(
-                    input_ids.to(device, non_blocking=True),
-                    labels.to(device, non_blocking=True),
-                    **{k: v.to(device, non_blocking=True) for k, v in inputs.items()},
-                )
-                # One host read per step, for the metrics and the progress bar.
-                loss, grad_norm = torch.stack([out.loss.float(), out.grad_norm.float()]).tolist()
-                tracker.log_step(loss, grad_norm, **{"train/lr": lr})
-                guard.update(finite=math.isfinite(grad_norm), where=f" (epoch {epoch}, step {i})")
-                bar.update()
-                if show_progress and (i % 10 == 0 or i + 1 == steps_per_epoch):
-                    bar.set_postfix(
-                        loss=f"{loss:.4f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}"
-                    )
-            elapsed = time.perf_counter() - start
-            bar.close()
-            val = evaluate(model, val_loader, plan, device) if val_loader is not None else {}
-            grad = tracker.epoch_grad_norm.summary()
-            metrics = EpochMetrics(
-                epoch=epoch,
-                # A non-finite step makes the epoch's loss NaN, not the mean of the others.
-                train_loss=tracker.epoch_loss.mean
-                if tracker.epoch_loss.count and not tracker.epoch_loss.nonfinite
-                else math.nan,
-                val_loss=val.get("loss"),
-                val_perplexity=val.get("perplexity"),
-                val_accuracy=val.get("accuracy"),
-                grad_norm_mean=grad["mean"],
-                grad_norm_std=grad["std"],
-                grad_norm_min=grad["min"],
-                grad_norm_max=grad["max"],
-                learning_rate=lr,  # the rate of the epoch's last step
-                overflow_steps=step.overflow_steps - overflows_before,
-                loss_scale=step.loss_scale,
-                samples_per_second=samples / elapsed,
-                tokens_per_second=tokens / elapsed,
-                peak_memory_mb=peak_memory_mb(device),
-                gpu_utilization=gpu_utilization(device),
-                wall_time_s=elapsed,
-            )
-            epochs.append(metrics)
-            tracker.end_epoch(metrics.log_record(plan.name))
-    finally:
-        tracker.close()
-
-    return FineTuneResult(
-        precision=plan.name,
-        precision_requested=plan.requested,
-        device=str(device),
-        epochs=epochs,
-        steps=tracker.step,
-        overflow_steps=step.overflow_steps,
-        final_loss_scale=step.loss_scale,
-        train_samples=_dataset_size(train_loader),
-        val_samples=_dataset_size(val_loader) if val_loader is not None else 0,
-        wall_time_s=time.perf_counter() - run_start,
-    )
+def _resume(loop: Loop, cfg: TrainConfig, device: torch.device) -> os.PathLike[str] | None:
+    """Load the checkpoint ``resume_from`` names, if any; the path loaded."""
+    if cfg.resume_from is None:
+        return None
+    path = checkpoint.resolve(cfg.resume_from, cfg.checkpoint_dir)
+    if path is not None:
+        loop.load_state_dict(checkpoint.load(path, device))
+    return path
 
 
 def _dataset_size(loader: Any) -> int:

@@ -10,7 +10,7 @@ import torch
 from amptrain import TinyGPT, fine_tune, probes, synthetic_token_data
 from amptrain.benchmark import PRESETS
 from amptrain.benchmark.run import _live_tensor_summary, build_arm, run_arms
-from amptrain.engine import StepOutput, TrainStep, lm_loss
+from amptrain.engine import MicroBatch, StepOutput, TrainStep, lm_loss
 from amptrain.metrics import MetricsTracker
 from amptrain.precision import resolve_precision
 from amptrain.trainer import TrainConfig, build_optimizer
@@ -143,14 +143,15 @@ def test_many_fine_tune_steps_keep_no_graph_and_no_growing_tensors() -> None:
 def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    original = TrainStep.__call__
+    original = TrainStep.run
     kept: list[torch.Tensor] = []
 
-    def keeps_graph(self: TrainStep, input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
+    def keeps_graph(self: TrainStep, micro_batches: list[MicroBatch]) -> StepOutput:
+        input_ids, labels, _ = micro_batches[0]
         with self.plan.autocast():
             kept.append(lm_loss(self.model(input_ids), labels))
-        return original(self, input_ids, labels)
+        return original(self, micro_batches)
 
-    monkeypatch.setattr(TrainStep, "__call__", keeps_graph)
+    monkeypatch.setattr(TrainStep, "run", keeps_graph)
     seen = _watched_run()
     assert seen[-1]["graph_attached"] > seen[0]["graph_attached"]

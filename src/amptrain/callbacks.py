@@ -1,0 +1,139 @@
+"""Callbacks: a small set of hooks ``fine_tune`` calls, any of which can stop the run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TrainState:
+    """Where the run is; callbacks read it and may set ``should_stop``.
+
+    ``step`` counts optimizer steps over the whole run. ``last_step`` is the latest step record
+    read back from the device (every ``log_every`` steps), ``last_eval`` the latest validation
+    record. A run told to stop ends after the current step, with its checkpoint written.
+    """
+
+    epoch: int = 1
+    step: int = 0
+    is_main: bool = True  # rank 0 (always, outside torchrun)
+    last_step: dict[str, float] = field(default_factory=dict)
+    last_eval: dict[str, float] = field(default_factory=dict)
+    should_stop: bool = False
+    stop_reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        """End the run after the current step, saying why (kept in the result)."""
+        self.should_stop, self.stop_reason = True, reason
+
+
+class Callback:
+    """Override the hooks you need. On several ranks every rank calls them with the same
+    reduced values, so a stop decision is the same everywhere.
+
+    A callback with state to keep across a resume returns it from :meth:`state_dict`
+    (plain values and tensors) and takes it back in :meth:`load_state_dict`.
+    """
+
+    def on_step_end(self, state: TrainState) -> None:
+        """After every optimizer step."""
+
+    def on_eval_end(self, state: TrainState, metrics: Mapping[str, float]) -> None:
+        """After every validation pass (``eval_every`` steps and each epoch's end)."""
+
+    def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
+        """After each epoch, with its :class:`~amptrain.trainer.EpochMetrics`."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class Hooks:
+    """Calls a hook on every callback, in order."""
+
+    def __init__(self, callbacks: Iterable[Callback]) -> None:
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(
+                    f"callbacks must be amptrain.Callback instances, got {type(cb).__name__}"
+                )
+
+    def __call__(self, hook: str, state: TrainState, *args: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(state, *args)
+
+    def _keys(self) -> list[str]:
+        """A name per callback: its class, numbered when a class comes more than once."""
+        names = [type(cb).__qualname__ for cb in self.callbacks]
+        return [f"{n}#{names[:i].count(n)}" for i, n in enumerate(names)]
+
+    def state_dict(self) -> dict[str, dict[str, Any]]:
+        """The callbacks that have state, by name (a resume may add or drop stateless ones)."""
+        states = {k: cb.state_dict() for k, cb in zip(self._keys(), self.callbacks, strict=True)}
+        return {k: v for k, v in states.items() if v}
+
+    def load_state_dict(self, states: Mapping[str, dict[str, Any]]) -> None:
+        for key, cb in zip(self._keys(), self.callbacks, strict=True):
+            if key in states:
+                cb.load_state_dict(states[key])
+
+
+class EarlyStopping(Callback):
+    """Stops when ``monitor`` (a validation key: ``val/loss``, ``val/accuracy``,
+    ``val/perplexity``) has not improved by more than ``min_delta`` for ``patience``
+    evaluations in a row. A NaN value never counts as an improvement."""
+
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        *,
+        mode: str = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"EarlyStopping mode must be 'min' or 'max', got {mode!r}")
+        if patience < 1 or min_delta < 0:
+            raise ValueError("EarlyStopping needs patience >= 1 and min_delta >= 0")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
+        self.best = math.inf if mode == "min" else -math.inf
+        self.bad_evals = 0
+
+    def _improved(self, value: float) -> bool:
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def on_eval_end(self, state: TrainState, metrics: Mapping[str, float]) -> None:
+        if self.monitor not in metrics:
+            raise KeyError(
+                f"EarlyStopping monitors {self.monitor!r}, which the evaluation does not give "
+                f"(it gives {sorted(metrics)}); pass val_data, or monitor one of those"
+            )
+        value = float(metrics[self.monitor])
+        if math.isfinite(value) and self._improved(value):
+            self.best, self.bad_evals = value, 0
+            return
+        self.bad_evals += 1
+        if self.bad_evals >= self.patience:
+            state.stop(
+                f"early stopping: {self.monitor} did not improve on {self.best:.6g} "
+                f"for {self.bad_evals} evaluations"
+            )
+
+    def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
+        if not state.last_eval:
+            raise ValueError("EarlyStopping watches validation metrics: pass val_data")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "bad_evals": self.bad_evals}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best, self.bad_evals = float(state["best"]), int(state["bad_evals"])

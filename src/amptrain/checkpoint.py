@@ -1,0 +1,113 @@
+"""Checkpoints: written atomically, the last K kept, read back with ``weights_only``.
+
+A checkpoint holds what a run needs to continue as if it had never stopped: the model,
+optimizer, scheduler and scaler states, every random generator, and the position (epoch, batches
+consumed in it, optimizer steps), plus the metrics gathered so far.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT = 1
+_PATTERN = re.compile(r"^step-(\d{8,})\.pt$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, NumPy's, torch's and every CUDA device's generator states."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Give every generator back the state :func:`rng_state` took."""
+    random.setstate(_as_tuples(state["python"]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"].cpu())
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _as_tuples(value: Any) -> Any:
+    """random.setstate needs tuples; a saved state may come back with lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuples(v) for v in value)
+    return value
+
+
+def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep: int) -> Path:
+    """Write ``state`` as the checkpoint of ``step`` (a temporary file, flushed, then renamed,
+    so a reader never sees half a file) and delete all but the newest ``keep``."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / checkpoint_name(step)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    for old in checkpoints(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
+    """The checkpoints in ``directory``, oldest step first."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _PATTERN.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def resolve(resume_from: str, checkpoint_dir: str | None) -> Path | None:
+    """The file to resume from: ``resume_from`` itself, the newest in a directory, or with
+    ``"latest"`` the newest in ``checkpoint_dir`` (None when there is none yet: a fresh start)."""
+    if resume_from == "latest":
+        if checkpoint_dir is None:
+            raise ValueError("TrainConfig.resume_from='latest' needs checkpoint_dir")
+        found = checkpoints(checkpoint_dir)
+        return found[-1] if found else None
+    path = Path(resume_from)
+    if path.is_dir():
+        found = checkpoints(path)
+        if not found:
+            raise ValueError(f"TrainConfig.resume_from: no checkpoint (step-*.pt) in {path}")
+        return found[-1]
+    if not path.is_file():
+        raise ValueError(f"TrainConfig.resume_from: {path} does not exist")
+    return path
+
+
+def load(path: Path, device: torch.device) -> dict[str, Any]:
+    """Read a checkpoint (tensors only: ``weights_only``), or a ValueError naming the file."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # a torn or foreign file: say which, keep the cause
+        raise ValueError(f"cannot read checkpoint {path}: {exc}") from exc
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an amptrain checkpoint of format {FORMAT}")
+    return state

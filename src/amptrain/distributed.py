@@ -1,0 +1,145 @@
+"""Multi-process data parallelism on torch.distributed: torchrun's environment, DDP, sharding,
+and the reductions the metrics need. One process (no ``WORLD_SIZE``) is the same code with
+every collective a no-op."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    owns_group: bool = False  # this run started the process group and ends it
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks (the tensor itself in one process)."""
+        if self.distributed:
+            tensor = tensor.clone()
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The mean over ranks."""
+        return self.sum(tensor) / self.size if self.distributed else tensor
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def close(self) -> None:
+        """End the process group if this run started it."""
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def join_world(device_type: str) -> World:
+    """The world torchrun describes (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), with its
+    process group: NCCL on CUDA, gloo on CPU. One process when ``WORLD_SIZE`` is unset or 1."""
+    if dist.is_available() and dist.is_initialized():
+        rank, size = dist.get_rank(), dist.get_world_size()
+        return World(rank, size, _env_int("LOCAL_RANK", rank), owns_group=False)
+    size = _env_int("WORLD_SIZE", 1)
+    if size <= 1:
+        return World()
+    if not dist.is_available():
+        raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return World(rank, size, local_rank, owns_group=True)
+
+
+def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:
+    """The model DDP-wrapped when there are several processes (gradients averaged over ranks)."""
+    if not world.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+class ShardSampler(Sampler[int]):
+    """Rows ``rank, rank + size, ...`` in order, with no padding: each validation row is scored
+    once, by one rank (the counts are summed afterwards)."""
+
+    def __init__(self, length: int, world: World) -> None:
+        self.indices = list(range(world.rank, length, world.size))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def shard_sampler(length: int, world: World, *, shuffle: bool, seed: int) -> Sampler[int]:
+    """Training: a ``DistributedSampler`` (``set_epoch`` gives each epoch its order; every
+    rank gets as many rows). Validation: :class:`ShardSampler`."""
+    if shuffle:
+        return DistributedSampler(
+            range(length), num_replicas=world.size, rank=world.rank, shuffle=True, seed=seed
+        )
+    return ShardSampler(length, world)
+
+
+def shard_loader(loader: DataLoader, world: World, *, shuffle: bool, seed: int) -> DataLoader:
+    """A ready DataLoader rebuilt over this rank's shard (same batch size, collate, workers)."""
+    if not world.distributed or isinstance(loader.sampler, DistributedSampler | ShardSampler):
+        return loader
+    if isinstance(loader.dataset, IterableDataset):
+        raise ValueError(
+            "under torchrun a DataLoader over an IterableDataset cannot be sharded here: "
+            "give each rank its own part of the stream, or pass token tensors"
+        )
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=shard_sampler(len(loader.dataset), world, shuffle=shuffle, seed=seed),  # type: ignore[arg-type]
+        collate_fn=loader.collate_fn,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        persistent_workers=loader.persistent_workers,
+        worker_init_fn=loader.worker_init_fn,
+    )
