@@ -4,6 +4,7 @@ every collective a no-op."""
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    owns_group: bool = False  # this run started the process group and ends it
 
     @property
     def is_main(self) -> bool:
@@ -55,11 +55,6 @@ class World:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
-        """End the process group if this run started it."""
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -73,10 +68,13 @@ def _env_int(name: str, default: int) -> int:
 
 def join_world(device_type: str) -> World:
     """The world torchrun describes (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), with its
-    process group: NCCL on CUDA, gloo on CPU. One process when ``WORLD_SIZE`` is unset or 1."""
+    process group: NCCL on CUDA, gloo on CPU. One process when ``WORLD_SIZE`` is unset or 1.
+
+    A group started here lives until the process exits (a later run reuses it: ending and
+    starting one again on the same rendezvous store can reach the old group's ports)."""
     if dist.is_available() and dist.is_initialized():
         rank, size = dist.get_rank(), dist.get_world_size()
-        return World(rank, size, _env_int("LOCAL_RANK", rank), owns_group=False)
+        return World(rank, size, _env_int("LOCAL_RANK", rank))
     size = _env_int("WORLD_SIZE", 1)
     if size <= 1:
         return World()
@@ -86,7 +84,13 @@ def join_world(device_type: str) -> World:
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return World(rank, size, local_rank, owns_group=True)
+    atexit.register(_end_group)
+    return World(rank, size, local_rank)
+
+
+def _end_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:

@@ -265,12 +265,9 @@ def _fine_tune(
     """The run; :func:`fine_tune` gives back the global settings and the model's dtype."""
     device = _device(cfg)
     world = join_world(device.type)
-    try:
-        if world.distributed and device.type == "cuda":
-            device = torch.device("cuda", world.local_rank)
-        return _train(model, train_data, val_data, cfg, tracker, parts, world, device)
-    finally:
-        world.close()
+    if world.distributed and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+    return _train(model, train_data, val_data, cfg, tracker, parts, world, device)
 
 
 def _train(

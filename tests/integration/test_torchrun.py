@@ -1,0 +1,105 @@
+"""fine_tune under ``torchrun --nproc_per_node=2`` on CPU (gloo), for real: sharding, set_epoch,
+gradients averaged by DDP, metrics reduced over ranks, one writer, and no_sync while
+accumulating; compared with one process on the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from amptrain import fine_tune
+from amptrain.data import PadCollate
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ddp_worker
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("torchrun")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(Path(ddp_worker.__file__)), str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    return {"out": out, "ranks": ranks}
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)
+
+
+def test_each_rank_trains_on_its_half_in_a_new_order_each_epoch(two_ranks: dict[str, Any]) -> None:
+    rows = ddp_worker.ROWS
+    per_rank = [r["seen"] for r in two_ranks["ranks"]]
+    for seen in per_rank:
+        assert len(seen) == rows  # two epochs of half the data
+    for epoch in (0, 1):
+        halves = [set(seen[epoch * rows // 2 : (epoch + 1) * rows // 2]) for seen in per_rank]
+        assert len(halves[0]) == len(halves[1]) == rows // 2
+        assert halves[0].isdisjoint(halves[1]) and halves[0] | halves[1] == set(range(rows))
+    for seen in per_rank:  # set_epoch: the second epoch is not the first again
+        assert seen[: rows // 2] != seen[rows // 2 :]
+
+
+def test_the_ranks_end_with_the_same_weights_and_metrics(two_ranks: dict[str, Any]) -> None:
+    out, ranks = two_ranks["out"], two_ranks["ranks"]
+    first, second = _state(out / "weights-0.pt"), _state(out / "weights-1.pt")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert (
+        ranks[0]["result"]["epochs"][-1]["train_loss"]
+        == ranks[1]["result"]["epochs"][-1]["train_loss"]
+    )
+    assert ranks[0]["result"]["evals"] == ranks[1]["result"]["evals"]
+    assert ranks[0]["result"]["world_size"] == 2
+
+
+def test_only_rank_0_writes_logs_and_checkpoints(two_ranks: dict[str, Any]) -> None:
+    out, ranks = two_ranks["out"], two_ranks["ranks"]
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert len({r["run"] for r in records}) == 1
+    assert [r["step"] for r in records if "train/loss" in r and "epoch" not in r] == list(
+        range(1, 11)
+    )
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step-00000010.pt"]
+    assert ranks[0]["result"]["checkpoint"] and ranks[1]["result"]["checkpoint"] is None
+
+
+def test_two_ranks_match_one_process_on_the_same_global_batch(two_ranks: dict[str, Any]) -> None:
+    dataset = ddp_worker.rows()
+    # one replica of the same sampler: the order the two ranks split between them
+    sampler = DistributedSampler(range(len(dataset)), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler, collate_fn=PadCollate())
+    model = ddp_worker.model()
+    single = fine_tune(model, loader, dataset[:10], epochs=2, num_workers=0)
+    ddp = two_ranks["ranks"][0]["result"]
+    assert ddp["steps"] == single.steps == 10
+    for ours, theirs in zip(ddp["epochs"], single.epochs, strict=True):
+        assert ours["train_loss"] == pytest.approx(theirs.train_loss, rel=1e-5)
+        assert ours["val_loss"] == pytest.approx(theirs.val_loss, rel=1e-5)
+        assert ours["samples_per_second"] > 0
+    weights = _state(two_ranks["out"] / "weights-0.pt")
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_accumulating_ranks_sync_gradients_once_per_step(two_ranks: dict[str, Any]) -> None:
+    out, ranks = two_ranks["out"], two_ranks["ranks"]
+    for rank in ranks:  # one all-reduce per bucket per optimizer step, however many micro-steps
+        assert rank["no_sync"]["4"] == rank["no_sync"]["1"] >= 1
+    plain, accumulated = _state(out / "weights-0.pt"), _state(out / "weights-accum-0.pt")
+    for name, value in plain.items():  # 2 micro-batches of 2 rows = the batch of 4
+        torch.testing.assert_close(accumulated[name], value, rtol=1e-4, atol=1e-5)
