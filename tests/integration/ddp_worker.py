@@ -51,6 +51,7 @@ def train(out: Path, rank: int) -> None:
     result = fine_tune(
         net, loader, rows()[:10], epochs=2, num_workers=0, log_every=3,
         jsonl_path=str(out / "log.jsonl"), checkpoint_dir=str(out / "ckpt"),
+        wandb=True, wandb_mode="offline", wandb_dir=str(out),
     )  # fmt: skip
     torch.save(net.state_dict(), out / f"weights-{rank}.pt")
     accumulated = model()

@@ -21,6 +21,8 @@ from amptrain.data import PadCollate
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_worker
 
+from wandb_files import logged_keys
+
 pytestmark = pytest.mark.integration
 
 
@@ -75,6 +77,8 @@ def test_only_rank_0_writes_logs_and_checkpoints(two_ranks: dict[str, Any]) -> N
         range(1, 11)
     )
     assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step-00000010.pt"]
+    (run,) = (out / "wandb").glob("offline-run-*")  # one W&B run, not one per rank
+    assert "val/loss" in logged_keys(run)["history"]
     assert ranks[0]["result"]["checkpoint"] and ranks[1]["result"]["checkpoint"] is None
 
 
