@@ -3,6 +3,7 @@
 nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
 nox -s tests      the whole test suite (the README's test command)
 nox -s lint | unit | integration | benchmark | report    one stage or step on its own
+nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*" runs some
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 import nox
@@ -206,3 +208,42 @@ def tests(session: nox.Session) -> None:
     """Run the project's whole test suite."""
     install(session, "test", "lint")
     session.run("pytest", *session.posargs)
+
+
+def requirements(*extras: str) -> list[str]:
+    """amptrain's dependencies and those of ``extras``, as pyproject.toml lists them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    return [*project["dependencies"], *(r for extra in extras for r in optional[extra])]
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing with mutmut ([tool.mutmut] in pyproject.toml), then the kill rate per
+    file against tests/mutation_equivalents.toml. Not part of verify: it takes hours.
+
+    mutmut tests a mutated copy of the library in mutants/, so amptrain itself is not
+    installed here (its editable finder would win over the copy), only what it needs.
+    Arguments name mutants to run (globs); the report then covers the files they are in.
+    """
+    session.install(*CONSTRAINTS, *requirements("test"), "-e", "./stagegate")
+    out = ROOT / "reports" / "mutation"
+    out.mkdir(parents=True, exist_ok=True)
+    children = str(os.cpu_count() or 1)
+    env = {"OMP_NUM_THREADS": "1"}  # one thread per mutant process: the children share cores
+    session.run("mutmut", "run", "--max-children", children, *session.posargs, env=env)
+    results = session.run("mutmut", "results", "--all", "true", silent=True)
+    (out / "results.txt").write_text(str(results))
+    partial = ["--partial"] if session.posargs else []
+    session.run(
+        "python",
+        "tools/mutation_report.py",
+        str(out / "results.txt"),
+        "--equivalents",
+        "tests/mutation_equivalents.toml",
+        "--out",
+        str(out / "report.md"),
+        "--show-command",
+        "mutmut show",
+        *partial,
+    )

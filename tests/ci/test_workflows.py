@@ -365,7 +365,20 @@ ALLOWED = {
     ("gpu.yml", "benchmark"): {"contents": "read"},
     ("gpu.yml", "status"): {"contents": "read", "actions": "read", "statuses": "write"},
     ("pr-comment.yml", "comment"): {"actions": "read", "pull-requests": "write"},
+    ("mutation.yml", "mutation"): {"contents": "read"},
 }
+
+
+def test_mutation_testing_runs_weekly_and_uploads_its_report() -> None:
+    doc = DOCS["mutation.yml"]
+    triggers = doc.get("on", doc.get(True))
+    assert set(triggers) == {"schedule", "workflow_dispatch"}  # never a merge gate: hours long
+    (cron,) = (entry["cron"] for entry in triggers["schedule"])
+    assert cron.split()[2:] == ["*", "*", "1"]  # once a week
+    steps = doc["jobs"]["mutation"]["steps"]
+    assert any("nox" in step.get("run", "") and "-s mutation" in step["run"] for step in steps)
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "reports/mutation"
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))

@@ -1,0 +1,100 @@
+"""tools/mutation_report.py on a real mutmut run of a tiny project, and the repository's list
+of equivalent mutants."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import mutation_report  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "mutation"
+MUTMUT = [sys.executable, "-m", "mutmut"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny project, mutated and tested by mutmut for real; its results file inside."""
+    project = tmp_path_factory.mktemp("mutation") / "tiny"
+    shutil.copytree(FIXTURE, project)
+    subprocess.run([*MUTMUT, "run", "--max-children", "1"], cwd=project, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    results = subprocess.run([*MUTMUT, "results", "--all", "true"], cwd=project, check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    (project / "results.txt").write_text(results)
+    return project
+
+
+def _report(project: Path, *extra: str) -> tuple[int, str]:
+    out = project / "report.md"
+    code = mutation_report.main(
+        [str(project / "results.txt"), "--out", str(out), "--show-command",
+         shlex.join([*MUTMUT, "show"]), *extra]
+    )  # fmt: skip
+    return code, out.read_text()
+
+
+def test_a_weak_test_suite_fails_the_kill_rate(
+    tiny_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tiny_run)
+    code, report = _report(tiny_run, "--equivalents", str(tiny_run / "equivalents.toml"))
+    assert code == 1
+    # 10 mutants, 2 equivalent, 2 killed (describe's weak test lets 6 live)
+    assert "| `src/tinylib/calc.py` | 25.0% | 2 | 8 | 2 | 6 |" in report
+    assert "kill rate 25.0% < 90%" in report and "x_describe__mutmut_1`: survived" in report
+
+
+def test_the_limit_and_the_equivalents_decide(
+    tiny_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tiny_run)
+    code, _ = _report(
+        tiny_run, "--equivalents", str(tiny_run / "equivalents.toml"), "--min-kill", "25"
+    )
+    assert code == 0
+    empty = tiny_run / "none.toml"
+    empty.write_text("")
+    code, report = _report(tiny_run, "--equivalents", str(empty), "--min-kill", "25")
+    assert code == 1 and "20.0%" in report  # without the list the equivalents count as misses
+
+
+def test_a_stale_equivalent_entry_fails(tiny_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tiny_run)
+    stale = tiny_run / "stale.toml"
+    stale.write_text(
+        '[[equivalent]]\nmutant = "tinylib.calc.x_describe__mutmut_7"\nline = "x"\nwhy = "no"\n'
+        '[[equivalent]]\nmutant = "tinylib.calc.x_clamp__mutmut_1"\nline = "if value < 0:"\n'
+        'why = "renumbered"\n'
+    )
+    code, report = _report(tiny_run, "--equivalents", str(stale), "--min-kill", "0")
+    assert code == 1
+    assert "x_describe__mutmut_7: listed as equivalent but it is killed" in report
+    assert "x_clamp__mutmut_1: its change is now ['if value <= low:']" in report
+
+
+def test_an_unfinished_run_is_never_a_pass(tmp_path: Path) -> None:
+    results = tmp_path / "results.txt"
+    results.write_text("    a.b.x_f__mutmut_1: killed\n    a.b.x_f__mutmut_2: not checked\n"
+                       "    a.c.x_g__mutmut_1: not checked\n")  # fmt: skip
+    equivalents = tmp_path / "eq.toml"
+    equivalents.write_text("")
+    args = [str(results), "--equivalents", str(equivalents), "--min-kill", "0"]
+    assert mutation_report.main(args) == 1
+    results.write_text("    a.b.x_f__mutmut_1: killed\n    a.c.x_g__mutmut_1: not checked\n")
+    assert mutation_report.main([*args, "--partial"]) == 0  # a.c never ran: left out
+    results.write_text("")
+    assert mutation_report.main(args) == 1
+
+
+def test_the_repository_equivalents_all_say_why() -> None:
+    entries = mutation_report.load_equivalents(ROOT / "tests" / "mutation_equivalents.toml")
+    for entry in entries:
+        assert entry.mutant.startswith(("amptrain.", "stagegate.")) and entry.line and entry.why
