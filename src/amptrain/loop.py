@@ -16,6 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from amptrain import checkpoint
+from amptrain._stack import outside_stacklevel
 from amptrain.callbacks import Hooks, TrainState
 from amptrain.data import IGNORE_INDEX, batch_inputs
 from amptrain.distributed import World
@@ -55,7 +56,7 @@ class SkipGuard:
             warnings.warn(
                 f"an optimizer step was skipped: the gradient is not finite{where}",
                 SkippedStepsWarning,
-                stacklevel=4,
+                stacklevel=outside_stacklevel(),
             )
         if self.in_a_row >= self.limit:
             raise TrainingDivergedError(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from amptrain._stack import outside_stacklevel
+
 # Lightning's names, plus the legacy aliases the seed code used.
 _CANONICAL = {
     "32-true": "32-true",
@@ -102,7 +104,7 @@ def resolve_precision(precision: str | int, device: torch.device | str) -> Preci
         warnings.warn(
             f"precision {requested!r} requested but {reason}; training in {name!r} instead",
             PrecisionFallbackWarning,
-            stacklevel=3,
+            stacklevel=outside_stacklevel(),
         )
     dtypes = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
     params = {"16-true": torch.float16, "bf16-true": torch.bfloat16}

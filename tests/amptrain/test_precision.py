@@ -113,3 +113,88 @@ def test_every_precision_name_resolves_on_cpu() -> None:
         warnings.simplefilter("ignore", PrecisionFallbackWarning)
         names = {resolve_precision(p, "cpu").name for p in PRECISIONS}
     assert names == {"32-true", "bf16-mixed", "bf16-true"}
+
+
+# --- CUDA paths, resolved on a machine without CUDA ------------------------------------------
+# Resolving a precision only asks torch.cuda two questions; answering them here covers what a
+# GPU would take (the cuda-marked tests run the real thing where there is one).
+
+
+def _cuda(monkeypatch: pytest.MonkeyPatch, *, available: bool, bf16: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+
+
+@pytest.mark.parametrize(
+    ("precision", "autocast", "params", "scaler"),
+    [
+        ("32-true", None, None, False),
+        ("16-mixed", torch.float16, None, True),
+        ("bf16-mixed", torch.bfloat16, None, False),
+        ("16-true", None, torch.float16, False),
+        ("bf16-true", None, torch.bfloat16, False),
+    ],
+)
+def test_every_precision_runs_as_asked_on_a_gpu_with_bf16(
+    monkeypatch: pytest.MonkeyPatch,
+    precision: str,
+    autocast: torch.dtype | None,
+    params: torch.dtype | None,
+    scaler: bool,
+) -> None:
+    _cuda(monkeypatch, available=True, bf16=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = resolve_precision(precision, "cuda")
+    assert (plan.name, plan.autocast_dtype, plan.param_dtype, plan.scaler_enabled) == (
+        precision,
+        autocast,
+        params,
+        scaler,
+    )
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_bf16_falls_back_on_a_gpu_without_it(
+    monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    _cuda(monkeypatch, available=True, bf16=False)  # a GPU older than Ampere
+    with pytest.warns(PrecisionFallbackWarning, match="bf16 is not supported on cuda"):
+        plan = resolve_precision(precision, "cuda")
+    assert plan.name == "32-true" and plan.autocast_dtype is None and plan.param_dtype is None
+
+
+def test_bf16_needs_cuda_itself_not_only_a_bf16_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cuda(monkeypatch, available=False, bf16=True)
+    with pytest.warns(PrecisionFallbackWarning):
+        assert resolve_precision("bf16-mixed", "cuda").name == "32-true"
+
+
+@pytest.mark.parametrize(("bf16", "expected"), [(True, "bf16-mixed"), (False, "16-mixed")])
+def test_use_amp_asks_the_gpu_whether_it_has_bf16(
+    monkeypatch: pytest.MonkeyPatch, bf16: bool, expected: str
+) -> None:
+    _cuda(monkeypatch, available=True, bf16=bf16)
+    assert compute_effective_precision("32", True, cuda_available=True, use_gpu=True) == expected
+
+
+def test_the_unknown_precision_message_lists_the_names() -> None:
+    with pytest.raises(ValueError, match="use one of: 16, 16-mixed, 16-true, 32, 32-true, bf16"):
+        canonical_precision("fp8")
+
+
+def test_the_fallback_warning_points_at_the_callers_line() -> None:
+    from amptrain import TinyGPT, fine_tune, synthetic_token_data
+
+    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    with pytest.warns(PrecisionFallbackWarning) as caught:
+        fine_tune(model, synthetic_token_data(8, 8, 16), epochs=1, precision="16-mixed")
+    assert caught[0].filename == __file__
+
+
+def test_the_cpu_scaler_is_a_cpu_scaler() -> None:
+    from amptrain.precision import PrecisionPlan
+
+    plan = PrecisionPlan("16-mixed", "16-mixed", "cpu", None, None, scaler_enabled=True)
+    scaler = plan.grad_scaler()
+    assert scaler.is_enabled() and scaler._device == "cpu"
