@@ -228,7 +228,7 @@ def fine_tune(
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     with deterministic_kernels(cfg.deterministic):
         try:
-            return _fine_tune(model, train_data, val_data, cfg, tracker, parts)
+            return _train(model, (train_data, val_data), cfg, tracker, parts)
         finally:
             if dtype is not None:
                 model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
@@ -244,64 +244,36 @@ class _Parts:
     scheduler_factory: SchedulerFactory | None
 
 
-def _device(cfg: TrainConfig) -> torch.device:
+def _place(cfg: TrainConfig) -> tuple[torch.device, World]:
+    """The device this process trains on, and its place among torchrun's processes."""
     device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f"TrainConfig.device is {cfg.device!r} but CUDA is not available here: "
             "leave device unset to use the CPU"
         )
-    return device
+    world = join_world(device.type)
+    if world.distributed and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)  # one GPU per process
+    return device, world
 
 
-def _fine_tune(
+def _train(
     model: nn.Module,
-    train_data: TokenData,
-    val_data: TokenData | None,
+    data: tuple[TokenData, TokenData | None],
     cfg: TrainConfig,
     tracker: MetricsTracker | None,
     parts: _Parts,
 ) -> FineTuneResult:
     """The run; :func:`fine_tune` gives back the global settings and the model's dtype."""
-    device = _device(cfg)
-    world = join_world(device.type)
-    if world.distributed and device.type == "cuda":
-        device = torch.device("cuda", world.local_rank)
-    return _train(model, train_data, val_data, cfg, tracker, parts, world, device)
-
-
-def _train(
-    model: nn.Module,
-    train_data: TokenData,
-    val_data: TokenData | None,
-    cfg: TrainConfig,
-    tracker: MetricsTracker | None,
-    parts: _Parts,
-    world: World,
-    device: torch.device,
-) -> FineTuneResult:
+    device, world = _place(cfg)
     seed_everything(cfg.seed)
     plan = resolve_precision(cfg.precision, device)
     model.to(device=device, dtype=plan.param_dtype)
     model.train()
-    loaders = _loaders(train_data, val_data, cfg, device, world)
+    loaders = _loaders(*data, cfg, device, world)
     batches = _batches_per_epoch(loaders[0], cfg)
     _check_data(model, *loaders)
-
-    train_model = wrap_model(model, world, device)
-    if cfg.compile:
-        train_model = torch.compile(train_model)
-    optimizer = (parts.optimizer_factory or (lambda m: build_optimizer(m, cfg, device)))(model)
-    total_steps = cfg.epochs * -(-batches // cfg.grad_accum_steps)
-    make_schedule = parts.scheduler_factory or (lambda o, n: build_schedule(o, cfg, n))
-    step = TrainStep(
-        train_model,
-        optimizer,
-        plan,
-        scheduler=make_schedule(optimizer, total_steps),
-        max_grad_norm=cfg.max_grad_norm,
-        loss_fn=parts.loss_fn,
-    )
     tracker = tracker or MetricsTracker()
     if world.is_main:
         tracker.sinks.extend(_sinks(cfg, plan.name))
@@ -310,7 +282,7 @@ def _train(
     loop = Loop(
         cfg=cfg,
         module=model,
-        step=step,
+        step=_build_step(model, cfg, parts, plan, (device, world), batches),
         device=device,
         world=world,
         train_loader=loaders[0],
@@ -327,22 +299,53 @@ def _train(
         loop.run()
     finally:
         tracker.close()
+    return _result(loop, loaders, time.perf_counter() - start, resumed)
+
+
+def _build_step(
+    model: nn.Module,
+    cfg: TrainConfig,
+    parts: _Parts,
+    plan: Any,
+    place: tuple[torch.device, World],
+    batches: int,
+) -> TrainStep:
+    """The training step: the model wrapped (DDP, compile), its optimizer and schedule."""
+    device, world = place
+    train_model = wrap_model(model, world, device)
+    if cfg.compile:
+        train_model = torch.compile(train_model)
+    optimizer = (parts.optimizer_factory or (lambda m: build_optimizer(m, cfg, device)))(model)
+    total_steps = cfg.epochs * -(-batches // cfg.grad_accum_steps)
+    make_schedule = parts.scheduler_factory or (lambda o, n: build_schedule(o, cfg, n))
+    return TrainStep(
+        train_model,
+        optimizer,
+        plan,
+        scheduler=make_schedule(optimizer, total_steps),
+        max_grad_norm=cfg.max_grad_norm,
+        loss_fn=parts.loss_fn,
+    )
+
+
+def _result(loop: Loop, loaders: tuple[Any, Any], seconds: float, resumed: Any) -> FineTuneResult:
+    step, plan = loop.step, loop.plan
     return FineTuneResult(
         precision=plan.name,
         precision_requested=plan.requested,
-        device=str(device),
+        device=str(loop.device),
         epochs=loop.epochs,
         steps=loop.state.step,
         overflow_steps=step.overflow_steps,
         final_loss_scale=step.loss_scale,
         train_samples=_dataset_size(loaders[0]),
         val_samples=_dataset_size(loaders[1]) if loaders[1] is not None else 0,
-        wall_time_s=time.perf_counter() - start,
+        wall_time_s=seconds,
         evals=loop.evals,
         stop_reason=loop.state.stop_reason,
         checkpoint=loop.last_checkpoint,
         resumed_from=str(resumed) if resumed else None,
-        world_size=world.size,
+        world_size=loop.world.size,
     )
 
 
