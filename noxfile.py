@@ -22,6 +22,8 @@ nox.options.sessions = ["verify"]
 
 ROOT = Path(__file__).resolve().parent
 RAW = "reports/raw"
+# Where mutmut runs for each package: amptrain in the repository, stagegate in a workspace.
+MUTATION_WORKSPACES = {"amptrain": ROOT, "stagegate": ROOT / "build" / "mutation" / "stagegate"}
 
 # Inside the CUDA image torch (and the dependencies) come with the image: reuse them.
 SYSTEM_TORCH = os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1"
@@ -219,31 +221,54 @@ def requirements(*extras: str) -> list[str]:
 
 @nox.session(venv_params=VENV_PARAMS)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing with mutmut ([tool.mutmut] in pyproject.toml), then the kill rate per
-    file against tests/mutation_equivalents.toml. Not part of verify: it takes hours.
+    """Mutation testing with mutmut, then the kill rate per file against
+    tests/mutation_equivalents.toml. Not part of verify: it takes hours.
 
-    mutmut tests a mutated copy of the library in mutants/, so amptrain itself is not
-    installed here (its editable finder would win over the copy), only what it needs.
-    Arguments name mutants to run (globs); the report then covers the files they are in.
+    amptrain is mutated here ([tool.mutmut] in pyproject.toml), stagegate in a workspace laid
+    out by tools/mutation_workspace.py (its [tool.mutmut] is in stagegate/pyproject.toml).
+    mutmut tests a mutated copy in mutants/, so amptrain itself is not installed (its editable
+    finder would win over the copy), only what it needs. Arguments name mutants to run, as
+    globs that start with the package ("amptrain.precision*", "stagegate.judge*"); the report
+    then covers the files they are in. The lint extra comes too: stagegate's tests read what
+    the real linters write.
     """
-    session.install(*CONSTRAINTS, *requirements("test"), "-e", "./stagegate")
+    session.install(*CONSTRAINTS, *requirements("test", "lint"), "-e", "./stagegate")
+    globs = {name: [] for name in MUTATION_WORKSPACES}
+    for glob in session.posargs:
+        package = glob.partition(".")[0]
+        if package not in globs:
+            session.error(f"{glob!r}: a glob starts with {' or '.join(globs)}, then a dot")
+        globs[package].append(glob)
     out = ROOT / "reports" / "mutation"
     out.mkdir(parents=True, exist_ok=True)
-    children = str(os.cpu_count() or 1)
-    env = {"OMP_NUM_THREADS": "1"}  # one thread per mutant process: the children share cores
-    session.run("mutmut", "run", "--max-children", children, *session.posargs, env=env)
-    results = session.run("mutmut", "results", "--all", "true", silent=True)
-    (out / "results.txt").write_text(str(results))
+    chosen = [name for name, picked in globs.items() if picked or not session.posargs]
+    for name in chosen:
+        run_mutmut(session, name, globs[name], out / f"{name}-results.txt")
     partial = ["--partial"] if session.posargs else []
     session.run(
         "python",
         "tools/mutation_report.py",
-        str(out / "results.txt"),
+        *(str(out / f"{name}-results.txt") for name in chosen),
         "--equivalents",
         "tests/mutation_equivalents.toml",
         "--out",
         str(out / "report.md"),
         "--show-command",
         "mutmut show",
+        "--workspace",
+        f"stagegate={MUTATION_WORKSPACES['stagegate']}",
         *partial,
     )
+
+
+def run_mutmut(session: nox.Session, name: str, globs: list[str], results: Path) -> None:
+    """``mutmut run`` in ``name``'s workspace, its results written to ``results``."""
+    where = MUTATION_WORKSPACES[name]
+    if where != ROOT:
+        session.run("python", "tools/mutation_workspace.py", str(where))
+    children = str(os.cpu_count() or 1)
+    env = {"OMP_NUM_THREADS": "1"}  # one thread per mutant process: the children share cores
+    with session.chdir(where):
+        session.run("mutmut", "run", "--max-children", children, *globs, env=env)
+        text = session.run("mutmut", "results", "--all", "true", silent=True)
+    results.write_text(str(text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -35,13 +36,46 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-def logged_keys(run_dir: Path) -> dict[str, set[str]]:
-    """Keys found in the run's history, summary and config records."""
+def _key(item: object) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def _records(run_dir: Path) -> list[wandb_internal_pb2.Record]:
     (run_file,) = run_dir.glob("run-*.wandb")
-    keys: dict[str, set[str]] = {"history": set(), "summary": set(), "config": set()}
+    out = []
     for payload in _payloads(run_file.read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
+        out.append(record)
+    return out
+
+
+def run_info(run_dir: Path) -> dict[str, object]:
+    """The run's project, display name, config, history rows and summary (values decoded), and
+    which record kinds it holds."""
+    info: dict[str, object] = {"kinds": set(), "config": {}, "history": [], "summary": {}}
+    for record in _records(run_dir):
+        kind = record.WhichOneof("record_type")
+        info["kinds"].add(kind)
+        if kind == "run":
+            info["project"] = record.run.project
+            info["name"] = record.run.display_name
+            for item in record.run.config.update:
+                info["config"][item.key] = json.loads(item.value_json)
+        elif kind == "history":
+            row = {_key(i): json.loads(i.value_json) for i in record.history.item}
+            info["history"].append({"_step": record.history.step.num, **row})
+        elif kind == "summary":
+            info["summary"].update(
+                {_key(i): json.loads(i.value_json) for i in record.summary.update}
+            )
+    return info
+
+
+def logged_keys(run_dir: Path) -> dict[str, set[str]]:
+    """Keys found in the run's history, summary and config records."""
+    keys: dict[str, set[str]] = {"history": set(), "summary": set(), "config": set()}
+    for record in _records(run_dir):
         kind = record.WhichOneof("record_type")
         if kind == "history":
             keys["history"].update(i.key or "/".join(i.nested_key) for i in record.history.item)

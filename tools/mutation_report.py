@@ -2,8 +2,12 @@
 left out; exits 1 when a file is under the limit, an equivalent entry is stale, or the run
 is incomplete.
 
-    python tools/mutation_report.py RESULTS --equivalents tests/mutation_equivalents.toml \\
-        [--min-kill 90] [--out reports/mutation/report.md] [--show-command "mutmut show"]
+    python tools/mutation_report.py RESULTS... --equivalents tests/mutation_equivalents.toml \\
+        [--min-kill 90] [--out reports/mutation/report.md] [--show-command "mutmut show"] \\
+        [--workspace stagegate=build/mutation/stagegate]
+
+Several results files (one per mutmut workspace) make one report. ``--workspace`` names the
+directory mutmut ran in for a package's mutants, where ``mutmut show`` must run too.
 
 Detected: ``killed`` and ``timeout`` (a mutant that makes the tests hang is caught by CI's
 time limit). Not detected: ``survived``, ``no tests``, ``suspicious``. A run that left
@@ -44,10 +48,15 @@ def parse_results(text: str) -> dict[str, str]:
     return found
 
 
+# Where a package's sources live in the repository, when not under src/.
+SOURCE_ROOTS = {"stagegate": "stagegate/src/"}
+
+
 def source_file(mutant: str) -> str:
     """``amptrain.engine.xǁTrainStepǁrun__mutmut_3`` -> ``src/amptrain/engine.py``."""
     module = mutant.rsplit(".", 1)[0]
-    return "src/" + module.replace(".", "/") + ".py"
+    root = SOURCE_ROOTS.get(module.partition(".")[0], "src/")
+    return root + module.replace(".", "/") + ".py"
 
 
 def only_files_that_ran(statuses: dict[str, str]) -> dict[str, str]:
@@ -68,7 +77,10 @@ def load_equivalents(path: Path) -> list[Equivalent]:
 
 
 def check_equivalents(
-    equivalents: list[Equivalent], statuses: dict[str, str], show: list[str] | None
+    equivalents: list[Equivalent],
+    statuses: dict[str, str],
+    show: list[str] | None,
+    workspaces: dict[str, Path] | None = None,
 ) -> list[str]:
     """Problems with the list: an entry whose mutant is gone, detected, or now a different
     change (mutmut numbers mutants by position, so an edit can renumber them)."""
@@ -80,7 +92,10 @@ def check_equivalents(
         elif status in DETECTED:
             problems.append(f"{eq.mutant}: listed as equivalent but it is {status}")
         elif show is not None:
-            diff = subprocess.run([*show, eq.mutant], capture_output=True, text=True).stdout
+            cwd = (workspaces or {}).get(eq.mutant.partition(".")[0])
+            diff = subprocess.run(
+                [*show, eq.mutant], capture_output=True, text=True, cwd=cwd
+            ).stdout
             added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+ ")]
             if eq.line not in added:
                 problems.append(f"{eq.mutant}: its change is now {added}, not {eq.line!r}")
@@ -120,30 +135,39 @@ def render(rates: dict[str, tuple[int, int, Counter[str]]], minimum: float) -> s
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+")
     parser.add_argument("--equivalents", type=Path, required=True)
     parser.add_argument("--min-kill", type=float, default=90.0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--show-command", help='e.g. "mutmut show": checks each entry\'s change')
     parser.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="PACKAGE=DIR",
+        help="the directory mutmut ran in for PACKAGE's mutants (default: here)",
+    )
+    parser.add_argument(
         "--partial", action="store_true", help="leave out the files none of whose mutants ran"
     )
     args = parser.parse_args(argv)
+    args.workspaces = {}
+    for item in args.workspace:
+        package, sep, where = item.partition("=")
+        if not sep:
+            parser.error(f"--workspace takes PACKAGE=DIR, not {item!r}")
+        args.workspaces[package] = Path(where)
+    return args
 
-    statuses = parse_results(args.results.read_text())
-    if args.partial:
-        statuses = only_files_that_ran(statuses)
-    if not statuses:
-        print(f"{args.results}: no mutant results in it: did mutmut run?", file=sys.stderr)
-        return 1
-    equivalents = load_equivalents(args.equivalents)
-    if args.partial:
-        files = {source_file(n) for n in statuses}
-        equivalents = [e for e in equivalents if source_file(e.mutant) in files]
+
+def judge(
+    statuses: dict[str, str], equivalents: list[Equivalent], args: argparse.Namespace
+) -> tuple[str, list[str]]:
+    """The report's text and the problems that fail the run."""
     show = shlex.split(args.show_command) if args.show_command else None
-    problems = check_equivalents(equivalents, statuses, show)
+    problems = check_equivalents(equivalents, statuses, show, args.workspaces)
     unfinished = sorted(n for n, s in statuses.items() if s in INCOMPLETE)
     if unfinished:
         problems.append(f"{len(unfinished)} mutants were not tested (first: {unfinished[0]})")
@@ -162,6 +186,25 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(
                 f"{path}: kill rate {100 * detected / counted:.1f}% < {args.min_kill:g}%"
             )
+    return report, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    statuses = {}
+    for results in args.results:
+        statuses.update(parse_results(results.read_text()))
+    if args.partial:
+        statuses = only_files_that_ran(statuses)
+    if not statuses:
+        names = ", ".join(map(str, args.results))
+        print(f"{names}: no mutant results in them: did mutmut run?", file=sys.stderr)
+        return 1
+    equivalents = load_equivalents(args.equivalents)
+    if args.partial:
+        files = {source_file(n) for n in statuses}
+        equivalents = [e for e in equivalents if source_file(e.mutant) in files]
+    report, problems = judge(statuses, equivalents, args)
     if problems:
         report += "\n## Problems\n\n" + "\n".join(f"- {p}" for p in problems) + "\n"
     if args.out:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TextIO
 import torch
 
 Scalar = float | int | str | bool
+WANDB_MODES = ("offline", "online", "disabled")
 
 
 class RunningStats:
@@ -152,8 +153,8 @@ class WandbSink:
             import wandb
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("W&B logging needs wandb: pip install 'amptrain[wandb]'") from exc
-        if mode not in ("offline", "online", "disabled"):
-            raise ValueError(f"wandb mode must be offline, online or disabled; got {mode!r}")
+        if mode not in WANDB_MODES:
+            raise ValueError(f"wandb mode must be one of {WANDB_MODES}; got {mode!r}")
         self.run = wandb.init(
             project=project,
             name=name,

@@ -16,12 +16,13 @@ from amptrain import (
     MetricsTracker,
     RunningStats,
     TinyGPT,
+    WandbSink,
     fine_tune,
     synthetic_token_data,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from wandb_files import logged_keys
+from wandb_files import logged_keys, run_info
 
 
 def test_running_stats_match_the_statistics_module() -> None:
@@ -111,3 +112,109 @@ def test_runs_appended_to_one_jsonl_file_are_told_apart(tmp_path: Path) -> None:
     for run in runs:
         steps = [r["step"] for r in records if r["run"] == run and "train/grad_norm" in r]
         assert steps == sorted(steps) and len(set(steps)) == len(steps)
+
+
+def test_summary_names_its_four_figures_counted_or_not() -> None:
+    stats = RunningStats()
+    assert list(stats.summary()) == ["mean", "std", "min", "max"]
+    for value in (1.0, 3.0):
+        stats.update(value)
+    assert stats.summary() == {"mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0}
+
+
+def test_console_line_shows_the_four_finite_figures_in_order() -> None:
+    stream = io.StringIO()
+    record = {
+        "val/accuracy": 0.123456,
+        "train/tokens_per_second": 12345.678,
+        "epoch": 3,
+        "val/loss": math.nan,
+        "train/loss": 2.5,
+        "train/grad_norm": 1.0,
+    }
+    ConsoleSink(stream).log(record, step=7)
+    ConsoleSink(stream).log({"train/loss": 9.0}, step=8)  # a step record: left to the bar
+    line = "epoch 3  train/loss 2.5  val/accuracy 0.1235  train/tokens_per_second 1.235e+04\n"
+    assert stream.getvalue() == line
+
+
+def test_console_line_is_flushed_at_once(tmp_path: Path) -> None:
+    with (tmp_path / "out.txt").open("w", buffering=1 << 16) as stream:
+        ConsoleSink(stream).log({"epoch": 1, "val/loss": 0.5}, step=1)
+        assert (tmp_path / "out.txt").read_text() == "epoch 1  val/loss 0.5\n"
+
+
+def test_jsonl_sink_makes_its_folders_and_keeps_values(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "m.jsonl"
+    sink = JsonlSink(path)
+    JsonlSink(path).close()  # a second sink on the same folder is fine
+    sink.log({"train/loss": 1.5, "amp/precision": "bf16-mixed", "amp/enabled": True}, step=4)
+    sink.close()
+    (line,) = path.read_text().splitlines()
+    record = json.loads(line)
+    assert len(sink.run_id) == 12 and int(sink.run_id, 16) >= 0
+    assert record == {
+        "run": sink.run_id,
+        "step": 4,
+        "train/loss": 1.5,
+        "amp/precision": "bf16-mixed",
+        "amp/enabled": True,
+    }
+
+
+def _offline_run(root: Path) -> Path:
+    import wandb
+
+    wandb.teardown()  # the run file is complete once W&B's service has closed it
+    (run_dir,) = (root / "wandb").glob("offline-run-*")
+    return run_dir
+
+
+def test_wandb_sink_starts_the_run_it_was_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The environment says otherwise: the sink's own arguments must win.
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("WANDB_PROJECT", "not-this-one")
+    here = tmp_path / "here"
+    sink = WandbSink("proj-x", name="run-7", config={"lr": 0.5, "steps": 3}, dir=here)
+    sink.log({"train/loss": 1.0}, step=3)
+    sink.log({"train/loss": 0.5, "amp/precision": "bf16-mixed"}, step=7)
+    sink.close()
+    info = run_info(_offline_run(here))
+    assert [(row["_step"], row["train/loss"]) for row in info["history"]] == [(3, 1.0), (7, 0.5)]
+    assert info["summary"]["amp/precision"] == "bf16-mixed"  # strings go to the summary
+    assert (info["project"], info["name"]) == ("proj-x", "run-7")
+    assert (info["config"]["lr"], info["config"]["steps"]) == (0.5, 3)
+    assert "stats" not in info["kinds"]  # system metrics off
+    assert not (tmp_path / "elsewhere").exists()
+    assert "wandb" not in capfd.readouterr().err.lower()  # silent
+    assert not list((here / "wandb").glob("offline-run-*/files/output.log"))  # console off
+
+
+def test_wandb_sink_defaults_to_an_offline_run_of_project_amptrain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    sink = WandbSink(dir=tmp_path)
+    sink.close()
+    info = run_info(_offline_run(tmp_path))
+    assert info["project"] == "amptrain"
+    assert not {k for k in info["config"] if not k.startswith("_")}  # no config given: none
+
+
+def test_wandb_sink_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(
+        ValueError, match=r"one of \('offline', 'online', 'disabled'\); got 'bogus'"
+    ):
+        WandbSink(mode="bogus", dir=tmp_path)
+    WandbSink(mode="disabled", dir=tmp_path).close()
+    assert not (tmp_path / "wandb").exists() or not list((tmp_path / "wandb").glob("*run-*"))
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(
+        ImportError, match=r"W&B logging needs wandb: pip install 'amptrain\[wandb\]'"
+    ):
+        WandbSink(dir=tmp_path)

@@ -145,3 +145,12 @@ def test_allow_no_tests_names_known_stages() -> None:
     )
     with pytest.raises(ConfigError, match="allow_no_tests"):
         policy_from_mapping({"allow_no_tests": ["nightly"]})
+
+
+def test_an_unknown_severity_lists_the_ones_there_are() -> None:
+    with pytest.raises(ConfigError) as caught:
+        policy_from_mapping({"severity": {"test_failed": "FATAL"}})
+    assert str(caught.value) == (
+        "[tool.stagegate] severity.test_failed = 'FATAL': "
+        "use one of CRITICAL, HIGH, MEDIUM, LOW, INFO"
+    )
