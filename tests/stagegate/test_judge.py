@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from stagegate.baseline import compare_to_baseline
-from stagegate.judge import StageData, decide, judge_stage
+from stagegate.judge import StageData, StageVerdict, decide, judge_stage
 from stagegate.model import (
     Benchmark,
     Comparison,
@@ -351,3 +351,19 @@ def test_decision_lists_reasons_and_fixes_and_sums_deductions() -> None:
     assert d.required_fixes and all(": " in f for f in d.required_fixes)
     assert decide([b]).decision == "PASS" and decide([b]).score == 100
     assert Severity.CRITICAL.blocks and not Severity.MEDIUM.blocks
+
+
+def _verdict(name: str, status: StageStatus, required: bool) -> StageVerdict:
+    return StageVerdict(name, status, required, 100, (), (), StageData(None))
+
+
+def test_a_stage_that_is_not_required_still_blocks_when_it_fails() -> None:
+    passing = [_verdict("static", StageStatus.PASS, True)]
+    assert decide([*passing, _verdict("performance", StageStatus.PASS, False)]).decision == "PASS"
+    assert decide(
+        [*passing, _verdict("performance", StageStatus.NOT_VERIFIED, False)]
+    ).decision == ("PASS")
+    for status in (StageStatus.FAIL, StageStatus.ERROR):
+        verdict = decide([*passing, _verdict("performance", status, False)])
+        assert verdict.decision == "BLOCK"
+        assert verdict.blocking_reasons == (f"stage performance is {status.value}",)

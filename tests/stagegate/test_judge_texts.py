@@ -4,17 +4,18 @@ does."""
 
 from __future__ import annotations
 
-from test_judge import case, record, suite
+from test_judge import bench, case, record, suite
 
 from stagegate.judge import StageData, judge_stage
 from stagegate.model import (
+    Coverage,
     Failure,
     LintFinding,
     Location,
     TestSuite,
     WarningEntry,
 )
-from stagegate.policy import Policy
+from stagegate.policy import Policy, check_threshold
 
 POLICY = Policy()
 TAIL = "".join(f"{i % 10}" for i in range(1000))
@@ -181,3 +182,41 @@ def test_a_missing_side_file_says_why_it_may_be_missing() -> None:
                 "its charts and figures are left out of this report",
             )
         ]
+
+
+def test_a_stage_with_no_record() -> None:
+    missing = judge_stage("execution", StageData(None), POLICY)
+    assert (missing.required, missing.note) == (True, "")
+    assert [(f.stage, f.title, f.fix) for f in missing.findings] == [
+        (
+            "execution",
+            "execution has no record: the stage did not run",
+            "run the execution stage (nox -s verify runs every stage)",
+        )
+    ]
+    skipped = judge_stage("performance", StageData(None), POLICY.only(("static", "performance")))
+    assert skipped.required and skipped.findings == ()
+    assert skipped.note == "performance did not run here and is allowed to be skipped: NOT VERIFIED"
+
+
+def test_unreadable_output_and_coverage_below_the_floor() -> None:
+    data = StageData(
+        record(), suite=suite(case("a")), coverage=Coverage(50.0, ()), input_errors=("bad.xml",)
+    )
+    found = {t[1]: t for t in _texts("execution", data)}
+    assert found["unreadable output: bad.xml"][3] == (
+        "re-run the stage; if the file is still unreadable, its producer changed format "
+        "or crashed while writing it"
+    )
+    below = found["coverage below the floor"]
+    assert below[2] == check_threshold(POLICY.thresholds["coverage_pct"], 50.0)
+    assert below[3] == "test the files with the most missed lines (see Coverage)"
+
+
+def test_a_cpu_benchmark_where_the_gpu_is_required() -> None:
+    data = StageData(record("performance"), benchmark=bench(gpu=False))
+    found = {t[1]: t for t in _texts("performance", data, POLICY.require(("performance",)))}
+    assert found["GPU performance is required but was not verified"][2:] == (
+        "the benchmark ran preset cpu-smoke on cpu",
+        "run this stage on the self-hosted GPU runner",
+    )

@@ -154,3 +154,36 @@ def test_an_unknown_severity_lists_the_ones_there_are() -> None:
         "[tool.stagegate] severity.test_failed = 'FATAL': "
         "use one of CRITICAL, HIGH, MEDIUM, LOW, INFO"
     )
+
+
+STAGE_NAMES = "static, execution, integration, performance"
+
+
+def test_unknown_stages_list_the_four_there_are() -> None:
+    for call, flag in ((Policy().only, "--only"), (Policy().require, "--require")):
+        with pytest.raises(ConfigError) as caught:
+            call(("static", "gpu", "cpu"))
+        assert str(caught.value) == f"{flag} 'gpu': stages are {STAGE_NAMES}"
+    with pytest.raises(ConfigError) as caught:
+        policy_from_mapping({"required": ["gpu"]})
+    assert str(caught.value) == f"[tool.stagegate] required = ['gpu']: a list from {STAGE_NAMES}"
+
+
+def test_only_narrows_what_is_required_skippable_and_judged() -> None:
+    narrowed = Policy().only(("static", "performance"))
+    assert narrowed.required == ("static", "performance")
+    assert dict(narrowed.skippable) == {"performance": "no-cuda"}
+    assert narrowed.judged == ("static", "performance")
+    assert dict(Policy().only(("static",)).skippable) == {}
+    assert Policy().only(()) == Policy()
+
+
+def test_require_adds_a_stage_the_policy_did_not_require() -> None:
+    p = policy_from_mapping({"required": ["static"]}).require(("performance",))
+    assert p.required == ("static", "performance") and "performance" not in p.skippable
+
+
+def test_a_pyproject_without_a_stagegate_table_is_the_default_policy(tmp_path: Path) -> None:
+    for text in ("", "[tool.other]\nx = 1\n", "[project]\nname = 'x'\n"):
+        (tmp_path / "pyproject.toml").write_text(text)
+        assert load_policy(tmp_path / "pyproject.toml") == Policy()
