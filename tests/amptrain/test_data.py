@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -97,3 +99,38 @@ def test_a_ready_dataloader_is_used_as_it_is() -> None:
 def test_bad_token_data_says_what_is_wrong(data: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_dataloader(data, batch_size=2, shuffle=False, device=CPU)
+
+
+def test_deterministic_kernels_inside_the_block_and_as_before_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from amptrain.data import deterministic_kernels
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.backends.cudnn.benchmark = True
+    try:
+        with deterministic_kernels(True):
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+            assert torch.are_deterministic_algorithms_enabled()
+            assert torch.is_deterministic_algorithms_warn_only_enabled()
+            assert torch.backends.cudnn.benchmark is False
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.benchmark is True
+    finally:
+        torch.backends.cudnn.benchmark = False
+
+
+def test_a_loader_worker_seeds_python_and_numpy_from_its_torch_seed() -> None:
+    import random
+
+    import numpy as np
+
+    from amptrain.data import _seed_worker
+
+    torch.manual_seed(2**32 + 5)  # a worker's seed can exceed NumPy's 32-bit range
+    _seed_worker(0)
+    got = (random.random(), np.random.random())
+    random.seed(5)
+    np.random.seed(5)
+    assert got == (random.random(), np.random.random())

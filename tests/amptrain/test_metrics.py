@@ -40,6 +40,42 @@ def test_empty_stats_are_nan_not_zero() -> None:
     assert all(math.isnan(v) for v in RunningStats().summary().values())
 
 
+def test_non_finite_values_are_counted_apart() -> None:
+    stats = RunningStats()
+    for v in (math.inf, 1.0, math.nan, -math.inf):
+        stats.update(v)
+    assert (stats.nonfinite, stats.count) == (3, 1)
+
+
+def test_cuda_memory_and_utilization_are_read_for_the_device_asked_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: torch.cuda's readers answer as they would for device cuda:1.
+    from amptrain.metrics import gpu_utilization, peak_memory_mb, reset_peak_memory
+
+    device = torch.device("cuda", 1)
+    asked: list[object] = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: asked.append(d) or 3 << 20)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: asked.append(d))
+    monkeypatch.setattr(torch.cuda, "utilization", lambda d: asked.append(d) or 87)
+    assert peak_memory_mb(device) == 3.0
+    reset_peak_memory(device)
+    assert gpu_utilization(device) == 87.0
+    assert asked == [device, device, device]
+    reset_peak_memory(torch.device("cpu"))
+    assert len(asked) == 3
+
+
+def test_utilization_is_none_when_nvml_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amptrain.metrics import gpu_utilization
+
+    def refuse(device: object) -> int:
+        raise RuntimeError("NVML not found")
+
+    monkeypatch.setattr(torch.cuda, "utilization", refuse)
+    assert gpu_utilization(torch.device("cuda")) is None
+
+
 def test_tracker_memory_is_bounded_over_many_steps() -> None:
     tracker = MetricsTracker(history_size=100)
     for i in range(300_000):
@@ -60,6 +96,7 @@ def test_end_epoch_drops_none_resets_and_fans_out(tmp_path: Path) -> None:
     rec = tracker.end_epoch({"epoch": 1, "train/loss": 2.0, "val/loss": None, "val/accuracy": 0.5})
     tracker.close()
     assert "val/loss" not in rec and tracker.epoch_loss.count == 0
+    assert tracker.epochs == [rec]
     assert "epoch 1" in stream.getvalue() and "val/accuracy 0.5" in stream.getvalue()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 2]
