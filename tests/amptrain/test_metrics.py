@@ -81,6 +81,7 @@ def test_tracker_memory_is_bounded_over_many_steps() -> None:
     for i in range(300_000):
         tracker.log_step(1.0 + i % 7, 0.5)
     assert len(tracker.history) == 100 and tracker.step == 300_000
+    assert MetricsTracker().history.maxlen == 1024  # the default bound
     assert tracker.epoch_loss.count == 300_000
     assert tracker.epoch_loss.mean == pytest.approx(
         sum(1.0 + i % 7 for i in range(300_000)) / 300_000
