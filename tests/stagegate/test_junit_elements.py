@@ -1,0 +1,70 @@
+"""One JUnit element at a time: failure kinds and messages, re-runs, statuses written as
+attributes, and pytest names turned back into node ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stagegate.collect import read_junit
+from stagegate.model import Location
+
+
+def _suite(tmp_path: Path, name: str, cases: str) -> dict:
+    path = tmp_path / "j.xml"
+    path.write_text(f'<testsuite name="{name}" tests="9">{cases}</testsuite>')
+    return {c.nodeid: c for c in read_junit(path, root=tmp_path).cases}
+
+
+def test_failure_kinds_messages_and_places(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    cases = _suite(
+        tmp_path,
+        "go",
+        f"""
+        <testcase classname="pkg" name="err"><error>first line
+second line</error></testcase>
+        <testcase classname="pkg" name="rerun"><failure message="f1"/>
+            <rerunError message="r1"/><rerunFailure message="r2"/></testcase>
+        <testcase classname="pkg" name="flaky"><flakyError message="e"/>
+            <flakyFailure message="f"/></testcase>
+        <testcase classname="pkg" name="placed" file="x.go">
+            <failure message="m" file="{src}/y.go" line="12">t</failure></testcase>
+        <testcase classname="pkg" name="status" result="Skipped"/>
+        <testcase classname="pkg" name="state" status="NotRun"/>
+        """,
+    )
+    err = cases["pkg::err"]
+    assert (err.outcome, err.message) == ("error", "first line")
+    assert err.failures[0].text.endswith("second line")
+    rerun = cases["pkg::rerun"]
+    assert (rerun.outcome, rerun.attempts) == ("failed", 3)
+    assert [f.kind for f in rerun.failures] == ["failure", "error", "failure"]
+    flaky = cases["pkg::flaky"]
+    assert (flaky.outcome, [f.kind for f in flaky.failures]) == ("flaky", ["error", "failure"])
+    placed = cases["pkg::placed"]
+    assert placed.file == "x.go"
+    assert placed.failures[0].location == Location("src/y.go", 12)
+    assert cases["pkg::status"].outcome == "skipped"
+    assert cases["pkg::status"].message == "status skipped"
+    assert cases["pkg::state"].message == "status notrun"
+    assert cases["pkg::err"].file == ""
+
+
+def test_pytest_class_names_become_node_ids(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    (tmp_path / "Top.py").write_text("")
+    cases = _suite(
+        tmp_path,
+        "pytest",
+        """
+        <testcase classname="pkg.mod.TestGroup.TestInner" name="test_a"/>
+        <testcase classname="pkg.mod" name="test_b"/>
+        <testcase classname="Top" name="test_c"/>
+        <testcase classname="pkg.gone.TestX" name="test_d"/>
+        """,
+    )
+    assert cases["pkg/mod.py::TestGroup::TestInner::test_a"].file == "pkg/mod.py"
+    assert cases["pkg/mod.py::test_b"].file == "pkg/mod.py"
+    assert cases["Top.py::test_c"].file == "Top.py"
+    assert cases["pkg.gone.TestX::test_d"].file == ""  # no such file: the names as written
