@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,10 +63,11 @@ def _check_learning(result: dict) -> None:
     assert result["train_samples"] > 0 and result["val_samples"] > 0
 
 
-def test_fine_tuning_fp32(record_curve) -> None:
+def test_fine_tuning_fp32(record_curve, tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a plain fp32 run warns about nothing
         result = test_fine_tuning(_model(), _Config(), n_epochs=3, learning_rate=3e-3)
+    assert not (tmp_path / "wandb").exists()  # W&B is off unless asked for (WANDB_DIR is here)
     record_curve("test_fine_tuning fp32: val loss per epoch", result["val_loss_history"])
     _check_learning(result)
     assert result["precision"] == "32-true" and result["amp_enabled"] is False
