@@ -22,7 +22,15 @@ def test_failure_kinds_messages_and_places(tmp_path: Path) -> None:
         "go",
         f"""
         <testcase classname="pkg" name="err"><error>first line
-second line</error></testcase>
+second line
+third line</error></testcase>
+        <testcase classname="pkg" name="long"><failure>{"x" * 600}</failure></testcase>
+        <testcase classname="pkg" name="nested"><failure message="m">outer<stackTrace>inner
+            </stackTrace></failure></testcase>
+        <testcase classname="pkg" name="case-placed" file="{src}/z.go" line="5">
+            <failure message="no frame here">none either</failure></testcase>
+        <testcase name="bare"/>
+        <testcase classname="pkg"/>
         <testcase classname="pkg" name="rerun"><failure message="f1"/>
             <rerunError message="r1"/><rerunFailure message="r2"/></testcase>
         <testcase classname="pkg" name="flaky"><flakyError message="e"/>
@@ -35,7 +43,11 @@ second line</error></testcase>
     )
     err = cases["pkg::err"]
     assert (err.outcome, err.message) == ("error", "first line")
-    assert err.failures[0].text.endswith("second line")
+    assert err.failures[0].text.endswith("second line\nthird line")
+    assert cases["pkg::long"].message == "x" * 500
+    assert cases["pkg::nested"].failures[0].text.startswith("outerinner")
+    assert cases["pkg::case-placed"].failures[0].location == Location("src/z.go", 5)
+    assert cases["bare"].outcome == "passed" and cases["pkg::?"].name == "?"
     rerun = cases["pkg::rerun"]
     assert (rerun.outcome, rerun.attempts) == ("failed", 3)
     assert [f.kind for f in rerun.failures] == ["failure", "error", "failure"]
@@ -57,13 +69,17 @@ def test_pytest_class_names_become_node_ids(tmp_path: Path) -> None:
     cases = _suite(
         tmp_path,
         "pytest",
-        """
+        f"""
         <testcase classname="pkg.mod.TestGroup.TestInner" name="test_a"/>
         <testcase classname="pkg.mod" name="test_b"/>
         <testcase classname="Top" name="test_c"/>
         <testcase classname="pkg.gone.TestX" name="test_d"/>
+        <testcase classname="pkg.mod" name="test_e"><failure message="E">
+{tmp_path}/pkg/mod.py:3: in test_e
+E   assert 1 == 2</failure></testcase>
         """,
     )
+    assert cases["pkg/mod.py::test_e"].failures[0].location == Location("pkg/mod.py", 3)
     assert cases["pkg/mod.py::TestGroup::TestInner::test_a"].file == "pkg/mod.py"
     assert cases["pkg/mod.py::test_b"].file == "pkg/mod.py"
     assert cases["Top.py::test_c"].file == "Top.py"
