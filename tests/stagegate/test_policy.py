@@ -187,3 +187,21 @@ def test_a_pyproject_without_a_stagegate_table_is_the_default_policy(tmp_path: P
     for text in ("", "[tool.other]\nx = 1\n", "[project]\nname = 'x'\n"):
         (tmp_path / "pyproject.toml").write_text(text)
         assert load_policy(tmp_path / "pyproject.toml") == Policy()
+
+
+def test_pyproject_is_read_as_utf_8_whatever_the_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TOML is UTF-8 by definition; the locale's encoding (ASCII under LC_ALL=C without
+    # coercion) must not decide how the policy file reads.
+    (tmp_path / "pyproject.toml").write_text("# café\n[tool.stagegate]\n", encoding="utf-8")
+    encodings: list[object] = []
+    read = Path.read_text
+
+    def spy(self: Path, *args: object, **kwargs: object) -> str:
+        encodings.append(kwargs.get("encoding", args[0] if args else None))
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", spy)
+    assert load_policy(tmp_path / "pyproject.toml") == Policy()
+    assert encodings == ["utf-8"]
