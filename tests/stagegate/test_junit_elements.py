@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stagegate.collect import read_junit
+from stagegate.errors import InputError
 from stagegate.model import Location
 
 
@@ -84,3 +87,43 @@ E   assert 1 == 2</failure></testcase>
     assert cases["pkg/mod.py::test_b"].file == "pkg/mod.py"
     assert cases["Top.py::test_c"].file == "Top.py"
     assert cases["pkg.gone.TestX::test_d"].file == ""  # no such file: the names as written
+
+
+def test_durations_lines_texts_and_the_source(tmp_path: Path) -> None:
+    path = tmp_path / "j.xml"
+    path.write_text(
+        '<testsuite name="go">'
+        '<testcase classname="p" name="timed" time="2.5"/>'
+        '<testcase classname="p" name="untimed"/>'
+        '<testcase classname="p" name="negative" time="-1"/>'
+        '<testcase classname="p" name="nan" time="nan"/>'
+        '<testcase classname="p" name="word" time="abc"/>'
+        '<testcase classname="p" name="zero-line"><failure message="m" file="a.go" line="0">'
+        "the text</failure></testcase>"
+        '<testcase classname="p" name="bad-line"><failure message="m" file="a.go" line="-3"/>'
+        "</testcase>"
+        "</testsuite>"
+    )
+    suite = read_junit(path, root=tmp_path)
+    assert suite.source == str(path)
+    cases = {c.nodeid: c for c in suite.cases}
+    durations = [cases[f"p::{n}"].duration_s for n in ("timed", "untimed", "negative", "nan")]
+    assert durations == [2.5, 0.0, 0.0, 0.0] and cases["p::word"].duration_s == 0.0
+    zero = cases["p::zero-line"]
+    assert zero.failures[0].location == Location("a.go", 0) and zero.text == "the text"
+    assert cases["p::bad-line"].failures[0].location == Location("a.go", None)
+    assert cases["p::timed"].text == ""
+
+
+def test_unsafe_and_unreadable_files_say_why(tmp_path: Path) -> None:
+    path = tmp_path / "j.xml"
+    path.write_text('<!DOCTYPE x [<!ENTITY e "boom">]><testsuite name="a">&e;</testsuite>')
+    with pytest.raises(InputError) as caught:
+        read_junit(path)
+    message = str(caught.value)
+    assert message.startswith(f"JUnit file {path} declares a DTD or entities (")
+    assert message.endswith("); stagegate does not read those in untrusted XML")
+    assert "(NoneType)" not in message
+    with pytest.raises(InputError) as caught:
+        read_junit(tmp_path)
+    assert str(caught.value).startswith(f"JUnit file {tmp_path} cannot be read: ")
