@@ -144,27 +144,6 @@ def test_hadolint_json_from_a_real_run(tmp_path: Path) -> None:
     assert all(f.location.file == "Dockerfile" for f in findings)
 
 
-def test_zizmor_json_from_a_real_run(tmp_path: Path) -> None:
-    wf = tmp_path / ".github" / "workflows"
-    wf.mkdir(parents=True)
-    (wf / "x.yml").write_text(
-        "name: x\non: pull_request\npermissions: {}\njobs:\n  a:\n    runs-on: ubuntu-latest\n"
-        "    steps:\n      - uses: actions/checkout@v4\n"
-    )
-    out = subprocess.run(
-        [_tool("zizmor"), "--offline", "--format", "json", ".github/workflows/x.yml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    (tmp_path / "z.json").write_text(out.stdout)
-    findings = read_lint("zizmor", tmp_path / "z.json")
-    idents = {f.code: f for f in findings}
-    assert "unpinned-uses" in idents or "artipacked" in idents
-    assert all(f.location.file.endswith("x.yml") and f.location.line for f in findings)
-
-
 def test_lint_output_in_the_wrong_format_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text(json.dumps([{"unexpected": 1}]))
     with pytest.raises(InputError, match="not in hadolint's JSON format"):
