@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_collect import _tool  # skips when the lint extra is not installed
 
 from stagegate.collect import read_lint
 from stagegate.model import LintFinding, Location
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name) or str(Path(sys.executable).parent / name)
-    if not Path(path).exists():
-        pytest.skip(f"{name} is not installed (the lint extra installs it)")
-    return path
 
 
 def _read(tmp_path: Path, tool: str, data: Any) -> list[LintFinding]:
