@@ -188,6 +188,7 @@ def test_sync_count_is_not_claimed_without_cuda() -> None:
     assert count_syncs(lambda: None, 2, CPU)["measured"] is False
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="sync debug mode needs CUDA")
 def test_sync_counter_catches_a_planted_item_in_a_step() -> None:
     device = torch.device("cuda")

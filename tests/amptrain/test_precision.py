@@ -75,6 +75,7 @@ def test_bf16_true_on_cpu_keeps_parameters_in_bf16() -> None:
     assert plan.param_dtype == torch.bfloat16 and plan.autocast_dtype is None
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fp16_mixed_on_cuda_enables_the_scaler() -> None:
     plan = resolve_precision("16-mixed", "cuda")

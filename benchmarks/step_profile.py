@@ -1,0 +1,148 @@
+"""Where a training step's GPU time goes, and what torch.compile changes: the MFU explained.
+
+Profiles ``--steps`` steps of the benchmark's TrainStep on a preset (CUDA kernels only, after
+warm-up) and sums kernel time by kind: matrix multiplies, attention, the fused optimizer, and
+the elementwise/normalization/loss kernels around them; the GPU's idle share is wall time not
+covered by any kernel (launch overhead, host work). Then times the same step eager and under
+``torch.compile``, interleaved in rounds, and prints the MFU of each (FLOPs per token as the
+benchmark counts them). Usage:
+    python benchmarks/step_profile.py --preset gpu [--precision bf16-mixed] [--steps 10]
+        [--rounds 5] [--no-compile] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from amptrain import TinyGPT
+from amptrain.benchmark.environment import machine_info, peak_tflops
+from amptrain.benchmark.presets import PRESETS, Preset
+from amptrain.data import synthetic_token_data
+from amptrain.engine import TrainStep
+from amptrain.precision import resolve_precision
+from amptrain.trainer import TrainConfig, build_optimizer
+
+# Kernel name fragments, checked in order; the first that matches names the kind.
+KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn_generated")),
+    ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "wgmma")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+)
+
+
+def kind_of(kernel: str) -> str:
+    name = kernel.lower()
+    return next((k for k, parts in KINDS if any(p in name for p in parts)), "elementwise/other")
+
+
+def build_step(base: TinyGPT, precision: str, compiled: bool, preset: Preset) -> TrainStep:
+    device = torch.device("cuda")
+    plan = resolve_precision(precision, device)
+    model = copy.deepcopy(base).to(device=device, dtype=plan.param_dtype).train()
+    cfg = TrainConfig(precision=plan.name, learning_rate=preset.learning_rate)
+    net = torch.compile(model) if compiled else model
+    return TrainStep(net, build_optimizer(model, cfg, device), plan)
+
+
+def timed(step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> float:
+    """Seconds per step over ``steps`` steps, by CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step(*batch)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / steps
+
+
+def kernel_shares(step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> dict:
+    """GPU kernel time by kind, as shares of the profiled wall time."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        seconds = timed(step, batch, steps) * steps
+    by_kind: Counter[str] = Counter()
+    for event in prof.events():  # kernels (and memcpy/memset) are the events on the device
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            by_kind[kind_of(event.name)] += event.time_range.elapsed_us() / 1e6
+    if not by_kind:
+        raise RuntimeError("the profiler recorded no CUDA kernel")
+    busy = sum(by_kind.values())
+    shares = {k: v / seconds for k, v in by_kind.most_common()}
+    return {**shares, "gpu idle": max(0.0, 1 - busy / seconds)}
+
+
+def compare(arms: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per step per arm, interleaved rounds."""
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for _ in range(rounds):
+        for name, arm in arms.items():
+            times[name].append(arm())
+    return times
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="gpu")
+    parser.add_argument("--precision", default="bf16-mixed")
+    parser.add_argument("--steps", type=int, default=10, help="steps per profile and per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--out", type=Path)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("step_profile needs CUDA", file=sys.stderr)
+        return 2
+    preset = PRESETS[args.preset]
+    torch.manual_seed(0)
+    base = TinyGPT(
+        preset.vocab_size,
+        d_model=preset.d_model,
+        n_layers=preset.n_layers,
+        n_heads=preset.n_heads,
+        max_seq_len=preset.seq_len,
+    )
+    ids = synthetic_token_data(preset.batch_size, preset.seq_len, preset.vocab_size).cuda()
+    batch = (ids, ids.clone())
+    modes = {"eager": False} if args.no_compile else {"eager": False, "compiled": True}
+    steps = {name: build_step(base, args.precision, c, preset) for name, c in modes.items()}
+    for step in steps.values():
+        timed(step, batch, 3)  # warm-up: kernel selection, compilation, optimizer state
+    shares = {name: kernel_shares(step, batch, args.steps) for name, step in steps.items()}
+    arms = {name: (lambda s=step: timed(s, batch, args.steps)) for name, step in steps.items()}
+    times = compare(arms, args.rounds)
+    flops = base.flops_per_token(preset.seq_len) * preset.batch_size * preset.seq_len
+    gpu = torch.cuda.get_device_name()
+    peak = peak_tflops(gpu, args.precision)
+    result: dict[str, Any] = {}
+    print(f"{preset.name} preset, {args.precision}, {gpu}, {args.steps} steps x {args.rounds}")
+    for name, values in times.items():
+        step_s = statistics.median(values)
+        mfu = flops / step_s / (peak * 1e12) if peak else None
+        result[name] = {"step_ms": step_s * 1e3, "mfu": mfu, "kernel_time_share": shares[name]}
+        where = ", ".join(f"{k} {v:.1%}" for k, v in shares[name].items())
+        print(f"  {name:9s} {step_s * 1e3:8.2f} ms/step  MFU {mfu or 0:.1%}  ({where})")
+    if args.out:
+        doc = {"preset": preset.to_dict(), "precision": args.precision, "modes": result}
+        doc["machine_info"] = machine_info(torch.device("cuda"))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
