@@ -7,7 +7,7 @@ covered by any kernel (launch overhead, host work). Then times the same step eag
 ``torch.compile``, interleaved in rounds, and prints the MFU of each (FLOPs per token as the
 benchmark counts them). Usage:
     python benchmarks/step_profile.py --preset gpu [--precision bf16-mixed] [--steps 10]
-        [--rounds 5] [--no-compile] [--out FILE]
+        [--rounds 5] [--no-compile] [--top 8] [--out FILE]
 """
 
 from __future__ import annotations
@@ -66,20 +66,36 @@ def timed(step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int)
     return start.elapsed_time(end) / 1e3 / steps
 
 
-def kernel_shares(step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> dict:
-    """GPU kernel time by kind, as shares of the profiled wall time."""
+def kernel_times(
+    step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int
+) -> tuple[Counter[str], float]:
+    """Seconds per CUDA kernel name over ``steps`` profiled steps, and their wall time."""
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         seconds = timed(step, batch, steps) * steps
-    by_kind: Counter[str] = Counter()
+    kernels: Counter[str] = Counter()
     for event in prof.events():  # kernels (and memcpy/memset) are the events on the device
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            by_kind[kind_of(event.name)] += event.time_range.elapsed_us() / 1e6
-    if not by_kind:
+            kernels[event.name] += event.time_range.elapsed_us() / 1e6
+    if not kernels:
         raise RuntimeError("the profiler recorded no CUDA kernel")
-    busy = sum(by_kind.values())
-    shares = {k: v / seconds for k, v in by_kind.most_common()}
-    return {**shares, "gpu idle": max(0.0, 1 - busy / seconds)}
+    return kernels, seconds
+
+
+def shares(kernels: Counter[str], seconds: float, top: int) -> dict[str, Any]:
+    """Kernel time by kind and the ``top`` kernels, as shares of the wall time; the GPU's idle
+    share is the wall time no kernel covered."""
+    by_kind: Counter[str] = Counter()
+    for name, t in kernels.items():
+        by_kind[kind_of(name)] += t
+    idle = max(0.0, 1 - sum(kernels.values()) / seconds)
+    return {
+        "by_kind": {**{k: v / seconds for k, v in by_kind.most_common()}, "gpu idle": idle},
+        "top_kernels": [
+            {"kernel": name[:120], "kind": kind_of(name), "share": t / seconds}
+            for name, t in kernels.most_common(top)
+        ],
+    }
 
 
 def compare(arms: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
@@ -98,6 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10, help="steps per profile and per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--top", type=int, default=8, help="kernels listed per mode")
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
 
@@ -122,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = {name: build_step(base, args.precision, c, preset) for name, c in modes.items()}
     for step in steps.values():
         timed(step, batch, 3)  # warm-up: kernel selection, compilation, optimizer state
-    shares = {name: kernel_shares(step, batch, args.steps) for name, step in steps.items()}
+    profiles = {
+        name: shares(*kernel_times(step, batch, args.steps), args.top)
+        for name, step in steps.items()
+    }
     arms = {name: (lambda s=step: timed(s, batch, args.steps)) for name, step in steps.items()}
     times = compare(arms, args.rounds)
     flops = base.flops_per_token(preset.seq_len) * preset.batch_size * preset.seq_len
@@ -133,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in times.items():
         step_s = statistics.median(values)
         mfu = flops / step_s / (peak * 1e12) if peak else None
-        result[name] = {"step_ms": step_s * 1e3, "mfu": mfu, "kernel_time_share": shares[name]}
-        where = ", ".join(f"{k} {v:.1%}" for k, v in shares[name].items())
+        result[name] = {"step_ms": step_s * 1e3, "mfu": mfu, **profiles[name]}
+        where = ", ".join(f"{k} {v:.1%}" for k, v in profiles[name]["by_kind"].items())
         print(f"  {name:9s} {step_s * 1e3:8.2f} ms/step  MFU {mfu or 0:.1%}  ({where})")
+        for k in profiles[name]["top_kernels"]:
+            print(f"      {k['share']:6.1%}  {k['kind']:18s} {k['kernel'][:90]}")
     if args.out:
         doc = {"preset": preset.to_dict(), "precision": args.precision, "modes": result}
         doc["machine_info"] = machine_info(torch.device("cuda"))

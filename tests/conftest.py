@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,3 +22,15 @@ def _wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / ".wandb-cache"))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_marked_cuda(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test not marked ``cuda`` runs the CPU paths, GPU or not: the suite decides the same
+    on every machine, and the GPU's own paths are the tests marked ``cuda`` (pytest -m cuda).
+    torch is imported by the test modules that use it; stagegate's tests never load it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
