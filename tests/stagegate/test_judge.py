@@ -233,6 +233,39 @@ def test_a_missed_gpu_target_is_high(kw: dict, metric: str) -> None:
     assert any(metric in f.detail for f in v.findings)
 
 
+def test_tf32_is_held_to_accuracy_parity_not_to_the_amp_targets() -> None:
+    b = bench()
+    tf32 = Comparison("32-tf32", "32-true", 1.0, (0.9, 1.1), 0.0, 0.0, 0.001, 0.0)
+    v = judge_stage(
+        "performance",
+        StageData(record("performance"), benchmark=replace(b, comparisons=(*b.comparisons, tf32))),
+        POLICY,
+    )
+    assert v.status is StageStatus.PASS, v.findings
+    off = replace(tf32, accuracy_diff=0.2)
+    v = judge_stage(
+        "performance",
+        StageData(record("performance"), benchmark=replace(b, comparisons=(off,))),
+        POLICY,
+    )
+    assert [f.title for f in v.findings] == ["32-tf32 vs 32-true: accuracy_diff misses its target"]
+
+
+@pytest.mark.parametrize("name", ["16-mixed", "bf16-mixed", "16-true", "bf16-true"])
+def test_every_16_bit_precision_is_held_to_the_amp_targets(name: str) -> None:
+    slow = Comparison(name, "32-true", 1.0, (0.9, 1.1), 0.0, 0.0, 0.001, 0.0)
+    v = judge_stage(
+        "performance",
+        StageData(record("performance"), benchmark=replace(bench(), comparisons=(slow,))),
+        POLICY,
+    )
+    assert sorted(f.title.split(": ")[1] for f in v.findings) == [
+        "activation_memory_reduction_pct misses its target",
+        "peak_memory_reduction_pct misses its target",
+        "speedup misses its target",
+    ]
+
+
 def test_cpu_smoke_is_not_verified_unless_required() -> None:
     data = StageData(record("performance"), benchmark=bench(gpu=False, speedup=0.7, mem=math.nan))
     local = judge_stage("performance", data, POLICY)

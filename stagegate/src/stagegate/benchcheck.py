@@ -75,9 +75,16 @@ def _location(text: str) -> Location:
     return Location(file, int(line)) if line.isdigit() and file else Location(text)
 
 
+# The precisions the AMP targets (speedup, memory reduction) are for: 16-bit compute. fp32 in
+# any mode (32-true, 32-tf32: TF32 is how fp32 matmuls run, its tensors stay fp32) is held to
+# accuracy parity only.
+REDUCED_PRECISION_PREFIXES = ("16-", "bf16-")
+
+
 def _comparison_findings(f: Findings, c: Comparison, policy: Policy, gpu: bool) -> None:
     values = {"accuracy_diff": c.accuracy_diff}  # parity: measured on any device
-    if gpu:  # speed and CUDA memory mean something only on the GPU
+    amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
+    if gpu and amp:  # speed and CUDA memory mean something only on the GPU
         values |= {
             "speedup": c.speedup,
             "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
