@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from amptrain import TinyGPT, fine_tune
+from amptrain import fine_tune
 from amptrain.benchmark.environment import machine_info
 from amptrain.benchmark.presets import PRESETS, Preset
+from amptrain.benchmark.run import preset_model
 from amptrain.data import make_dataloader, synthetic_token_data, unpack_batch
 from amptrain.engine import TrainStep
 from amptrain.precision import resolve_precision
@@ -147,13 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = PRESETS[args.preset]
     device = torch.device(args.device or ("cuda" if preset.needs_cuda else "cpu"))
     torch.manual_seed(0)
-    base = TinyGPT(
-        preset.vocab_size,
-        d_model=preset.d_model,
-        n_layers=preset.n_layers,
-        n_heads=preset.n_heads,
-        max_seq_len=preset.seq_len,
-    )
+    base = preset_model(preset)
     times = measure(build(args, preset, device), base, args.rounds)
     tokens = args.steps * preset.batch_size * preset.seq_len
     arms = summarize(times, tokens, "train_step")

@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 from amptrain import TinyGPT
 from amptrain.benchmark.environment import machine_info, peak_tflops
 from amptrain.benchmark.presets import PRESETS, Preset
+from amptrain.benchmark.run import preset_model
 from amptrain.data import synthetic_token_data
 from amptrain.engine import TrainStep
 from amptrain.precision import resolve_precision
@@ -126,13 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     preset = PRESETS[args.preset]
     torch.manual_seed(0)
-    base = TinyGPT(
-        preset.vocab_size,
-        d_model=preset.d_model,
-        n_layers=preset.n_layers,
-        n_heads=preset.n_heads,
-        max_seq_len=preset.seq_len,
-    )
+    base = preset_model(preset)
     ids = synthetic_token_data(preset.batch_size, preset.seq_len, preset.vocab_size).cuda()
     batch = (ids, ids.clone())
     modes = {"eager": False} if args.no_compile else {"eager": False, "compiled": True}

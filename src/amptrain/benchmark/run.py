@@ -29,6 +29,17 @@ BASELINE = "32-true"  # IEEE fp32: TF32 off, so the baseline is what its name sa
 TF32 = "32-tf32"  # fp32 with TF32 tensor-core matmuls, reported under its own name
 
 
+def preset_model(preset: Preset) -> TinyGPT:
+    """The preset's model, its weights drawn from torch's current generator."""
+    return TinyGPT(
+        preset.vocab_size,
+        d_model=preset.d_model,
+        n_layers=preset.n_layers,
+        n_heads=preset.n_heads,
+        max_seq_len=preset.seq_len,
+    )
+
+
 def parse_precisions(text: str) -> list[str]:
     """Comma-separated precision names, canonicalized and deduplicated, ``32-tf32`` allowed."""
     names: list[str] = []
@@ -395,13 +406,7 @@ def run_benchmark(
     val_data = synthetic_token_data(
         preset.eval_batches * preset.batch_size, preset.seq_len, preset.vocab_size, seed=seed + 1
     )
-    base = TinyGPT(
-        preset.vocab_size,
-        d_model=preset.d_model,
-        n_layers=preset.n_layers,
-        n_heads=preset.n_heads,
-        max_seq_len=preset.seq_len,
-    )
+    base = preset_model(preset)
     machine = machine_info(device)
     arms: list[Arm] = []
     for name in precisions:
