@@ -330,3 +330,28 @@ def test_copy_of_a_model_trains_the_same() -> None:  # the test helpers above re
     a, b = _model(), copy.deepcopy(_model())
     assert all(torch.equal(x, y) for x, y in zip(_weights(a), _weights(b), strict=True))
     assert math.isfinite(fine_tune(a, _data(), epochs=1, num_workers=0).epochs[0].train_loss)
+
+
+class _ReadSteps(Callback):
+    """The steps after which the loss had just been read back from the device."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self._last: object = None
+
+    def on_step_end(self, state: TrainState) -> None:
+        if state.last_step and state.last_step is not self._last:  # {} until the first read
+            self.steps.append(state.step)
+            self._last = state.last_step
+
+
+@pytest.mark.parametrize(("log_every", "reads"), [(5, [5, 10, 15, 20]), (1, list(range(1, 21)))])
+def test_the_loss_is_read_back_every_log_every_steps_only(log_every: int, reads: list) -> None:
+    # A host read is a sync on a GPU (tests/amptrain/test_cuda.py counts them there): here its
+    # cadence shows through the record each read leaves for the callbacks.
+    spy = _ReadSteps()
+    fine_tune(
+        _model(), _data(80), epochs=1, batch_size=4, log_every=log_every, num_workers=0,
+        callbacks=[spy],
+    )  # fmt: skip
+    assert spy.steps == reads
