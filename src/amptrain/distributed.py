@@ -89,7 +89,10 @@ def join_world(device_type: str) -> World:
 
 
 def _end_group() -> None:
+    """At exit: every rank reaches the teardown before any rank tears its group down (a rank
+    whose peer closed its sockets first can abort in gloo's threads)."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
