@@ -36,10 +36,11 @@ PRESETS = {
     # Sized so tensor cores dominate one H100: GPT-2 small shape at context 1024, batch 32,
     # and a small vocabulary so that activations, not the logits, dominate memory. Measured
     # on an H100 80GB HBM3 (reports/baseline/): a bf16 step takes 64 ms and the whole run
-    # 72-78 s; the cpu-smoke model there runs bf16 at 0.79x of fp32, since launches, not
+    # 118 s; the cpu-smoke model there runs bf16 at 0.79x of fp32, since launches, not
     # matrix work, set its pace. Six windows after five warm-up steps gave a bf16-vs-fp32
     # speedup interval of +-0.3% to +-0.6% in three runs and +-2.1% in a fourth, whose first
-    # bf16 window ran 8% slow: ten of each keep one slow window from widening it.
+    # bf16 window ran 8% slow: ten of each (+-0.2% in the baseline) keep one slow window
+    # from widening it.
     "gpu": Preset(
         name="gpu",
         vocab_size=2048,
