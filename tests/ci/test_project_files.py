@@ -119,3 +119,21 @@ def test_linters_are_pinned_exactly_in_one_place() -> None:
     assert '"lint")' in noxfile and not re.search(
         r"(ruff|zizmor|hadolint|shellcheck)[=<>]", noxfile
     )
+
+
+def test_mutation_runs_copy_every_repository_path_their_tests_read() -> None:
+    """mutmut runs the tests in a copy (mutants/) holding the sources, tests/ and also_copy:
+    a test that reads another path of the repository fails there before any mutant runs."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    copied = {Path(p).parts[0] for p in [*config["source_paths"], *config["also_copy"], "tests"]}
+    selected = [a for a in config["pytest_add_cli_args_test_selection"] if a.startswith("tests/")]
+    read = {
+        name.split("/")[0]
+        for folder in selected
+        for test in (ROOT / folder).rglob("*.py")
+        for name in re.findall(r'parents\[2\] / "([^"]+)"', test.read_text())
+    }
+    assert read, "no test reads a repository path: the pattern no longer finds them"
+    assert read <= copied, f"tests read {sorted(read - copied)}, which mutmut does not copy"
