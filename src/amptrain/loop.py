@@ -333,8 +333,7 @@ class Loop:
             step.scheduler.load_state_dict(state["scheduler"])
         step.scaler.load_state_dict(state["scaler"])
         step._overflows.copy_(state["overflows"])
-        rngs = state["rng"]
-        self._resume_rng = rngs[self.world.rank] if self.world.rank < len(rngs) else rngs[0]
+        self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
         self.state.epoch = int(state["position"]["epoch"])
         self.state.step = int(state["position"]["step"])
         self.counters = EpochCounters(**state["counters"])

@@ -99,19 +99,26 @@ class _Crash(Callback):
 
 
 RUN = {"epochs": 2, "batch_size": 4, "num_workers": 0, "eval_every": 3, "log_every": 4}
+RUN_LR = TrainConfig().learning_rate
 
 
-def _resume_pair(tmp_path: Path, **extra: Any) -> tuple[Any, Any, TinyGPT, TinyGPT]:
-    """An uninterrupted run, and one killed at step 14 and resumed from its checkpoint."""
+def _resume_pair(
+    tmp_path: Path, callbacks: tuple[list[Callback], ...] = ([], [], []), **extra: Any
+) -> tuple[Any, Any, TinyGPT, TinyGPT]:
+    """An uninterrupted run, and one killed at step 14 and resumed from its checkpoint;
+    ``callbacks`` holds each of the three runs' own."""
     args = {**RUN, **extra, "checkpoint_every": 4, "keep_checkpoints": 2}
     val = _data(8, seed=1)
     whole = _model(dropout=0.2)  # dropout: the resumed run must also continue the random stream
-    full = fine_tune(whole, _data(), val, checkpoint_dir=str(tmp_path / "a"), **args)
+    full = fine_tune(
+        whole, _data(), val, checkpoint_dir=str(tmp_path / "a"), callbacks=callbacks[0], **args
+    )
     broken = _model(dropout=0.2)
     with pytest.raises(KeyboardInterrupt):
         fine_tune(
-            broken, _data(), val, checkpoint_dir=str(tmp_path / "b"), callbacks=[_Crash(14)], **args
-        )
+            broken, _data(), val, checkpoint_dir=str(tmp_path / "b"),
+            callbacks=[*callbacks[1], _Crash(14)], **args,
+        )  # fmt: skip
     resumed_model = _model(dropout=0.2)
     resumed = fine_tune(
         resumed_model,
@@ -119,9 +126,14 @@ def _resume_pair(tmp_path: Path, **extra: Any) -> tuple[Any, Any, TinyGPT, TinyG
         val,
         checkpoint_dir=str(tmp_path / "b"),
         resume_from="latest",
+        callbacks=callbacks[2],
         **args,
     )
     return full, resumed, whole, resumed_model
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(_weights(a), _weights(b), strict=True))
 
 
 def test_a_resumed_run_ends_bit_for_bit_where_the_uninterrupted_one_does(tmp_path: Path) -> None:
@@ -141,6 +153,58 @@ def test_resume_is_exact_with_accumulation_and_bf16(tmp_path: Path) -> None:
     for a, b in zip(_weights(whole), _weights(again), strict=True):
         assert torch.equal(a, b)
     assert resumed.train_loss_history == full.train_loss_history
+
+
+def test_a_callbacks_state_is_resumed_too(tmp_path: Path) -> None:
+    watchers = tuple([EarlyStopping(patience=100, min_delta=0.05)] for _ in range(3))
+    full, resumed, whole, again = _resume_pair(tmp_path, callbacks=watchers)
+    whole_watcher, _, resumed_watcher = (run[0] for run in watchers)
+    assert whole_watcher.bad_evals > 0  # the state is not the fresh one
+    assert resumed_watcher.state_dict() == whole_watcher.state_dict()
+    assert resumed.evals == full.evals and _same_weights(whole, again)
+
+
+def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int) -> None:
+    return None
+
+
+def test_a_run_without_a_scheduler_resumes_exactly(tmp_path: Path) -> None:
+    full, resumed, whole, again = _resume_pair(tmp_path, scheduler_factory=_no_schedule)
+    assert resumed.steps == full.steps == 20 and _same_weights(whole, again)
+    assert {e.learning_rate for e in resumed.epochs} == {RUN_LR}
+
+
+def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(tmp_path: Path) -> None:
+    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
+    fine_tune(_model(), _data(), **args)  # its checkpoint holds the schedule's state
+    result = fine_tune(
+        _model(), _data(), **{**args, "epochs": 2}, resume_from="latest",
+        scheduler_factory=_no_schedule,
+    )  # fmt: skip
+    assert result.steps == 20
+    # the rate the saved optimizer holds after the schedule's last step (its floor), kept
+    assert result.epochs[1].learning_rate == pytest.approx(RUN_LR * 0.1)
+
+
+def _poisoned_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss, made infinite on the batches whose first id is a multiple of 7 (4 of the
+    20 steps of a resume pair): the scaler backs off on those, as fp16 overflows do."""
+    loss = lm_loss(logits, labels)
+    return loss * math.inf if int(labels[0, 0]) % 7 == 0 else loss
+
+
+@pytest.mark.filterwarnings("ignore::amptrain.SkippedStepsWarning")
+def test_the_loss_scalers_state_is_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp16's scaler on CPU (its protocol with fp32 compute): resolve_precision gives fp16 a
+    CPU fallback, so the run is handed the plan with an enabled scaler."""
+    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args: SCALED)
+    full, resumed, whole, again = _resume_pair(tmp_path, loss_fn=_poisoned_loss)
+    assert full.final_loss_scale < 65536.0 and full.overflow_steps > 0
+    assert (resumed.final_loss_scale, resumed.overflow_steps) == (
+        full.final_loss_scale,
+        full.overflow_steps,
+    )
+    assert _same_weights(whole, again)
 
 
 def test_only_the_newest_checkpoints_are_kept_and_no_temporary_file_is_left(
@@ -174,6 +238,20 @@ def test_resume_refuses_other_settings_and_torn_files(tmp_path: Path) -> None:
         fine_tune(_model(), _data(), epochs=1, resume_from=str(tmp_path / "empty"))
 
 
+def test_resume_names_every_setting_that_differs_and_another_world_size(tmp_path: Path) -> None:
+    args = {"epochs": 1, "batch_size": 4, "num_workers": 0}
+    fine_tune(_model(), _data(), checkpoint_dir=str(tmp_path), **args)
+    with pytest.raises(ValueError, match=r"settings \(batch_size, seed\): the data position"):
+        fine_tune(_model(), _data(), **{**args, "batch_size": 8, "seed": 3}, resume_from="latest",
+                  checkpoint_dir=str(tmp_path))  # fmt: skip
+    path = checkpoints(tmp_path)[-1]
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "world_size": 2}, path)  # as written by two torchrun processes
+    message = r"\(world size \(2 processes\)\): .* resume with the settings it was written with"
+    with pytest.raises(ValueError, match=message):
+        fine_tune(_model(), _data(), resume_from=str(path), **args)
+
+
 def test_resume_latest_starts_fresh_when_there_is_no_checkpoint_yet(tmp_path: Path) -> None:
     result = fine_tune(
         _model(), _data(), epochs=1, batch_size=4, num_workers=0,
@@ -188,14 +266,20 @@ def test_resume_latest_starts_fresh_when_there_is_no_checkpoint_yet(tmp_path: Pa
 class _Recorder(Callback):
     def __init__(self) -> None:
         self.steps: list[tuple[int, int, bool]] = []
+        self.last_steps: dict[int, dict[str, float]] = {}
         self.evals: list[int] = []
+        self.epochs: list[Any] = []
         self.tracker: Any = None
 
     def on_step_end(self, state: TrainState) -> None:
         self.steps.append((state.step, self.tracker.step, bool(state.last_step)))
+        self.last_steps[state.step] = dict(state.last_step)
 
     def on_eval_end(self, state: TrainState, metrics: Any) -> None:
         self.evals.append(state.step)
+
+    def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
+        self.epochs.append(metrics)
 
 
 def test_eval_every_and_log_every(tmp_path: Path) -> None:
@@ -209,7 +293,13 @@ def test_eval_every_and_log_every(tmp_path: Path) -> None:
         eval_every=3, log_every=4, jsonl_path=str(log), callbacks=[recorder], tracker=tracker,
     )  # fmt: skip
     assert recorder.evals == [3, 6, 9, 10, 12, 15, 18, 20]  # and each epoch's end, once
-    assert [e["step"] for e in result.evals] == recorder.evals
+    assert [(e["epoch"], e["step"]) for e in result.evals] == [
+        (1, 3), (1, 6), (1, 9), (1, 10), (2, 12), (2, 15), (2, 18), (2, 20),
+    ]  # fmt: skip
+    # a callback sees the latest record read back, and each epoch's metrics
+    assert recorder.last_steps[4] == recorder.last_steps[5] == tracker.history[3]
+    assert set(tracker.history[3]) == {"train/loss", "train/grad_norm", "train/lr"}
+    assert recorder.epochs == result.epochs and [m.epoch for m in recorder.epochs] == [1, 2]
     # the loss is read back every 4 steps (and before an evaluation), not every step
     assert [t for _, t, _ in recorder.steps[:9]] == [0, 0, 0, 4, 4, 4, 6, 8, 8]
     assert [s for s, _, read in recorder.steps if read][:2] == [4, 5]
