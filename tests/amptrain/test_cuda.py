@@ -1,6 +1,7 @@
 """The paths only a GPU takes: fused AdamW told of inf/NaN through ``found_inf``, fp16's scaler
-skipping a step, zero host syncs in a training step, fine_tune reading the loss back every
-``log_every`` steps only, and the benchmark's CUDA timing, memory split and MFU.
+skipping a step, zero host syncs in a training step, fine_tune validating on the GPU and reading
+the loss back every ``log_every`` steps only, and the benchmark's CUDA timing, memory split and
+MFU.
 
 Marked ``cuda``: the default run leaves them out; ``pytest -m cuda`` runs them on a GPU.
 """
@@ -18,6 +19,7 @@ from amptrain.benchmark.health import count_syncs
 from amptrain.benchmark.presets import PRESETS
 from amptrain.benchmark.run import run_benchmark
 from amptrain.engine import TrainStep, lm_loss
+from amptrain.metrics import gpu_utilization
 from amptrain.precision import resolve_precision
 from amptrain.trainer import TrainConfig, build_optimizer
 
@@ -143,3 +145,18 @@ def test_the_benchmark_measures_the_gpu_paths_on_a_small_model() -> None:
             assert r["peak_tflops"] and 0 < r["mfu"] < 1
     speedups = {(c["precision"], c["baseline"]) for c in doc["comparisons"]}
     assert ("bf16-mixed", "32-true") in speedups and ("bf16-mixed", "32-tf32") in speedups
+
+
+def test_fine_tune_validates_and_measures_memory_on_the_gpu() -> None:
+    train = synthetic_token_data(4 * BATCH, SEQ, VOCAB, seed=0)
+    val = synthetic_token_data(BATCH, SEQ, VOCAB, seed=1)
+    result = fine_tune(
+        _model(), train, val, epochs=1, batch_size=BATCH, precision="bf16-mixed", num_workers=0
+    )
+    (epoch,) = result.epochs
+    assert result.device.startswith("cuda") and result.precision == "bf16-mixed"
+    assert math.isfinite(epoch.val_loss) and 0 <= epoch.val_accuracy <= 1
+    assert epoch.val_perplexity == pytest.approx(math.exp(epoch.val_loss))
+    assert epoch.peak_memory_mb is not None and epoch.peak_memory_mb > 0
+    # NVML may be missing from the machine; the epoch reports it when torch can read it
+    assert (epoch.gpu_utilization is None) == (gpu_utilization(CUDA) is None)

@@ -43,6 +43,15 @@ def test_lm_loss_shifts_labels_and_skips_padding() -> None:
     assert float(lm_loss(logits, labels)) < 1e-6
 
 
+def test_token_hits_counts_only_right_predictions_of_counted_tokens() -> None:
+    labels = torch.tensor([[1, 2, 3, 4, IGNORE_INDEX]])
+    logits = torch.zeros(1, 5, 6)
+    for position, predicted in enumerate([2, 0, 4, 1, 5]):  # right, wrong, right, padding
+        logits[0, position, predicted] = 1.0
+    correct, count = token_hits(logits, labels)
+    assert (int(correct), int(count)) == (2, 3)
+
+
 def _step(precision: str = "32-true", fused: bool = False) -> tuple[TinyGPT, TrainStep]:
     torch.manual_seed(0)
     model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -12,13 +14,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from amptrain import (
+    Callback,
     FineTuneResult,
     PrecisionFallbackWarning,
     SkippedStepsWarning,
     TinyGPT,
     TrainConfig,
     TrainingDivergedError,
+    TrainState,
     fine_tune,
+    lm_loss,
     synthetic_token_data,
 )
 
@@ -59,7 +64,7 @@ def test_any_output_shape_trains(kind: str) -> None:
 def test_result_holds_every_measurement_and_serialises() -> None:
     result = fine_tune(_model(), _data(), _data(8, seed=1), epochs=2, batch_size=8, num_workers=0)
     assert isinstance(result, FineTuneResult)
-    assert result.precision == "32-true" and result.device == "cpu"
+    assert result.precision == "32-true" and result.device == "cpu" and result.world_size == 1
     assert result.steps == 2 * 4 and result.train_samples == 32 and result.val_samples == 8
     epoch = result.epochs[-1]
     for name in (
@@ -68,6 +73,8 @@ def test_result_holds_every_measurement_and_serialises() -> None:
         "val_perplexity",
         "val_accuracy",
         "grad_norm_mean",
+        "grad_norm_std",
+        "grad_norm_min",
         "grad_norm_max",
         "learning_rate",
         "samples_per_second",
@@ -76,6 +83,9 @@ def test_result_holds_every_measurement_and_serialises() -> None:
         assert math.isfinite(getattr(epoch, name)), name
     assert epoch.val_perplexity == pytest.approx(math.exp(epoch.val_loss))
     assert epoch.peak_memory_mb is None  # CPU: no CUDA allocator figure
+    for epoch in result.epochs:  # the rates are over the epoch's own training time
+        assert epoch.samples_per_second * epoch.wall_time_s == pytest.approx(32)
+        assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(32 * SEQ)
     assert json.loads(json.dumps(result.to_dict()))["epochs"][1]["epoch"] == 2
 
 
@@ -124,6 +134,26 @@ def test_learning_rate_warms_up_then_decays() -> None:
     peak = lrs.index(max(lrs))
     assert 0 < peak < len(lrs) - 1 and max(lrs) == pytest.approx(1e-3)
     assert lrs[-1] < lrs[peak] and lrs[-1] >= 1e-4 - 1e-12
+
+
+def _schedule(total_steps: int, **config: float) -> list[float]:
+    """The rate factor at steps 0 to total_steps + 2 (past the end too)."""
+    from amptrain.trainer import build_schedule
+
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    (factor,) = build_schedule(optimizer, TrainConfig(**config), total_steps).lr_lambdas
+    return [factor(step) for step in range(total_steps + 3)]
+
+
+def test_the_schedule_warms_up_linearly_then_follows_a_cosine_down_to_its_floor() -> None:
+    cosine = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / 8)) for k in range(9)]
+    expected = [0.5, 1.0, *cosine, 0.1, 0.1]  # 2 warm-up steps of 10, then 8 of decay
+    assert _schedule(10, warmup_ratio=0.2, min_lr_ratio=0.1) == pytest.approx(expected)
+    assert expected[6] == pytest.approx(0.55)  # half-way down: half-way between peak and floor
+
+
+def test_a_one_step_schedule_decays_in_that_step() -> None:
+    assert _schedule(1, warmup_ratio=0.0, min_lr_ratio=0.2) == pytest.approx([1, 0.2, 0.2, 0.2])
 
 
 def test_fp16_request_on_cpu_records_the_precision_used() -> None:
@@ -273,6 +303,20 @@ def test_a_run_whose_steps_keep_being_skipped_stops_with_a_clear_error() -> None
     assert len(warned) == 1  # warned once, then stopped
 
 
+def test_skipped_steps_are_named_in_the_warning_and_counted_in_their_epoch() -> None:
+    calls = itertools.count(1)
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(logits, labels)
+        return loss * math.inf if next(calls) in (2, 6) else loss  # a step in each epoch
+
+    with pytest.warns(SkippedStepsWarning, match=r"not finite \(epoch 1, step 2\)$"):
+        result = fine_tune(
+            _model(), _data(), epochs=2, batch_size=8, log_every=4, num_workers=0, loss_fn=loss_fn
+        )
+    assert [e.overflow_steps for e in result.epochs] == [1, 1] and result.overflow_steps == 2
+
+
 def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
     from amptrain.trainer import SkipGuard
 
@@ -284,6 +328,50 @@ def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
         guard.update(finite=False)
     with pytest.raises(TrainingDivergedError):
         guard.update(finite=False)
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        {"in_a_row": 3, "warned": True, "calibrating": False},
+        {"in_a_row": 0, "warned": False, "calibrating": True},
+    ],
+)
+def test_the_skip_guard_takes_back_every_field_it_saved(saved: dict[str, object]) -> None:
+    from amptrain.trainer import SkipGuard
+
+    guard = SkipGuard(limit=5, calibrating=not saved["calibrating"])
+    guard.load_state_dict(saved)
+    assert guard.state_dict() == saved
+
+
+class _Sleeper(Callback):
+    """Spends known time inside a step (the training clock runs) and inside each validation
+    (it is stopped)."""
+
+    STEP_S, EVAL_S = 0.02, 0.05
+
+    def __init__(self) -> None:
+        self.evals = 0
+
+    def on_step_end(self, state: TrainState) -> None:
+        time.sleep(self.STEP_S)
+
+    def on_eval_end(self, state: TrainState, metrics: object) -> None:
+        self.evals += 1
+        time.sleep(self.EVAL_S)
+
+
+def test_the_training_clock_adds_every_step_and_leaves_validation_out() -> None:
+    sleeper = _Sleeper()
+    result = fine_tune(
+        _model(), _data(), _data(8, seed=1), epochs=2, batch_size=8, eval_every=1,
+        num_workers=0, callbacks=[sleeper],
+    )  # fmt: skip
+    assert sleeper.evals == 2 * 4  # 3 in each epoch, and each epoch's end
+    trained = [epoch.wall_time_s for epoch in result.epochs]
+    assert all(seconds >= 4 * _Sleeper.STEP_S for seconds in trained)  # every step's, summed
+    assert sum(trained) + sleeper.evals * _Sleeper.EVAL_S <= result.wall_time_s
 
 
 @pytest.mark.parametrize(
