@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,3 +35,16 @@ def _cpu_unless_marked_cuda(
     torch = sys.modules.get("torch")
     if torch is not None and request.node.get_closest_marker("cuda") is None:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _a_progress_lock_of_its_own() -> None:
+    """tqdm's bars share one lock, which its default makes a multiprocessing lock: every
+    process forked after the first bar holds the same semaphore. mutmut forks each mutant's
+    test run from one process and kills the slow ones; one killed inside that lock would leave
+    every later mutant hung at its first bar, and read as a timeout. A thread lock is copied
+    at the fork instead, so each run has its own."""
+    for name in ("tqdm.std", "tqdm.auto"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.tqdm.set_lock(threading.RLock())
