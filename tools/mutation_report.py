@@ -181,6 +181,13 @@ def judge(
     if missed:
         report += "\n## Not detected\n\nSee each with `mutmut show NAME`.\n\n"
         report += "\n".join(f"- `{n}`: {statuses[n]}" for n in missed) + "\n"
+    timed_out = sorted(n for n, s in statuses.items() if s == "timeout")
+    if timed_out:
+        report += (
+            "\n## Timed out (counted as detected)\n\nEach should be a change that never ends "
+            "(a loop's exit broken): see it with `mutmut show NAME`.\n\n"
+        )
+        report += "\n".join(f"- `{n}`" for n in timed_out) + "\n"
     for path, (detected, counted, _) in rates.items():
         if counted and 100 * detected / counted < args.min_kill:
             problems.append(

@@ -96,6 +96,20 @@ def test_an_unfinished_run_is_never_a_pass(tmp_path: Path) -> None:
     assert mutation_report.main(args) == 1
 
 
+def test_timed_out_mutants_count_as_detected_and_are_named(tmp_path: Path) -> None:
+    results = tmp_path / "results.txt"
+    results.write_text("    a.b.x_f__mutmut_1: killed\n    a.b.x_f__mutmut_2: timeout\n")
+    equivalents = tmp_path / "eq.toml"
+    equivalents.write_text("")
+    out = tmp_path / "report.md"
+    args = [str(results), "--equivalents", str(equivalents), "--out", str(out)]
+    assert mutation_report.main(args) == 0
+    report = out.read_text()
+    assert "| `src/a/b.py` | 100.0% | 2 | 2 | 0 | 0 | 0 | 1 |" in report
+    named = report.split("## Timed out (counted as detected)")[1]
+    assert "- `a.b.x_f__mutmut_2`" in named and "x_f__mutmut_1" not in named
+
+
 def test_the_repository_equivalents_all_say_why() -> None:
     entries = mutation_report.load_equivalents(ROOT / "tests" / "mutation_equivalents.toml")
     for entry in entries:
