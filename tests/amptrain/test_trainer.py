@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 import warnings
 from types import SimpleNamespace
@@ -198,6 +199,29 @@ def test_progress_bar_shows_loss_and_throughput_when_asked(
     assert "epoch 1/1" in err and "loss=" in err and "tok_s=" in err
 
 
+def test_the_progress_bar_shows_the_latest_loss_and_the_token_rate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from amptrain import MetricsTracker
+
+    tracker = MetricsTracker()
+    result = fine_tune(
+        _model(), _data(40), epochs=2, batch_size=8, log_every=2, progress=True,
+        num_workers=0, tracker=tracker,
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    shown = re.split(r"[\r\n]", err)
+    for epoch, metrics in enumerate(result.epochs, start=1):
+        bar = [ln for ln in shown if ln.startswith(f"epoch {epoch}/2:")]
+        assert "0/5" in bar[0] and "step/s" in bar[-1] and "5/5" in bar[-1]
+        # the last bar of the epoch: its last step's loss, and about the epoch's token rate
+        loss, rate = re.search(r"loss=([\d.]+), tok_s=(\d+)\]", bar[-1]).groups()
+        assert loss == f"{tracker.history[5 * epoch - 1]['train/loss']:.4f}"
+        assert metrics.tokens_per_second - 1 <= int(rate) <= 5 * metrics.tokens_per_second
+    # leave=False: each finished bar is cleared (written over with spaces)
+    assert sum(1 for ln in shown if ln and not ln.strip()) == 2
+
+
 def test_no_warning_on_a_plain_fp32_run() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -315,6 +339,31 @@ def test_skipped_steps_are_named_in_the_warning_and_counted_in_their_epoch() -> 
             _model(), _data(), epochs=2, batch_size=8, log_every=4, num_workers=0, loss_fn=loss_fn
         )
     assert [e.overflow_steps for e in result.epochs] == [1, 1] and result.overflow_steps == 2
+
+
+def test_the_skip_guards_messages_say_what_happened_and_what_to_do() -> None:
+    from amptrain.trainer import SkipGuard
+
+    guard = SkipGuard(limit=2)
+    with pytest.warns(SkippedStepsWarning) as warned:
+        guard.update(finite=False, where=" (epoch 1, step 4)")
+    assert str(warned[0].message) == (
+        "an optimizer step was skipped: the gradient is not finite (epoch 1, step 4)"
+    )
+    with pytest.raises(TrainingDivergedError) as raised:
+        guard.update(finite=False, where=" (epoch 1, step 5)")
+    assert str(raised.value) == (
+        "2 optimizer steps in a row were skipped (epoch 1, step 5): the loss or gradient is "
+        "NaN or infinite. Lower the learning rate, check the data, or raise "
+        "max_consecutive_skips if this is expected"
+    )
+
+
+def test_the_skipped_step_warning_points_at_the_callers_line() -> None:
+    with pytest.warns(SkippedStepsWarning) as warned:
+        fine_tune(_DivergesAfter(good=1), _data(), epochs=1, batch_size=8, num_workers=0,
+                  max_consecutive_skips=100)  # fmt: skip
+    assert warned[0].filename == __file__
 
 
 def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
@@ -493,3 +542,24 @@ def test_the_shuffle_order_depends_on_seed_and_epoch_not_on_the_worker_count() -
         ).train_loss_history
 
     assert losses(0) == losses(1)
+
+
+def test_each_epoch_is_trained_in_its_own_shuffled_order() -> None:
+    from amptrain.data import EpochShuffle
+
+    ids = _data(16)
+    ids[:, 0] = torch.arange(16)  # each row names itself
+    seen: list[int] = []
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        seen.extend(labels[:, 0].tolist())
+        return lm_loss(logits, labels)
+
+    fine_tune(_model(), ids, epochs=3, batch_size=4, seed=5, num_workers=0, loss_fn=loss_fn)
+    orders = [seen[i : i + 16] for i in range(0, 48, 16)]
+    expected = []
+    for epoch in (1, 2, 3):
+        sampler = EpochShuffle(16, seed=5)
+        sampler.set_epoch(epoch)
+        expected.append(list(sampler))
+    assert orders == expected and len({tuple(o) for o in orders}) == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,25 @@ def test_the_loss_scalers_state_is_resumed(tmp_path: Path, monkeypatch: pytest.M
     assert _same_weights(whole, again)
 
 
+def test_skips_while_an_fp16_scaler_calibrates_neither_warn_nor_stop_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args: SCALED)
+    calls = iter(range(1, 1000))
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(logits, labels)  # the first three steps overflow: the scale backs off
+        return loss * math.inf if next(calls) <= 3 else loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a SkippedStepsWarning fails the test
+        result = fine_tune(
+            _model(), _data(), epochs=1, batch_size=4, num_workers=0, loss_fn=loss_fn,
+            max_consecutive_skips=2,
+        )  # fmt: skip
+    assert result.overflow_steps == 3 and result.final_loss_scale == 65536.0 / 8
+
+
 def test_only_the_newest_checkpoints_are_kept_and_no_temporary_file_is_left(
     tmp_path: Path,
 ) -> None:
@@ -270,9 +290,11 @@ class _Recorder(Callback):
         self.evals: list[int] = []
         self.epochs: list[Any] = []
         self.tracker: Any = None
+        self.main: set[bool] = set()
 
     def on_step_end(self, state: TrainState) -> None:
         self.steps.append((state.step, self.tracker.step, bool(state.last_step)))
+        self.main.add(state.is_main)
         self.last_steps[state.step] = dict(state.last_step)
 
     def on_eval_end(self, state: TrainState, metrics: Any) -> None:
@@ -293,6 +315,7 @@ def test_eval_every_and_log_every(tmp_path: Path) -> None:
         eval_every=3, log_every=4, jsonl_path=str(log), callbacks=[recorder], tracker=tracker,
     )  # fmt: skip
     assert recorder.evals == [3, 6, 9, 10, 12, 15, 18, 20]  # and each epoch's end, once
+    assert recorder.main == {True}  # one process: it is the main one
     assert [(e["epoch"], e["step"]) for e in result.evals] == [
         (1, 3), (1, 6), (1, 9), (1, 10), (2, 12), (2, 15), (2, 18), (2, 20),
     ]  # fmt: skip
