@@ -214,10 +214,11 @@ def test_the_progress_bar_shows_the_latest_loss_and_the_token_rate(
     for epoch, metrics in enumerate(result.epochs, start=1):
         bar = [ln for ln in shown if ln.startswith(f"epoch {epoch}/2:")]
         assert "0/5" in bar[0] and "step/s" in bar[-1] and "5/5" in bar[-1]
-        # the last bar of the epoch: its last step's loss, and about the epoch's token rate
+        # the last bar of the epoch: its last step's loss, and the token rate so far, which the
+        # epoch's (its clock stopped a moment later) cannot exceed
         loss, rate = re.search(r"loss=([\d.]+), tok_s=(\d+)\]", bar[-1]).groups()
         assert loss == f"{tracker.history[5 * epoch - 1]['train/loss']:.4f}"
-        assert metrics.tokens_per_second - 1 <= int(rate) <= 5 * metrics.tokens_per_second
+        assert int(rate) >= int(metrics.tokens_per_second) - 1
     # leave=False: each finished bar is cleared (written over with spaces)
     assert sum(1 for ln in shown if ln and not ln.strip()) == 2
 
