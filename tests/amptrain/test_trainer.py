@@ -194,7 +194,9 @@ def test_progress_bar_stays_quiet_when_asked(capsys: pytest.CaptureFixture[str])
 def test_progress_bar_shows_loss_and_throughput_when_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    fine_tune(_model(), _data(), epochs=1, progress=True, num_workers=0)
+    # a validation mid-epoch reads the pending steps back without the bar
+    fine_tune(_model(), _data(), _data(8, seed=1), epochs=1, progress=True, num_workers=0,
+              eval_every=3, log_every=4)  # fmt: skip
     err = capsys.readouterr().err
     assert "epoch 1/1" in err and "loss=" in err and "tok_s=" in err
 
@@ -345,6 +347,9 @@ def test_skipped_steps_are_named_in_the_warning_and_counted_in_their_epoch() -> 
 def test_the_skip_guards_messages_say_what_happened_and_what_to_do() -> None:
     from amptrain.trainer import SkipGuard
 
+    with pytest.warns(SkippedStepsWarning) as warned:
+        SkipGuard(limit=2).update(finite=False)  # no place given: the message ends there
+    assert str(warned[0].message).endswith("the gradient is not finite")
     guard = SkipGuard(limit=2)
     with pytest.warns(SkippedStepsWarning) as warned:
         guard.update(finite=False, where=" (epoch 1, step 4)")
