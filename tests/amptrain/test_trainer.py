@@ -93,7 +93,18 @@ def test_result_holds_every_measurement_and_serialises() -> None:
 def test_ragged_list_data_is_padded_and_trains() -> None:
     rows = [row[: 4 + i % 8] for i, row in enumerate(_data())]
     result = fine_tune(_model(), rows, rows[:8], epochs=1, batch_size=4, num_workers=0)
-    assert math.isfinite(result.epochs[0].val_loss)
+    epoch = result.epochs[0]
+    assert math.isfinite(epoch.val_loss)
+    # the token rate counts the rows' own tokens, not the padding that fills each batch out
+    assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(sum(map(len, rows)))
+
+
+def test_the_data_checks_run_a_forward_once_a_run_not_before_every_batch() -> None:
+    model, calls = _model(), []
+    model.register_forward_pre_hook(lambda module, args: calls.append(module.training))
+    fine_tune(model, _data(40), epochs=2, batch_size=8, num_workers=0)
+    # one check on one row, in eval mode, then the 2 x 5 training steps
+    assert calls == [False] + [True] * 10
 
 
 def test_a_ready_dataloader_of_dicts_trains() -> None:
@@ -242,6 +253,33 @@ def test_an_iterable_dataset_needs_a_stated_epoch_size() -> None:
         fine_tune(_model(), loader, epochs=1)
     result = fine_tune(_model(), loader, epochs=2, max_steps_per_epoch=3)
     assert result.steps == 6 and result.train_samples == 0
+
+
+class _Stated(torch.utils.data.IterableDataset):
+    """A stream whose stated length, an estimate, is not the rows it gives; counts those drawn."""
+
+    def __init__(self, rows: int, stated: int) -> None:
+        self.rows, self.stated, self.drawn = rows, stated, 0
+
+    def __iter__(self):  # type: ignore[override]
+        for row in _data(self.rows):
+            self.drawn += 1
+            yield row
+
+    def __len__(self) -> int:
+        return self.stated
+
+
+def test_an_epoch_draws_its_stated_batches_and_ends_early_on_a_stream_that_runs_dry() -> None:
+    # 5 batches stated, 2 a step: the third step trains on the fifth alone, and no sixth is drawn
+    longer = _Stated(64, 20)
+    result = fine_tune(_model(), DataLoader(longer, batch_size=4), epochs=2, grad_accum_steps=2)
+    assert result.steps == 6 and longer.drawn == 2 * 20
+    # 8 stated, 5 given: each epoch ends when the stream does, and is measured all the same
+    shorter = _Stated(20, 32)
+    result = fine_tune(_model(), DataLoader(shorter, batch_size=4), epochs=2, grad_accum_steps=2)
+    assert result.steps == 6 and [e.epoch for e in result.epochs] == [1, 2]
+    assert all(math.isfinite(e.train_loss) for e in result.epochs)
 
 
 def test_the_logged_learning_rate_is_the_one_the_step_used() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,22 @@ def test_a_run_without_a_scheduler_resumes_exactly(tmp_path: Path) -> None:
     full, resumed, whole, again = _resume_pair(tmp_path, scheduler_factory=_no_schedule)
     assert resumed.steps == full.steps == 20 and _same_weights(whole, again)
     assert {e.learning_rate for e in resumed.epochs} == {RUN_LR}
+
+
+def test_a_resumed_runs_progress_bar_starts_at_the_steps_already_trained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {**RUN, "checkpoint_dir": str(tmp_path), "checkpoint_every": 3}
+    with pytest.raises(KeyboardInterrupt):
+        fine_tune(_model(), _data(), callbacks=[_Crash(4)], **args)
+    capsys.readouterr()
+    fine_tune(_model(), _data(), resume_from="latest", progress=True, **args)
+    shown = re.split(r"[\r\n]", capsys.readouterr().err)
+    first, second = ([ln for ln in shown if ln.startswith(f"epoch {e}/2:")] for e in (1, 2))
+    # the checkpoint at step 3 of 10: the bar counts on from there, not from 0; the next
+    # epoch (the saved random state used once, by the first) starts from 0
+    assert re.search(r"\| ?3/10 \[", first[0]) and re.search(r"\| ?10/10 \[", first[-1])
+    assert re.search(r"\| ?0/10 \[", second[0])
 
 
 def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(tmp_path: Path) -> None:
