@@ -126,6 +126,19 @@ def test_wandb_offline_run_logs_namespaced_keys(tmp_path: Path) -> None:
         "history"
     ]
     assert "amp/precision" in keys["summary"]
+    config = run_info(run_dir)["config"]  # the run's settings, and the precision it ran in
+    assert (config["epochs"], config["batch_size"], config["precision_used"]) == (2, 8, "32-true")
+
+
+def test_fine_tune_prints_a_line_an_epoch_to_the_console_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = TinyGPT(24, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    data = synthetic_token_data(16, 8, 24)
+    fine_tune(model, data, epochs=2, batch_size=8, console=True, num_workers=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["epoch 1", "epoch 2"]
+    assert all("train/loss" in line and "train/tokens_per_second" in line for line in lines)
 
 
 def test_cpu_has_no_gpu_memory_figure() -> None:
