@@ -113,3 +113,45 @@ def test_fp16_scaler_skips_overflow_and_backs_off_the_scale() -> None:
     assert step.overflow_steps == 1
     assert torch.equal(before, model.head.weight)
     assert step.loss_scale == 2.0**9  # scaler.update() ran and halved the scale
+
+
+class _HubStyle(nn.Module):
+    """A Hugging Face-shaped model: positions before tokens, sizes in a config."""
+
+    def __init__(self, **config: int) -> None:
+        super().__init__()
+        self.positions = nn.Embedding(16, 8)  # the first embedding is not the vocabulary
+        self.tokens = nn.Embedding(50, 8)
+        self.config = SimpleNamespace(**config)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.tokens
+
+
+def test_the_vocabulary_is_the_input_embedding_the_model_names() -> None:
+    from amptrain.engine import vocabulary_size
+
+    assert vocabulary_size(_HubStyle()) == 50
+    assert vocabulary_size(nn.Sequential(nn.Embedding(7, 2), nn.Linear(2, 7))) == 7
+    assert vocabulary_size(nn.Linear(2, 7)) is None
+
+
+@pytest.mark.parametrize(
+    ("own", "config", "positions"),
+    [
+        (None, {"max_position_embeddings": 64}, 64),
+        (None, {"n_positions": 32}, 32),
+        (0, {"n_positions": 32}, 32),  # a size of 0 is no size: the config's is read
+        (1, {"n_positions": 32}, 1),
+        (None, {}, None),
+    ],
+)
+def test_the_position_count_is_read_from_the_model_or_its_config(
+    own: int | None, config: dict[str, int], positions: int | None
+) -> None:
+    from amptrain.engine import position_count
+
+    model = _HubStyle(**config)
+    if own is not None:
+        model.max_seq_len = own
+    assert position_count(model) == positions

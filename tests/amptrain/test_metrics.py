@@ -107,27 +107,24 @@ def test_end_epoch_drops_none_resets_and_fans_out(tmp_path: Path) -> None:
 def test_wandb_offline_run_logs_namespaced_keys(tmp_path: Path) -> None:
     model = TinyGPT(24, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
     data = synthetic_token_data(16, 8, 24)
-    fine_tune(
-        model,
-        data,
-        data[:4],
-        epochs=2,
-        batch_size=8,
-        wandb=True,
-        wandb_dir=str(tmp_path),
-        num_workers=0,
-    )
+    args = {"epochs": 2, "batch_size": 8, "wandb": True, "num_workers": 0}
+    # a directory and project of the run's own, not W&B's defaults (WANDB_DIR is tmp_path)
+    fine_tune(model, data, data[:4], wandb_dir=str(tmp_path / "runs"), wandb_project="p-7", **args)
+    fine_tune(model, data, wandb_dir=str(tmp_path / "off"), wandb_mode="disabled", **args)
     import wandb
 
     wandb.teardown()  # the run file is complete once W&B's service has written and closed it
-    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (run_dir,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
+    assert not list(tmp_path.glob("**/offline-run-*"))[1:]  # the disabled run wrote none
     keys = logged_keys(run_dir)
     assert {"train/loss", "val/loss", "amp/loss_scale", "amp/enabled", "train/grad_norm"} <= keys[
         "history"
     ]
     assert "amp/precision" in keys["summary"]
-    config = run_info(run_dir)["config"]  # the run's settings, and the precision it ran in
+    info = run_info(run_dir)  # the run's settings, and the precision it ran in
+    config = info["config"]
     assert (config["epochs"], config["batch_size"], config["precision_used"]) == (2, 8, "32-true")
+    assert info["project"] == "p-7"
 
 
 def test_fine_tune_prints_a_line_an_epoch_to_the_console_when_asked(

@@ -438,6 +438,14 @@ def test_the_skip_guard_takes_back_every_field_it_saved(saved: dict[str, object]
     assert guard.state_dict() == saved
 
 
+def test_a_fresh_skip_guard_saves_plain_values() -> None:
+    from amptrain.trainer import SkipGuard
+
+    fresh = SkipGuard(limit=5).state_dict()  # written into every checkpoint as it is
+    assert fresh == {"in_a_row": 0, "warned": False, "calibrating": False}
+    assert all(type(value) in (int, bool) for value in fresh.values())
+
+
 class _Sleeper(Callback):
     """Spends known time inside a step (the training clock runs) and inside each validation
     (it is stopped)."""

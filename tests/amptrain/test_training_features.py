@@ -256,6 +256,24 @@ def test_only_the_newest_checkpoints_are_kept_and_no_temporary_file_is_left(
     assert result.checkpoint == str(tmp_path / "step-00000010.pt")
 
 
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU run's file tags each tensor with the device it was on ("cuda:0"), and that tag is
+    all that says where: written here with it, the file must still load onto this run's device."""
+    import torch.serialization as serialization
+
+    as_on_a_gpu = (0, lambda storage: "cuda:0", lambda storage, location: None)
+    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            serialization, "_package_registry", [as_on_a_gpu, *serialization._package_registry]
+        )
+        fine_tune(_model(), _data(), **args)
+    result = fine_tune(_model(), _data(), **{**args, "epochs": 2}, resume_from="latest")
+    assert result.resumed_from and result.steps == 20 and result.device == "cpu"
+
+
 def test_resume_refuses_other_settings_and_torn_files(tmp_path: Path) -> None:
     fine_tune(
         _model(), _data(), epochs=1, batch_size=4, num_workers=0, checkpoint_dir=str(tmp_path)
@@ -427,6 +445,33 @@ def test_custom_loss_optimizer_and_scheduler_are_used() -> None:
     assert result.epochs[-1].learning_rate == pytest.approx(0.05)
     assert result.epochs[0].train_loss == 0.0  # the custom loss is what trained
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(model), strict=True))
+
+
+def test_the_schedule_is_told_the_runs_whole_steps() -> None:
+    totals: list[Any] = []
+
+    def scheduler(opt: torch.optim.Optimizer, total: int) -> None:
+        totals.append(total)
+
+    # 5 batches an epoch, 2 a step: 3 steps an epoch, the last of one batch
+    result = fine_tune(_model(), _data(20), epochs=2, batch_size=4, grad_accum_steps=2,
+                       num_workers=0, scheduler_factory=scheduler)  # fmt: skip
+    assert totals == [6] and type(totals[0]) is int and result.steps == 6
+
+
+@pytest.mark.parametrize("limit", [1e-3, None])
+def test_the_gradient_is_clipped_to_max_grad_norm(limit: float | None) -> None:
+    model = _model()
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    result = fine_tune(
+        model, _data(8), epochs=1, batch_size=8, num_workers=0, max_grad_norm=limit,
+        optimizer_factory=lambda m: torch.optim.SGD(m.parameters(), lr=1.0),
+        scheduler_factory=_no_schedule,
+    )  # fmt: skip
+    moved = float((torch.cat([p.detach().flatten() for p in model.parameters()]) - before).norm())
+    # plain SGD at rate 1: the weights move by the clipped gradient; unclipped, by all of it
+    norm = result.epochs[0].grad_norm_mean  # measured before clipping
+    assert norm > 0.1 and moved == pytest.approx(limit or norm, rel=1e-4)
 
 
 @pytest.mark.slow
