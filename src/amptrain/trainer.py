@@ -182,7 +182,8 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
 
 
 def _check_data(model: nn.Module, train_loader: Any, val_loader: Any) -> None:
-    if val_loader is not None and _length(getattr(val_loader, "dataset", val_loader)) == 0:
+    # the whole dataset's length, alike on every rank (a rank's own shard of it may be empty)
+    if val_loader is not None and _length(val_loader.dataset) == 0:
         raise ValueError("val_data gives no batch: pass validation rows, or no val_data")
     for loader in (train_loader, val_loader):
         dataset = getattr(loader, "dataset", None)

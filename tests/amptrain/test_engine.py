@@ -155,3 +155,24 @@ def test_the_position_count_is_read_from_the_model_or_its_config(
     if own is not None:
         model.max_seq_len = own
     assert position_count(model) == positions
+
+
+def test_ids_and_lengths_outside_the_model_are_named_exactly() -> None:
+    from amptrain.engine import check_data_fits
+
+    model = _HubStyle(n_positions=32)  # 50 ids
+    check_data_fits(model, 49, 0, 32)  # the last id and the whole length fit
+    cases = [
+        ((50, 0, 8), "token id 50 is outside the model's vocabulary of 50 (ids 0 to 49)"),
+        ((10, -1, 8), "token id -1 is outside the model's vocabulary of 50 (ids 0 to 49)"),
+        ((50, -1, 8), "token id 50 is outside the model's vocabulary of 50 (ids 0 to 49)"),
+        (
+            (10, 0, 33),
+            "sequences of 33 tokens are longer than the model's 32 positions: "
+            "cut them, or use a model with more positions",
+        ),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError) as raised:
+            check_data_fits(model, *args)
+        assert str(raised.value) == message

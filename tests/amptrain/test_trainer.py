@@ -249,10 +249,20 @@ class _Stream(torch.utils.data.IterableDataset):
 
 def test_an_iterable_dataset_needs_a_stated_epoch_size() -> None:
     loader = torch.utils.data.DataLoader(_Stream(), batch_size=8)
-    with pytest.raises(ValueError, match="max_steps_per_epoch"):
+    message = (
+        "^the training DataLoader has no length \\(an IterableDataset\\?\\): "
+        "pass max_steps_per_epoch$"
+    )
+    with pytest.raises(ValueError, match=message):
         fine_tune(_model(), loader, epochs=1)
     result = fine_tune(_model(), loader, epochs=2, max_steps_per_epoch=3)
     assert result.steps == 6 and result.train_samples == 0
+    # a step of 2 micro-batches: the epoch is 3 steps of 2, from the stream or a sized loader
+    approx = pytest.approx
+    for data in (loader, _data(64)):
+        result = fine_tune(_model(), data, epochs=1, max_steps_per_epoch=3, grad_accum_steps=2)
+        epoch = result.epochs[0]
+        assert result.steps == 3 and epoch.samples_per_second * epoch.wall_time_s == approx(48)
 
 
 class _Stated(torch.utils.data.IterableDataset):
@@ -522,7 +532,9 @@ def test_an_empty_validation_loader_is_a_clear_error() -> None:
     from torch.utils.data import DataLoader
 
     empty = DataLoader(torch.empty(0, SEQ, dtype=torch.long), batch_size=4)
-    with pytest.raises(ValueError, match="val_data gives no batch"):
+    with pytest.raises(
+        ValueError, match=r"^val_data gives no batch: pass validation rows, or no val_data$"
+    ):
         fine_tune(_model(), _data(), empty, epochs=1, num_workers=0)
 
 
