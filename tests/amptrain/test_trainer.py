@@ -99,6 +99,17 @@ def test_ragged_list_data_is_padded_and_trains() -> None:
     assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(sum(map(len, rows)))
 
 
+def test_validation_reads_each_row_once_in_the_order_given() -> None:
+    model, seen = _model(), []
+    model.register_forward_pre_hook(
+        lambda module, args: None if module.training else seen.append(args[0])
+    )
+    val = _data(20, seed=1)
+    fine_tune(model, _data(), val, epochs=2, batch_size=8, num_workers=0)
+    check, *batches = seen  # the data check's one row, then each epoch's validation
+    assert check.shape[0] == 1 and torch.equal(torch.cat(batches), torch.cat([val, val]))
+
+
 def test_the_data_checks_run_a_forward_once_a_run_not_before_every_batch() -> None:
     model, calls = _model(), []
     model.register_forward_pre_hook(lambda module, args: calls.append(module.training))
@@ -528,6 +539,12 @@ def test_rows_too_short_to_train_on_are_a_clear_error() -> None:
         fine_tune(_model(), rows, epochs=1, num_workers=0)
 
 
+def test_an_empty_training_loader_is_a_clear_error() -> None:
+    empty = DataLoader(torch.empty(0, SEQ, dtype=torch.long), batch_size=4)
+    with pytest.raises(ValueError, match=r"^the training data gives no batch: is it empty\?$"):
+        fine_tune(_model(), empty, epochs=1)
+
+
 def test_an_empty_validation_loader_is_a_clear_error() -> None:
     from torch.utils.data import DataLoader
 
@@ -540,7 +557,8 @@ def test_an_empty_validation_loader_is_a_clear_error() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
 def test_asking_for_cuda_without_it_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"TrainConfig.device is 'cuda' but CUDA is not available"):
+    message = "TrainConfig.device is 'cuda' but CUDA is not available here: leave device unset"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)} to use the CPU$"):
         fine_tune(_model(), _data(), epochs=1, device="cuda", num_workers=0)
 
 
