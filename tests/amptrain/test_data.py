@@ -6,13 +6,21 @@ import pytest
 import torch
 
 from amptrain import make_dataloader, synthetic_token_data
-from amptrain.data import IGNORE_INDEX, PadCollate, unpack_batch
+from amptrain.data import (
+    IGNORE_INDEX,
+    EpochShuffle,
+    PadCollate,
+    _SequenceDataset,
+    batch_inputs,
+    seed_everything,
+    unpack_batch,
+)
 
 CPU = torch.device("cpu")
 
 
 def test_padding_is_ignored_in_labels() -> None:
-    ids, labels = PadCollate(pad_token_id=0)([torch.tensor([5, 6, 7]), torch.tensor([8])])
+    ids, labels = PadCollate()([torch.tensor([5, 6, 7]), torch.tensor([8])])  # 0 by default
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
     assert labels.tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
 
@@ -29,6 +37,22 @@ def test_padding_is_ignored_in_labels() -> None:
 def test_unpack_batch_shapes(batch: object) -> None:
     ids, labels = unpack_batch(batch)
     assert ids.shape == labels.shape == (2, 3)
+
+
+def test_a_batchs_own_labels_are_kept() -> None:
+    ids, own = torch.ones(2, 3, dtype=torch.long), torch.full((2, 3), 2)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    assert unpack_batch((ids, own))[1] is own and unpack_batch([ids])[1] is ids
+    # labels given beside an attention mask are the caller's: the mask does not rewrite them
+    _, labels, inputs = batch_inputs({"input_ids": ids, "attention_mask": mask, "labels": own})
+    assert labels is own and inputs["attention_mask"] is mask
+
+
+@pytest.mark.parametrize(("batch", "kind"), [((), "tuple"), ([], "list"), (5, "int")])
+def test_a_batch_without_token_ids_names_its_type(batch: object, kind: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        unpack_batch(batch)
+    assert str(raised.value) == f"cannot read token ids from a batch of type {kind}"
 
 
 def test_unpack_batch_rejects_a_mapping_without_input_ids() -> None:
@@ -134,3 +158,42 @@ def test_a_loader_worker_seeds_python_and_numpy_from_its_torch_seed() -> None:
     random.seed(5)
     np.random.seed(5)
     assert got == (random.random(), np.random.random())
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (torch.empty(0, 4, dtype=torch.long), "no sequences: the token data is empty"),
+        ([torch.tensor([3, 4]), torch.tensor([7])], "row 1 has 1 token"),
+        ([torch.tensor([], dtype=torch.long)], "row 0 has 0 tokens"),
+        (torch.ones(3, 1, dtype=torch.long), "row 0 has 1 token"),
+    ],
+)
+def test_data_too_small_to_train_on_is_named_exactly(rows: object, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        _SequenceDataset(rows)  # type: ignore[arg-type]
+    tail = ": next-token training needs at least 2 per row"
+    assert str(raised.value) == (message if "empty" in message else message + tail)
+
+
+def test_the_shuffled_order_is_the_same_in_every_release() -> None:
+    # a run resumed by a later amptrain skips the batches it trained: the order must not move
+    sampler = EpochShuffle(8, seed=1)  # before any set_epoch: epoch 0
+    assert list(sampler) == [6, 1, 2, 3, 4, 7, 5, 0]
+    sampler.set_epoch(1)
+    assert list(sampler) == [7, 5, 6, 2, 1, 4, 0, 3]
+
+
+@pytest.mark.parametrize("seed", [7, 2**32 + 7])
+def test_seed_everything_seeds_python_numpy_and_torch(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    seed_everything(seed)
+    drawn = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    assert drawn[0] == random.Random(seed).random()
+    assert drawn[1] == float(np.random.RandomState(seed % 2**32).rand())  # numpy's seeds: 32 bits
+    assert drawn[2] == float(torch.rand((), generator=torch.Generator().manual_seed(seed)))
+    assert torch.are_deterministic_algorithms_enabled() == deterministic  # unless asked
