@@ -227,12 +227,13 @@ def fine_tune(
     cfg = dataclasses.replace(config or TrainConfig(), **options)
     parts = _Parts(Hooks(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if dtype is None:
+        raise ValueError("the model has no floating-point parameters: there is nothing to train")
     with deterministic_kernels(cfg.deterministic):
         try:
             return _train(model, (train_data, val_data), cfg, tracker, parts)
         finally:
-            if dtype is not None:
-                model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
+            model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
 
 
 @dataclass(frozen=True)

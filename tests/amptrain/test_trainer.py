@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
 import os
 import re
+import sys
 import time
 import warnings
 from types import SimpleNamespace
@@ -207,6 +209,37 @@ def test_unknown_option_is_rejected() -> None:
         fine_tune(_model(), _data(), n_epochs=2)
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_by_default_the_progress_bar_is_drawn_on_a_terminal_only(
+    tty: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stderr = _Terminal() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    fine_tune(_model(), _data(), epochs=1, num_workers=0)  # progress=None
+    assert ("epoch 1/1" in stderr.getvalue()) == tty
+
+
+def test_the_runs_wall_time_holds_its_epochs_and_no_more() -> None:
+    begin = time.perf_counter()
+    result = fine_tune(_model(), _data(), _data(8, seed=1), epochs=2, num_workers=0)
+    outside = time.perf_counter() - begin
+    assert sum(e.wall_time_s for e in result.epochs) <= result.wall_time_s <= outside
+
+
+def test_a_model_without_weights_is_a_clear_error() -> None:
+    class _NoWeights(nn.Module):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(*ids.shape, VOCAB)
+
+    with pytest.raises(ValueError, match="no floating-point parameters: there is nothing to"):
+        fine_tune(_NoWeights(), _data(), epochs=1)
+
+
 def test_progress_bar_stays_quiet_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
     fine_tune(_model(), _data(), epochs=1, progress=False, num_workers=0)
     captured = capsys.readouterr()
@@ -328,10 +361,24 @@ def test_wandb_dryrun_mode_is_offline_and_breaks_nothing(monkeypatch: pytest.Mon
     assert result.steps > 0
 
 
+class _Settings(Callback):
+    """Records the global kernel setting and the weights' dtype that each step ran with."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.seen = model, set()
+
+    def on_step_end(self, state: TrainState) -> None:
+        dtype = next(self.model.parameters()).dtype
+        self.seen.add((torch.are_deterministic_algorithms_enabled(), dtype))
+
+
 def test_deterministic_settings_are_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
-    fine_tune(_model(), _data(), epochs=1, deterministic=True, num_workers=0)
+    model = _model()
+    during = _Settings(model)
+    fine_tune(model, _data(), epochs=1, deterministic=True, num_workers=0, callbacks=[during])
+    assert during.seen == {(True, torch.float32)}  # on while the run trains
     assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
@@ -339,8 +386,10 @@ def test_deterministic_settings_are_given_back(monkeypatch: pytest.MonkeyPatch) 
 def test_bf16_true_gives_the_callers_model_back_in_its_dtype() -> None:
     model = _model()
     before = model.head.weight.detach().clone()
-    result = fine_tune(model, _data(), epochs=1, precision="bf16-true", num_workers=0)
+    during = _Settings(model)
+    result = fine_tune(model, _data(), epochs=1, precision="bf16-true", callbacks=[during])
     assert result.precision == "bf16-true" and model.head.weight.dtype == torch.float32
+    assert during.seen == {(False, torch.bfloat16)}  # trained in bf16
     assert not torch.equal(model.head.weight, before)  # trained, then cast back
 
 
