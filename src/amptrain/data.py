@@ -195,7 +195,6 @@ def make_dataloader(
         num_workers=num_workers,
         pin_memory=device.type == "cuda",
         persistent_workers=workers,
-        prefetch_factor=2 if workers else None,
         worker_init_fn=_seed_worker if workers else None,
         generator=generator,
     )

@@ -167,13 +167,14 @@ def test_a_loader_worker_seeds_python_and_numpy_from_its_torch_seed() -> None:
         ([torch.tensor([3, 4]), torch.tensor([7])], "row 1 has 1 token"),
         ([torch.tensor([], dtype=torch.long)], "row 0 has 0 tokens"),
         (torch.ones(3, 1, dtype=torch.long), "row 0 has 1 token"),
+        (torch.ones(3, 4), "token ids must be integers, got a floating-point tensor"),
     ],
 )
 def test_data_too_small_to_train_on_is_named_exactly(rows: object, message: str) -> None:
     with pytest.raises(ValueError) as raised:
         _SequenceDataset(rows)  # type: ignore[arg-type]
     tail = ": next-token training needs at least 2 per row"
-    assert str(raised.value) == (message if "empty" in message else message + tail)
+    assert str(raised.value) == (message + tail if message.startswith("row") else message)
 
 
 def test_the_shuffled_order_is_the_same_in_every_release() -> None:
@@ -197,3 +198,67 @@ def test_seed_everything_seeds_python_numpy_and_torch(seed: int) -> None:
     assert drawn[1] == float(np.random.RandomState(seed % 2**32).rand())  # numpy's seeds: 32 bits
     assert drawn[2] == float(torch.rand((), generator=torch.Generator().manual_seed(seed)))
     assert torch.are_deterministic_algorithms_enabled() == deterministic  # unless asked
+
+
+def test_synthetic_data_is_the_same_in_every_release_and_checks_its_sizes() -> None:
+    assert synthetic_token_data(2, 4, 6).tolist() == [[5, 3, 2, 2], [5, 3, 2, 1]]
+    assert synthetic_token_data(1, 2, 3).shape == (1, 2)  # the smallest it makes
+    for args, message in [
+        ((4, 5, 2), "vocab_size must be at least 3, got 2"),
+        ((0, 5, 9), "need n_samples >= 1 and seq_len >= 2, got 0, 5"),
+        ((4, 1, 9), "need n_samples >= 1 and seq_len >= 2, got 4, 1"),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            synthetic_token_data(*args)
+        assert str(raised.value) == message
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # more workers than cores
+def test_the_loaders_settings_follow_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils.data import SequentialSampler
+
+    from amptrain.data import _seed_worker
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    data = synthetic_token_data(10, 6, 20)
+    make = lambda **kw: make_dataloader(data, batch_size=4, **kw)  # noqa: E731
+    cpu = make(shuffle=True, device=CPU)  # built, never iterated: no worker starts
+    assert (cpu.num_workers, cpu.pin_memory, cpu.prefetch_factor, cpu.persistent_workers) == (
+        1, False, 2, True,
+    )  # fmt: skip
+    assert cpu.worker_init_fn is _seed_worker and cpu.collate_fn.pad_token_id == 0
+    assert cpu.sampler.seed == 0 and cpu.generator.initial_seed() == 0
+    gpu = make(shuffle=True, device=torch.device("cuda"))  # pinned batches, two workers
+    assert (gpu.num_workers, gpu.pin_memory) == (2, True)
+    assert make(shuffle=False, device=CPU, num_workers=64).num_workers == 16  # the cores
+    plain = make(shuffle=False, device=CPU, num_workers=0)
+    assert (plain.prefetch_factor, plain.worker_init_fn, plain.persistent_workers) == (
+        None, None, False,
+    )  # fmt: skip
+    assert isinstance(plain.sampler, SequentialSampler)
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one worker
+    assert make(shuffle=False, device=CPU, num_workers=4).num_workers == 1
+
+
+@pytest.mark.parametrize("ready", [False, True])
+def test_under_torchrun_each_rank_loads_its_own_shard(ready: bool) -> None:
+    from torch.utils.data import DataLoader
+
+    from amptrain.distributed import World
+
+    data = synthetic_token_data(10, 6, 20)
+    source = DataLoader(_SequenceDataset(data), batch_size=2, collate_fn=PadCollate())
+
+    def rows(rank: int, shuffle: bool, seed: int = 5) -> list[int]:
+        loader = make_dataloader(
+            source if ready else data, batch_size=2, shuffle=shuffle, device=CPU, seed=seed,
+            num_workers=0, world=World(rank, 2, rank),
+        )  # fmt: skip
+        return list(loader.sampler)
+
+    # validation: every other row, in order; training: a shuffled half each, of the seed
+    assert (rows(0, False), rows(1, False)) == ([0, 2, 4, 6, 8], [1, 3, 5, 7, 9])
+    sharded = rows(0, True), rows(1, True)
+    assert sorted(sharded[0] + sharded[1]) == list(range(10))
+    assert sharded[0] != [0, 2, 4, 6, 8] and rows(0, True) == sharded[0]
+    assert rows(0, True, seed=6) != sharded[0]
