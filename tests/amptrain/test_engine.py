@@ -28,8 +28,21 @@ def test_logits_are_found_in_every_output_shape(wrap: object) -> None:
 def test_output_without_logits_is_a_clear_error() -> None:
     with pytest.raises(KeyError, match="logits"):
         extract_logits({"hidden": torch.zeros(1)})
-    with pytest.raises(TypeError, match="cannot find logits"):
+    with pytest.raises(TypeError) as raised:
         extract_logits(42)
+    assert str(raised.value) == (
+        "cannot find logits in a model output of type int; return a tensor, "
+        "a tuple whose first item is the logits, or an object with a 'logits' field"
+    )
+
+
+def test_a_step_of_no_micro_batches_is_a_clear_error() -> None:
+    model = TinyGPT(16, d_model=8, n_layers=1, n_heads=2, max_seq_len=8)
+    step = TrainStep(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), resolve_precision("32", "cpu")
+    )
+    with pytest.raises(ValueError, match=r"^a training step needs at least one micro-batch$"):
+        step.run([])
 
 
 def test_lm_loss_shifts_labels_and_skips_padding() -> None:

@@ -9,6 +9,7 @@ import re
 import sys
 import time
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -202,6 +203,75 @@ def test_fp16_request_on_cpu_records_the_precision_used() -> None:
 def test_bad_config_values_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"TrainConfig.{field}"):
         TrainConfig(**{field: value})
+
+
+# each setting's last valid value beside its first invalid one
+_EDGES = [
+    ("epochs", 1, 0),
+    ("batch_size", 1, 0),
+    ("learning_rate", 1e-12, 0.0),
+    ("learning_rate", 1.0, math.inf),
+    ("weight_decay", 0.0, -1e-9),
+    ("warmup_ratio", 0.0, -0.01),
+    ("warmup_ratio", 0.99, 1.0),
+    ("min_lr_ratio", 0.0, -0.01),
+    ("min_lr_ratio", 1.0, 1.01),
+    ("max_grad_norm", 1e-9, 0.0),
+    ("max_steps_per_epoch", 1, 0),
+    ("max_consecutive_skips", 1, 0),
+    ("grad_accum_steps", 1, 0),
+    ("log_every", 1, 0),
+    ("eval_every", 1, 0),
+    ("checkpoint_every", 1, 0),
+    ("keep_checkpoints", 1, 0),
+    ("num_workers", 0, -1),
+]
+
+
+@pytest.mark.parametrize(("field", "good", "bad"), _EDGES)
+def test_each_settings_bounds(field: str, good: object, bad: object) -> None:
+    extra = {"checkpoint_dir": "checkpoints"} if field == "checkpoint_every" else {}
+    assert getattr(TrainConfig(**{field: good}, **extra), field) == good
+    with pytest.raises(ValueError) as raised:
+        TrainConfig(**{field: bad}, **extra)
+    assert str(raised.value) == f"TrainConfig.{field} has an invalid value: {bad!r}"
+
+
+def test_a_wrong_type_is_named_with_every_type_the_setting_takes() -> None:
+    with pytest.raises(ValueError) as raised:
+        TrainConfig(max_steps_per_epoch="3")
+    assert str(raised.value) == "TrainConfig.max_steps_per_epoch must be int or None, got str '3'"
+
+
+def test_types_the_check_does_not_know_are_left_to_the_caller_and_the_rest_checked() -> None:
+    import dataclasses
+
+    from amptrain.trainer import _check_types
+
+    @dataclasses.dataclass
+    class _Settings:
+        where: os.PathLike[str] | None  # not a type the check knows
+        steps: int = 1
+
+    _check_types(_Settings(where=Path(".")))
+    with pytest.raises(ValueError, match=r"^TrainConfig\.steps must be int, got str 'x'$"):
+        _check_types(_Settings(where=Path("."), steps="x"))
+
+
+def test_weight_decay_is_on_matrices_only_and_adamw_is_fused_on_cpu_and_cuda() -> None:
+    from amptrain.trainer import build_optimizer
+
+    model = _model()
+    cfg = TrainConfig(weight_decay=0.5, learning_rate=0.02)
+    optimizer = build_optimizer(model, cfg, torch.device("cpu"))
+    decay, no_decay = optimizer.param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.5, 0.0)
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(
+        p.dim() < 2 for p in no_decay["params"]
+    )
+    assert optimizer.defaults["fused"] and optimizer.defaults["lr"] == 0.02
+    # another device (Apple's, here only named): the plain loop
+    assert not build_optimizer(model, cfg, torch.device("mps")).defaults["fused"]
 
 
 def test_unknown_option_is_rejected() -> None:
