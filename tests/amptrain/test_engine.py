@@ -189,3 +189,148 @@ def test_ids_and_lengths_outside_the_model_are_named_exactly() -> None:
         with pytest.raises(ValueError) as raised:
             check_data_fits(model, *args)
         assert str(raised.value) == message
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):  # type: ignore[no-untyped-def]
+    """A real gloo process group of one rank, gone again after the test."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_accumulated_micro_batches_all_reduce_gradients_once_per_step(
+    one_rank_group: None, n: int
+) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    calls = []
+
+    def counting(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads real annotations
+        calls.append(bucket.index())
+        return allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    model = TinyGPT(16, d_model=8, n_layers=1, n_heads=2, max_seq_len=8)
+    net = DistributedDataParallel(model)
+    net.register_comm_hook(None, counting)
+    step = TrainStep(net, torch.optim.SGD(net.parameters(), lr=0.1), resolve_precision("32", "cpu"))
+    batch = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0))
+    step.run([(part, part, {}) for part in batch.chunk(n)])
+    buckets = len(calls)
+    calls.clear()
+    step.run([(part, part, {}) for part in batch.chunk(1)])
+    # the same all-reduce as an unaccumulated step: only the last micro-batch syncs
+    assert buckets == len(calls) >= 1
+
+
+# importing torch.compile's machinery warns from inside torch
+_COMPILE_IMPORT = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
+
+
+@_COMPILE_IMPORT
+def test_the_users_model_is_found_inside_ddp_and_compile_wrappers(one_rank_group: None) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from amptrain.engine import unwrap
+
+    model = nn.Linear(2, 2)
+    ddp = DistributedDataParallel(model)
+    for wrapped in (model, ddp, torch.compile(model), torch.compile(ddp)):
+        assert unwrap(wrapped) is model
+
+
+class _Holder(nn.Module):
+    """A wrapper that keeps its model as ``module`` without being DDP."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+
+@_COMPILE_IMPORT
+def test_no_sync_is_ddps_found_through_any_wrapper_or_nothing(one_rank_group: None) -> None:
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from amptrain.engine import _no_sync
+
+    model = nn.Linear(2, 2)
+    ddp = DistributedDataParallel(model)
+    for wrapped in (ddp, torch.compile(ddp), _Holder(ddp), _Holder(torch.compile(ddp))):
+        assert _no_sync(wrapped) == ddp.no_sync
+    for plain in (model, torch.compile(model), _Holder(model)):
+        assert _no_sync(plain) is contextlib.nullcontext
+
+
+class _Masked(nn.Module):
+    def forward(self, input_ids: torch.Tensor, attention_mask: object = None) -> torch.Tensor:
+        return input_ids
+
+
+class _TakesAll(nn.Module):
+    def forward(self, input_ids: torch.Tensor, **inputs: object) -> torch.Tensor:
+        return input_ids
+
+
+def test_a_model_gets_only_the_inputs_its_forward_takes() -> None:
+    from amptrain.engine import forward_inputs
+
+    inputs = {"attention_mask": 1, "token_type_ids": 2}
+    assert forward_inputs(_Masked())(inputs) == {"attention_mask": 1}
+    assert forward_inputs(_TakesAll())(inputs) == inputs
+    unreadable = _Masked()
+    unreadable.forward = max  # a builtin: its signature cannot be read
+    assert forward_inputs(unreadable)(inputs) == {}
+
+
+def test_gradients_are_clipped_to_norm_one_unless_told_otherwise() -> None:
+    model = nn.Linear(2, 2)
+    plan = resolve_precision("32", "cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert TrainStep(model, opt, plan).max_grad_norm == 1.0
+    assert TrainStep(model, opt, plan, max_grad_norm=0.25).max_grad_norm == 0.25
+    assert TrainStep(model, opt, plan, max_grad_norm=None).max_grad_norm == math.inf
+
+
+def test_models_of_one_weight_or_none_trainable_take_a_step() -> None:
+    plan = resolve_precision("32", "cpu")
+    lookup = nn.Sequential(nn.Embedding(16, 16))  # one weight: its logits are its rows
+    step = TrainStep(lookup, torch.optim.SGD(lookup.parameters(), lr=0.1), plan)
+    ids = torch.randint(0, 16, (2, 8))
+    assert math.isfinite(float(step(ids, ids).loss)) and step.overflow_steps == 0
+    frozen = nn.Sequential(nn.Embedding(16, 16)).requires_grad_(False)
+    assert TrainStep(frozen, torch.optim.SGD(frozen.parameters(), lr=0.1), plan).overflow_steps == 0
+
+
+class _FusedByName(torch.optim.Optimizer):
+    """Says fused, like some third-party optimizers, but does not read ``found_inf``."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"lr": 0.1, "fused": True})
+
+    @torch.no_grad()
+    def step(self, closure: object = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+def test_an_optimizer_fused_by_name_only_still_skips_non_finite_steps() -> None:
+    torch.manual_seed(0)
+    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    step = TrainStep(model, _FusedByName(model.parameters()), resolve_precision("32", "cpu"))
+    poison = _PoisonGrad(model.head.weight)
+    poison.armed = True
+    ids = torch.randint(1, 16, (4, 8))
+    before = model.head.weight.detach().clone()
+    step(ids, ids)
+    assert step.overflow_steps == 1 and torch.equal(before, model.head.weight)

@@ -270,7 +270,9 @@ def test_weight_decay_is_on_matrices_only_and_adamw_is_fused_on_cpu_and_cuda() -
         p.dim() < 2 for p in no_decay["params"]
     )
     assert optimizer.defaults["fused"] and optimizer.defaults["lr"] == 0.02
-    # another device (Apple's, here only named): the plain loop
+    # devices here only named (the weights stay on the CPU, which fused AdamW also takes):
+    # CUDA's fused kernel, Apple's plain loop
+    assert build_optimizer(model, cfg, torch.device("cuda")).defaults["fused"]
     assert not build_optimizer(model, cfg, torch.device("mps")).defaults["fused"]
 
 
