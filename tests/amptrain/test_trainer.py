@@ -237,6 +237,11 @@ def test_each_settings_bounds(field: str, good: object, bad: object) -> None:
     assert str(raised.value) == f"TrainConfig.{field} has an invalid value: {bad!r}"
 
 
+@pytest.mark.parametrize("mode", ["offline", "online", "disabled"])
+def test_each_wandb_mode_is_taken(mode: str) -> None:
+    assert TrainConfig(wandb_mode=mode).wandb_mode == mode
+
+
 def test_a_wrong_type_is_named_with_every_type_the_setting_takes() -> None:
     with pytest.raises(ValueError) as raised:
         TrainConfig(max_steps_per_epoch="3")

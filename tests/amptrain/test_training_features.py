@@ -497,7 +497,7 @@ def test_bad_values_of_the_new_options_name_the_field() -> None:
     ]:
         with pytest.raises(ValueError, match=f"TrainConfig.{field}"):
             TrainConfig(**{field: value})
-    with pytest.raises(ValueError, match="checkpoint_every needs checkpoint_dir"):
+    with pytest.raises(ValueError, match=r"^TrainConfig\.checkpoint_every needs checkpoint_dir$"):
         TrainConfig(checkpoint_every=5)
 
 
