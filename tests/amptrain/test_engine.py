@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -196,12 +197,14 @@ def one_rank_group(tmp_path):  # type: ignore[no-untyped-def]
     """A real gloo process group of one rank, gone again after the test."""
     import torch.distributed as dist
 
+    hook = sys.excepthook  # init_process_group wraps it to prefix tracebacks with the rank
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
