@@ -229,7 +229,7 @@ def mutation(session: nox.Session) -> None:
     mutmut tests a mutated copy in mutants/, so amptrain itself is not installed (its editable
     finder would win over the copy), only what it needs. Arguments name mutants to run, as
     globs that start with the package ("amptrain.precision*", "stagegate.judge*"); the report
-    then covers the files they are in. The lint extra comes too: stagegate's tests read what
+    then judges the mutants they name. The lint extra comes too: stagegate's tests read what
     the real linters write.
     """
     session.install(*CONSTRAINTS, *requirements("test", "lint"), "-e", "./stagegate")
@@ -244,7 +244,7 @@ def mutation(session: nox.Session) -> None:
     chosen = [name for name, picked in globs.items() if picked or not session.posargs]
     for name in chosen:
         run_mutmut(session, name, globs[name], out / f"{name}-results.txt")
-    partial = ["--partial"] if session.posargs else []
+    named = [arg for glob in session.posargs for arg in ("--only", glob)]
     session.run(
         "python",
         "tools/mutation_report.py",
@@ -257,7 +257,7 @@ def mutation(session: nox.Session) -> None:
         "mutmut show",
         "--workspace",
         f"stagegate={MUTATION_WORKSPACES['stagegate']}",
-        *partial,
+        *named,
     )
 
 

@@ -4,10 +4,11 @@ is incomplete.
 
     python tools/mutation_report.py RESULTS... --equivalents tests/mutation_equivalents.toml \\
         [--min-kill 90] [--out reports/mutation/report.md] [--show-command "mutmut show"] \\
-        [--workspace stagegate=build/mutation/stagegate]
+        [--workspace stagegate=build/mutation/stagegate] [--only GLOB]...
 
 Several results files (one per mutmut workspace) make one report. ``--workspace`` names the
 directory mutmut ran in for a package's mutants, where ``mutmut show`` must run too.
+``--only`` judges just the mutants a run named (the globs given to ``mutmut run``).
 
 Detected: ``killed`` and ``timeout`` (a mutant that makes the tests hang is caught by CI's
 time limit). Not detected: ``survived``, ``no tests``, ``suspicious``. A run that left
@@ -17,6 +18,7 @@ mutants ``not checked`` or ``skipped`` is incomplete, which is an error, never a
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import re
 import shlex
 import subprocess
@@ -63,6 +65,11 @@ def only_files_that_ran(statuses: dict[str, str]) -> dict[str, str]:
     """The mutants of the files in which at least one mutant was tested."""
     ran = {source_file(n) for n, s in statuses.items() if s not in INCOMPLETE}
     return {n: s for n, s in statuses.items() if source_file(n) in ran}
+
+
+def named_by(statuses: dict[str, str], globs: list[str]) -> dict[str, str]:
+    """The mutants that ``mutmut run GLOB...`` runs: names matched with fnmatch, as it does."""
+    return {n: s for n, s in statuses.items() if any(fnmatch.fnmatch(n, g) for g in globs)}
 
 
 def load_equivalents(path: Path) -> list[Equivalent]:
@@ -152,6 +159,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--partial", action="store_true", help="leave out the files none of whose mutants ran"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="judge only the mutants these names or globs match, as mutmut run matches them",
+    )
     args = parser.parse_args(argv)
     args.workspaces = {}
     for item in args.workspace:
@@ -177,6 +191,8 @@ def judge(
     listed = {e.mutant for e in equivalents}
     rates = kill_rates(statuses, listed)
     report = render(rates, args.min_kill)
+    if args.only:
+        report += f"\nOnly the mutants named by {', '.join(f'`{g}`' for g in args.only)}.\n"
     missed = sorted(n for n, s in statuses.items() if s in MISSED and n not in listed)
     if missed:
         report += "\n## Not detected\n\nSee each with `mutmut show NAME`.\n\n"
@@ -203,12 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         statuses.update(parse_results(results.read_text()))
     if args.partial:
         statuses = only_files_that_ran(statuses)
+    if args.only:
+        statuses = named_by(statuses, args.only)
     if not statuses:
         names = ", ".join(map(str, args.results))
-        print(f"{names}: no mutant results in them: did mutmut run?", file=sys.stderr)
+        chosen = f" matching {', '.join(args.only)}" if args.only else ""
+        print(f"{names}: no mutant results{chosen} in them: did mutmut run?", file=sys.stderr)
         return 1
     equivalents = load_equivalents(args.equivalents)
-    if args.partial:
+    if args.only:
+        equivalents = [e for e in equivalents if e.mutant in statuses]
+    elif args.partial:
         files = {source_file(n) for n in statuses}
         equivalents = [e for e in equivalents if source_file(e.mutant) in files]
     report, problems = judge(statuses, equivalents, args)

@@ -96,6 +96,30 @@ def test_an_unfinished_run_is_never_a_pass(tmp_path: Path) -> None:
     assert mutation_report.main(args) == 1
 
 
+def test_a_run_of_named_mutants_is_judged_on_those_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results.txt"
+    results.write_text("    a.b.x_f__mutmut_1: killed\n    a.b.x_f__mutmut_12: not checked\n"
+                       "    a.b.x_g__mutmut_1: survived\n")  # fmt: skip
+    equivalents = tmp_path / "eq.toml"
+    equivalents.write_text(
+        '[[equivalent]]\nmutant = "a.b.x_g__mutmut_1"\nline = "x"\nwhy = "the same"\n'
+    )
+    out = tmp_path / "report.md"
+    args = [str(results), "--equivalents", str(equivalents), "--out", str(out)]
+    assert mutation_report.main(args) == 1  # x_f__mutmut_12 was never tested
+    assert mutation_report.main([*args, "--only", "a.b.x_f__mutmut_1"]) == 0
+    assert "| `src/a/b.py` | 100.0% | 1 | 1 | 0 |" in out.read_text()
+    assert "Only the mutants named by `a.b.x_f__mutmut_1`." in out.read_text()
+    assert mutation_report.main([*args, "--only", "a.b.x_f*"]) == 1  # names _12 too
+    assert mutation_report.main([*args, "--only", "a.b.x_g*", "--only", "a.b.x_f__mutmut_1"]) == 0
+    assert "| 100.0% | 1 | 1 | 1 |" in out.read_text()  # the listed mutant left out
+    capsys.readouterr()
+    assert mutation_report.main([*args, "--only", "a.c.*"]) == 1
+    assert "no mutant results matching a.c.* in them" in capsys.readouterr().err
+
+
 def test_timed_out_mutants_count_as_detected_and_are_named(tmp_path: Path) -> None:
     results = tmp_path / "results.txt"
     results.write_text("    a.b.x_f__mutmut_1: killed\n    a.b.x_f__mutmut_2: timeout\n")
