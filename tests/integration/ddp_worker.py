@@ -65,8 +65,8 @@ def train(out: Path, rank: int) -> None:
     (out / f"rank-{rank}.json").write_text(json.dumps(report))
 
 
-def no_sync_calls() -> dict[str, int]:
-    """Gradient all-reduce calls for one step of 1 and one of 4 micro-batches."""
+def no_sync_calls(splits: tuple[int, ...] = (1, 4)) -> dict[str, int]:
+    """Gradient all-reduce calls for one step of each number of micro-batches in ``splits``."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
@@ -83,7 +83,7 @@ def no_sync_calls() -> dict[str, int]:
     step = TrainStep(net, build_optimizer(net.module, TrainConfig(), torch.device("cpu")), plan)
     batch = rows()[:8]
     counts = {}
-    for n in (1, 4):
+    for n in splits:
         calls.clear()
         step.run([(part, part, {}) for part in batch.chunk(n)])
         counts[str(n)] = len(calls)
