@@ -59,6 +59,8 @@ def test_corpus_file(name: str) -> None:
     assert sorted(n for n, c in cases.items() if c.outcome == "flaky") == sorted(
         entry.get("flaky", [n for n, c in cases.items() if c.outcome == "flaky"])
     )
+    if "attempts" in entry:
+        assert cases[entry["attempts"]["test"]].attempts == entry["attempts"]["count"]
     if "failures" in entry:
         assert len(cases[entry["failures"]["test"]].failures) == entry["failures"]["count"]
     if "location" in entry:

@@ -50,7 +50,8 @@ third line</error></testcase>
     assert cases["pkg::long"].message == "x" * 500
     assert cases["pkg::nested"].failures[0].text.startswith("outerinner")
     assert cases["pkg::case-placed"].failures[0].location == Location("src/z.go", 5)
-    assert cases["bare"].outcome == "passed" and cases["pkg::?"].name == "?"
+    assert cases["bare"].outcome == "passed"
+    assert cases["pkg::(unnamed testcase 6)"].name == ""
     rerun = cases["pkg::rerun"]
     assert (rerun.outcome, rerun.attempts) == ("failed", 3)
     assert [f.kind for f in rerun.failures] == ["failure", "error", "failure"]

@@ -76,20 +76,22 @@ class Failure:
 
 @dataclass(frozen=True)
 class TestCase:
-    """One test from a JUnit file; repeated attempts of one test are merged into one case."""
+    """One test from a JUnit file; repeated attempts of one test are merged into one case,
+    whose outcome is its worst attempt's."""
 
     __test__ = False  # a record of a test, not a test for pytest to collect
 
     nodeid: str
     file: str
     name: str
-    outcome: str  # one of OUTCOMES; flaky: failed at least once, then passed
+    outcome: str  # one of OUTCOMES; flaky: failed, then passed on a documented re-run
     duration_s: float
     message: str = ""  # the first failure's message, or the skip reason
     text: str = ""
     location: Location | None = None
     failures: tuple[Failure, ...] = ()
     attempts: int = 1
+    suite: str = ""  # the <testsuite> it was read from
 
     @property
     def executed(self) -> bool:

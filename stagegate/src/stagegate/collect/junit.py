@@ -3,14 +3,19 @@
 The file may come from a fork's pull request, so it is parsed by defusedxml (no DTD, no entity
 expansion, no external references) and streamed: each ``<testcase>`` is read, turned into a
 small record and dropped from the tree, so a 100 MB file needs no 100 MB tree.
+
+Worst result wins, as the peer reporters (publish-unit-test-result-action, test-reporter,
+action-junit-report) count it: a ``<failure>`` or ``<error>`` outranks a skip or disable marker
+on the same case, and a test written several times is failed when any attempt failed. A test
+is flaky only on the re-run evidence its producer documents: Surefire's and nextest's
+``<flakyFailure>``/``<flakyError>`` (failed, then passed on a re-run).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,17 +23,33 @@ from pathlib import Path
 import defusedxml
 import defusedxml.ElementTree as SafeET
 
+from stagegate.collect.frames import first_frame, innermost_frame, last_frame, relative
 from stagegate.errors import InputError, MissingFileError
 from stagegate.model import Failure, Location, TestCase, TestSuite
+
+__all__ = ["innermost_frame", "last_frame", "merge_attempts", "read_junit"]
 
 TEXT_LIMIT = 16_000  # characters kept of one failure's text; the file keeps the rest
 # A test status or result that means "not run" (GoogleTest's notrun/suppressed, XCTest exports).
 _NOT_RUN = {"disabled", "notrun", "not_run", "skipped", "suppressed", "ignored", "pending"}
-_DEPENDENCY_DIRS = {"site-packages", "dist-packages", "node_modules", ".nox", ".venv", ".tox"}
-# pytest's traceback lines: "src/pkg/mod.py:80: KeyError" or "src/pkg/mod.py:80: in func".
-_PYTEST_FRAME = re.compile(r"^(?P<file>[^\s:][^:\n]*\.py):(?P<line>\d+): ", re.MULTILINE)
-# Any other producer: "file.ext:LINE" (GoogleTest, Catch2's "at f.cpp:5", JavaScript stacks).
-_ANY_FRAME = re.compile(r"(?P<file>[\w./\\-]+\.[A-Za-z]\w{0,5}):(?P<line>\d+)")
+_STATUS = {"fail": "failed", "failed": "failed", "failure": "failed", "error": "error"}
+_STATUS |= {"errored": "error", "broken": "error", **dict.fromkeys(_NOT_RUN, "skipped")}
+# Worst first: the outcome of a test written several times is its worst attempt's.
+RANK = {"error": 4, "failed": 3, "flaky": 2, "passed": 1, "skipped": 0}
+_FINAL = ("failure", "error")
+_RERUN = ("rerunFailure", "rerunError")  # Surefire/nextest: a re-run that failed again
+_FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later passed
+
+
+@dataclass
+class _Suite:
+    """An open ``<testsuite>``: its name, place in the file and declared test count."""
+
+    name: str
+    ordinal: int
+    file: str = ""
+    declared: int | None = None
+    held: int = 0
 
 
 @dataclass
@@ -39,6 +60,8 @@ class _Context:
     root: Path
     pytest: bool = False  # pytest's 0-based line numbers and dotted module classnames
     mismatches: list[str] = field(default_factory=list)
+    suites: int = 0  # <testsuite> elements opened so far
+    cases: int = 0  # <testcase> elements read so far
 
 
 def _int(value: str | None) -> int | None:
@@ -50,51 +73,6 @@ def _int(value: str | None) -> int | None:
     return number if number >= 0 else None
 
 
-def _in_dependency(file: str) -> bool:
-    return bool(_DEPENDENCY_DIRS.intersection(Path(file).parts))
-
-
-def _relative(file: str, root: Path) -> str:
-    """``file`` relative to the checkout when it lies inside it, else as written."""
-    if os.path.isabs(file):
-        try:
-            return str(Path(file).resolve().relative_to(root))
-        except (ValueError, OSError):
-            return file
-    return file
-
-
-def _in_repo(file: str, root: Path) -> bool:
-    return not os.path.isabs(_relative(file, root)) and not _in_dependency(file)
-
-
-def innermost_frame(text: str, root: Path | None = None) -> Location | None:
-    """The innermost frame of a pytest traceback that lies in the checkout (not in a
-    dependency); the innermost frame of all when none does."""
-    root = root or Path.cwd()
-    frames = [
-        Location(_relative(m["file"], root), int(m["line"]))
-        for m in _PYTEST_FRAME.finditer(text or "")
-    ]
-    ours = [f for f in frames if _in_repo(f.file, root)]
-    return (ours or frames or [None])[-1]
-
-
-def last_frame(text: str) -> Location | None:
-    """The innermost ``file.py:line`` of a pytest traceback, wherever it is."""
-    frames = list(_PYTEST_FRAME.finditer(text or ""))
-    return Location(frames[-1]["file"], int(frames[-1]["line"])) if frames else None
-
-
-def _first_frame(text: str, root: Path) -> Location | None:
-    # Other producers print the failing line first (GoogleTest, Catch2) or innermost first
-    # (JavaScript stacks): the first frame outside the dependencies is the place to look.
-    for m in _ANY_FRAME.finditer(text or ""):
-        if not _in_dependency(m["file"]):
-            return Location(_relative(m["file"], root), int(m["line"]))
-    return None
-
-
 def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
     file = case.get("file")
     line = _int(case.get("line"))
@@ -102,28 +80,30 @@ def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
         return None
     if line is not None and ctx.pytest:
         line += 1  # pytest writes 0-based line numbers; every other producer 1-based
-    return Location(_relative(file, ctx.root), line or None)
+    return Location(relative(file, ctx.root), line or None)
 
 
-def _failure(child: ET.Element, case: ET.Element, ctx: _Context) -> Failure:
+def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) -> Failure:
     message = child.get("message") or ""
     text = "".join(child.itertext())[:TEXT_LIMIT]  # Surefire nests <stackTrace> inside
     location = None
     if child.get("file"):
-        location = Location(_relative(child.get("file", ""), ctx.root), _int(child.get("line")))
+        location = Location(relative(child.get("file", ""), ctx.root), _int(child.get("line")))
     elif ctx.pytest:
         location = innermost_frame(text, ctx.root)
     else:
-        location = _first_frame(f"{message}\n{text}", ctx.root)
+        own = (case.get("file") or "", suite.file)
+        location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname") or "", own)
     location = location or _case_location(case, ctx)
-    kind = "error" if child.tag in ("error", "rerunError", "flakyError") else "failure"
+    kind = "error" if child.tag.lower().endswith("error") else "failure"
     return Failure(kind, message or text.strip().split("\n", 1)[0][:500], text, location)
 
 
 def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:
     """(nodeid, file): pytest's ``path.py::Class::name`` when that file is in the checkout,
-    else the names as the producer wrote them."""
-    classname, name = case.get("classname") or "", case.get("name") or "?"
+    else the names as the producer wrote them; a case without a name is numbered."""
+    classname = case.get("classname") or ""
+    name = case.get("name") or f"(unnamed testcase {ctx.cases})"
     file = case.get("file") or ""
     if ctx.pytest and classname:
         parts = classname.split(".")
@@ -139,30 +119,45 @@ def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:
     return f"{classname}::{name}", file
 
 
-def _outcome(case: ET.Element, ctx: _Context) -> tuple[str, str, tuple[Failure, ...], int]:
-    """(outcome, message, failures, attempts) of one ``<testcase>`` element."""
-    status = {(case.get("status") or "").lower(), (case.get("result") or "").lower()}
+def _status(case: ET.Element) -> tuple[str, str]:
+    """(outcome, word): the worst outcome the ``status`` and ``result`` attributes claim
+    (GoogleTest's ``notrun``, an export's ``failed``) and the word that said it; ("", "")."""
+    said = [(case.get(a) or "").strip().lower() for a in ("status", "result")]
+    word = max(said, key=lambda w: RANK.get(_STATUS.get(w, ""), -1))
+    return _STATUS.get(word, ""), word if word in _STATUS else ""
+
+
+def _outcome(
+    case: ET.Element, ctx: _Context, suite: _Suite
+) -> tuple[str, str, tuple[Failure, ...], int]:
+    """(outcome, message, failures, attempts) of one ``<testcase>`` element: worst wins."""
+    final = [c for c in case if c.tag in _FINAL]
+    reruns = [c for c in case if c.tag in _RERUN]
+    flaky = [c for c in case if c.tag in _FLAKY]
+    # A re-run failure with no final failure is a shape no producer documents: it failed.
+    failing = final or reruns
+    attempts = 1 + len(reruns) + len(flaky)
+    status, said = _status(case)
+    if failing or status in ("failed", "error"):
+        failures = tuple(_failure(c, case, ctx, suite) for c in final + reruns + flaky)
+        errors = any(f.kind == "error" for f in failures[: len(failing)]) or status == "error"
+        message = failures[0].message if failures else f"status {said}"
+        return ("error" if errors else "failed"), message, failures, attempts
+    if flaky:
+        failures = tuple(_failure(c, case, ctx, suite) for c in flaky)
+        return "flaky", failures[0].message, failures, attempts
     skipped = case.find("skipped")
-    if status & _NOT_RUN or skipped is not None:
+    if status == "skipped" or skipped is not None:
         reason = ""
         if skipped is not None:
             reason = skipped.get("message") or (skipped.text or "").strip()
-        not_run = sorted(status & _NOT_RUN)
-        return "skipped", reason or (f"status {not_run[0]}" if not_run else ""), (), 1
-    failed = tuple(_failure(c, case, ctx) for c in case if c.tag in ("failure", "error"))
-    reruns = tuple(_failure(c, case, ctx) for c in case if c.tag in ("rerunFailure", "rerunError"))
-    if failed:
-        outcome = "failed" if any(f.kind == "failure" for f in failed) else "error"
-        return outcome, failed[0].message, failed + reruns, 1 + len(reruns)
-    flaky = tuple(_failure(c, case, ctx) for c in case if c.tag in ("flakyFailure", "flakyError"))
-    if flaky:  # Surefire and nextest: failed, then passed on a re-run
-        return "flaky", flaky[0].message, flaky, 1 + len(flaky)
+        return "skipped", reason or (f"status {said}" if status else ""), (), 1
     return "passed", "", (), 1
 
 
-def _case(case: ET.Element, ctx: _Context) -> TestCase:
+def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
     nodeid, file = _nodeid(case, ctx)
-    outcome, message, failures, attempts = _outcome(case, ctx)
+    outcome, message, failures, attempts = _outcome(case, ctx, suite)
     try:
         duration = float(case.get("time") or 0)
     except ValueError:
@@ -170,12 +165,12 @@ def _case(case: ET.Element, ctx: _Context) -> TestCase:
     duration = duration if math.isfinite(duration) and duration > 0 else 0.0
     first = failures[0] if failures else None
     location = first.location if first else _case_location(case, ctx)
-    if outcome == "error" and not file and not case.get("classname"):
-        nodeid = case.get("name") or "?"  # a collection error names the module as the test
+    if outcome == "error" and not file and not case.get("classname") and case.get("name"):
+        nodeid = case.get("name", "")  # a collection error names the module as the test
     return TestCase(
         nodeid=nodeid,
         file=file,
-        name=case.get("name") or "?",
+        name=case.get("name") or "",
         outcome=outcome,
         duration_s=duration,
         message=message,
@@ -183,80 +178,98 @@ def _case(case: ET.Element, ctx: _Context) -> TestCase:
         location=location,
         failures=failures,
         attempts=attempts,
+        suite=suite.name,
     )
 
 
-def merge_attempts(attempts: list[TestCase], pytest: bool) -> TestCase:
-    """One test recorded several times in one file (re-runs, ``go test -count``) is one case.
-
-    It failed if no attempt passed, and is flaky if one failed and another passed. pytest
-    writes a test twice only when pytest-rerunfailures re-ran it after a failure, so a
-    repeated pytest test is flaky even when the failed attempt left no ``<failure>``.
-    """
+def merge_attempts(attempts: list[TestCase]) -> TestCase:
+    """One test recorded several times in one suite (re-runs, ``go test -count``, a Gradle
+    retry) is one case, and its worst attempt decides: failed if any attempt failed, even when
+    a later one passed. The file does not say that a repeated case was a re-run (parametrized
+    tests can share a name), so only the producers' documented re-run elements make a test
+    flaky; every attempt's failures are kept."""
     if len(attempts) == 1:
         return attempts[0]
-    ran = [a for a in attempts if a.executed] or attempts
-    bad = [a for a in ran if a.outcome in ("failed", "error")]
-    good = [a for a in ran if a.outcome in ("passed", "flaky")]
-    failures = tuple(f for a in ran for f in a.failures)
-    count = sum(a.attempts for a in attempts)
-    duration = sum(a.duration_s for a in attempts)
-    if bad and not good:
-        return replace(bad[-1], failures=failures, attempts=count, duration_s=duration)
-    if bad or (good and pytest) or any(a.outcome == "flaky" for a in good):
-        first = failures[0] if failures else None
-        return replace(
-            good[-1],
-            outcome="flaky",
-            message=first.message if first else "re-run after a failure the file does not hold",
-            text=first.text if first else "",
-            location=first.location if first else good[-1].location,
-            failures=failures,
-            attempts=count,
-            duration_s=duration,
-        )
-    return replace(ran[-1], attempts=count, duration_s=duration)
+    worst = max(RANK[a.outcome] for a in attempts)
+    chosen = [a for a in attempts if RANK[a.outcome] == worst][-1]
+    return replace(
+        chosen,
+        failures=tuple(f for a in attempts for f in a.failures),
+        attempts=sum(a.attempts for a in attempts),
+        duration_s=sum(a.duration_s for a in attempts),
+    )
+
+
+def _key(elem: ET.Element, suite: _Suite, ctx: _Context) -> tuple[object, ...]:
+    """What makes two ``<testcase>`` elements attempts of one test: the same suite element,
+    classname, name and file. A case without a name or classname is a test of its own."""
+    classname, name = elem.get("classname") or "", elem.get("name") or ""
+    if not classname or not name:
+        return ("unnamed", ctx.cases)
+    return (suite.ordinal, classname, name, elem.get("file") or "")
+
+
+def _distinct(cases: list[TestCase]) -> tuple[TestCase, ...]:
+    """Distinct tests that share a node id (same names in two suites) are told apart."""
+    total = Counter(c.nodeid for c in cases)
+    seen: Counter[str] = Counter()
+    out = []
+    for case in cases:
+        if total[case.nodeid] > 1:
+            seen[case.nodeid] += 1
+            where = f" in {case.suite}" if case.suite else ""
+            case = replace(case, nodeid=f"{case.nodeid} (#{seen[case.nodeid]}{where})")
+        out.append(case)
+    return tuple(out)
 
 
 def _events(path: Path) -> Iterator[tuple[str, ET.Element]]:
     yield from SafeET.iterparse(str(path), events=("start", "end"), forbid_dtd=True)
 
 
-def _stream(ctx: _Context) -> dict[tuple[str, ...], list[TestCase]]:
-    """Every test case of the file, grouped by (suite, classname, name), in file order."""
-    grouped: dict[tuple[str, ...], list[TestCase]] = {}
+def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: _Context) -> None:
+    if not open_ and elem.tag not in ("testsuites", "testsuite"):
+        raise InputError(
+            f"JUnit file {ctx.path} has root <{elem.tag}>, not <testsuites> or "
+            "<testsuite>: it is not JUnit XML"
+        )
+    if elem.tag in ("testsuites", "testsuite") and elem.get("name") in ("pytest tests", "pytest"):
+        ctx.pytest = True
+    if elem.tag == "testsuite":
+        ctx.suites += 1
+        name, file = elem.get("name") or "", elem.get("file") or ""
+        suites.append(_Suite(name, ctx.suites, file, _int(elem.get("tests"))))
+    open_.append(elem)
+
+
+def _close_suite(suite: _Suite, ctx: _Context) -> None:
+    if suite.declared is not None and suite.held < suite.declared:
+        ctx.mismatches.append(
+            f"suite {suite.name or '(unnamed)'} declares {suite.declared} tests; "
+            f"the file holds {suite.held}"
+        )
+
+
+def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
+    """Every test case of the file, grouped into attempts of one test, in file order."""
+    grouped: dict[tuple[object, ...], list[TestCase]] = {}
     open_: list[ET.Element] = []
-    suites: list[list] = []  # [name, declared, held] of each open <testsuite>
+    suites: list[_Suite] = []
+    top = _Suite("", 0)  # cases outside any <testsuite>
     for event, elem in _events(ctx.path):
         if event == "start":
-            if not open_ and elem.tag not in ("testsuites", "testsuite"):
-                raise InputError(
-                    f"JUnit file {ctx.path} has root <{elem.tag}>, not <testsuites> or "
-                    "<testsuite>: it is not JUnit XML"
-                )
-            if elem.tag in ("testsuites", "testsuite") and elem.get("name") in (
-                "pytest tests",
-                "pytest",
-            ):
-                ctx.pytest = True
-            if elem.tag == "testsuite":
-                suites.append([elem.get("name") or "", _int(elem.get("tests")), 0])
-            open_.append(elem)
+            _open(elem, open_, suites, ctx)
             continue
         open_.pop()
         parent = open_[-1] if open_ else None
         if elem.tag == "testcase":
-            suite_name = suites[-1][0] if suites else ""
-            key = (suite_name, elem.get("classname") or "", elem.get("name") or "")
-            grouped.setdefault(key, []).append(_case(elem, ctx))
-            for suite in suites:
-                suite[2] += 1
+            ctx.cases += 1
+            suite = suites[-1] if suites else top
+            grouped.setdefault(_key(elem, suite, ctx), []).append(_case(elem, ctx, suite))
+            for open_suite in suites:
+                open_suite.held += 1
         elif elem.tag == "testsuite":
-            name, declared, held = suites.pop()
-            if declared is not None and held < declared:
-                ctx.mismatches.append(
-                    f"suite {name or '(unnamed)'} declares {declared} tests; the file holds {held}"
-                )
+            _close_suite(suites.pop(), ctx)
         if parent is not None and (
             elem.tag in ("testcase", "testsuite") or parent.tag in ("testsuite", "testsuites")
         ):
@@ -290,5 +303,5 @@ def read_junit(path: Path, root: Path | None = None) -> TestSuite:
         ) from None
     except OSError as exc:
         raise InputError(f"JUnit file {path} cannot be read: {exc}") from None
-    cases = tuple(merge_attempts(a, ctx.pytest) for a in grouped.values())
+    cases = _distinct([merge_attempts(a) for a in grouped.values()])
     return TestSuite(cases=cases, source=str(path), count_mismatches=tuple(ctx.mismatches))
