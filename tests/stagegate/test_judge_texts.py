@@ -90,7 +90,7 @@ def test_failures_say_where_and_how_often() -> None:
     found = {t[1]: t for t in _texts("execution", StageData(record(), suite=suite(*cases)))}
     assert found["tests/t.py::one failed"][2:] == ("boom", "run the test locally")
     assert found["tests/t.py::bare failed"][2] == "y" * 400
-    assert found["tests/t.py::twice failed in all 2 attempts"][2:] == (
+    assert found["tests/t.py::twice failed (2 attempts, the worst decides)"][2:] == (
         "(1) first at a.py:3 (2) " + "x" * 200,
         "fix the code at t.py:9",
     )

@@ -132,7 +132,7 @@ def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float
     if case.outcome in ("failed", "error"):
         kind = "integration_raised" if integration else "test_failed"
         what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
-        tries = f" in all {case.attempts} attempts" if case.attempts > 1 else ""
+        tries = f" ({case.attempts} attempts, the worst decides)" if case.attempts > 1 else ""
         f.add(
             kind,
             f"{case.nodeid} {what}{tries}",
