@@ -26,9 +26,11 @@ IMAGE = "ghcr.io/owner/amptrain-verify@sha256:" + "c" * 64
 OWN_WORKFLOW = f"{REPO}/.github/workflows/gpu.yml@refs/heads/main"
 DOCS = {p.name: load_workflow(p.name) for p in sorted(WORKFLOWS.glob("*.yml"))}
 DEFAULT_TYPES = {"pull_request": {"opened", "synchronize", "reopened"}}
-# Events that run the workflow file as the default branch holds it, whatever the change edits.
+# Events no pull request starts: they run the default branch's file (workflow_dispatch runs the
+# file of the ref someone with write access picks, which gpu_gate.py refuses unless it is main).
 DEFAULT_BRANCH_EVENTS = {"workflow_run", "issue_comment", "workflow_dispatch", "schedule"}
-TRUSTED = ("judge.yml", "gpu.yml", "image.yml")  # hold write permissions; never run for a PR
+# The workflows that hold write permissions; none runs for a pull request.
+TRUSTED = ("judge.yml", "gpu.yml", "image.yml", "sweep.yml")
 
 
 @dataclass
@@ -423,7 +425,7 @@ def test_only_the_gate_scripts_set_commit_statuses() -> None:
         for job in doc["jobs"].values():
             if (job.get("permissions") or {}).get("statuses") != "write":
                 continue
-            assert name in ("judge.yml", "gpu.yml"), name
+            assert name in ("judge.yml", "gpu.yml", "sweep.yml"), name
             scripts = " ".join(step.get("run", "") for step in job["steps"])
             assert re.search(r"tools/ci/(verdict_status|gpu_gate|status_sweep)\.py", scripts)
 
@@ -432,7 +434,7 @@ def _checkouts(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
 
 
-@pytest.mark.parametrize("name", ["judge.yml", "gpu.yml"])
+@pytest.mark.parametrize("name", ["judge.yml", "gpu.yml", "sweep.yml"])
 def test_trusted_jobs_run_only_the_default_branch_scripts(name: str) -> None:
     for job_name, job in DOCS[name]["jobs"].items():
         for step in _checkouts(job):
@@ -506,7 +508,7 @@ ALLOWED = {
     ("judge.yml", "judge"): {"contents": "read", "actions": "read", "pull-requests": "read"},
     ("judge.yml", "report"): {"contents": "read", "statuses": "write"},
     ("judge.yml", "comment"): {"pull-requests": "write"},
-    ("judge.yml", "sweep"): {"contents": "read", "pull-requests": "read", "statuses": "write"},
+    ("sweep.yml", "sweep"): {"contents": "read", "pull-requests": "read", "statuses": "write"},
     ("gpu.yml", "authorize"): {
         "contents": "read", "pull-requests": "read", "actions": "read", "statuses": "write",
     },
