@@ -30,7 +30,7 @@ CONCLUSIONS = [
     "stale", "startup_failure", None,
 ]  # fmt: skip
 RESULTS = ["success", "failure", "cancelled", "skipped"]
-# What a judge that ran to its end can say (stagegate PASS, BLOCK, no verdict), and none at all.
+# What a judge can have said (stagegate PASS, BLOCK, no verdict), and nothing at all.
 VERDICTS = [("success", "PASS"), ("failure", "BLOCK"), ("error", "broken input"), ("", "")]
 HEAD = "a" * 40
 
@@ -71,6 +71,18 @@ def test_a_requested_verify_run_marks_the_commit_pending_and_is_not_judged() -> 
     ctx = {"github": _workflow_run(None, action="requested")}
     assert _runs(JUDGE["jobs"]["pending"]["if"], ctx, True, False)
     assert not _runs(JUDGE["jobs"]["judge"]["if"], ctx, True, False)
+    run = {"id": 9, "path": ".github/workflows/verify.yml", "repository": {"full_name": REPO}}
+    assert verdict_status.pending_refusal({**run, "status": "in_progress"}, REPO) is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"status": "completed"}, {"path": ".github/workflows/evil.yml", "status": "queued"}],
+)
+def test_no_pending_over_a_verdict_or_for_another_file_named_verify(changes: dict) -> None:
+    # A finished run's judge may already have set the verdict; another file is not verify.yml.
+    run = {"id": 9, "path": ".github/workflows/verify.yml", "repository": {"full_name": REPO}}
+    assert verdict_status.pending_refusal({**run, **changes}, REPO)
 
 
 CASES = list(itertools.product(CONCLUSIONS, RESULTS, VERDICTS, [False, True]))
@@ -80,7 +92,7 @@ CASES = list(itertools.product(CONCLUSIONS, RESULTS, VERDICTS, [False, True]))
 def test_the_verification_report_always_reports_and_passes_only_a_full_pass(
     conclusion: str | None, result: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
-    state, description = verdict if result == "success" else ("", "")
+    state, description = verdict  # a judge that failed late may have written its outputs
     outputs = {"judge": "true", "state": state, "description": description} if state else {}
     ctx = {
         "github": _workflow_run(conclusion),
@@ -115,7 +127,7 @@ BENCHMARK_CASES = list(itertools.product(RESULTS, ["success", "failure"], VERDIC
 def test_the_gpu_verification_always_reports_for_an_admitted_commit(
     benchmark: str, judge: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
-    state, description = verdict if judge == "success" else ("", "")
+    state, description = verdict  # a judge step that failed late may have written its outputs
     ctx = {
         "github": {"event_name": "workflow_run"},
         "needs": {

@@ -502,6 +502,25 @@ def test_the_judges_read_artifacts_only_through_the_layout_check(doc: str, job: 
     assert judge["env"]["STAGEGATE"].endswith("/stagegate stagegate")
 
 
+def test_baselines_and_images_are_looked_up_only_among_the_default_branch_runs() -> None:
+    lookups = [
+        " ".join(step["run"].split())
+        for doc in DOCS.values()
+        for job in doc["jobs"].values()
+        for step in job["steps"]
+        if "trusted_runs.py" in step.get("run", "")
+    ]
+    image = (
+        "--workflow image.yml --events push,workflow_dispatch,schedule"
+        " --artifact verification-image"
+    )
+    baseline = "--workflow gpu.yml --events push --artifact benchmark-baseline"
+    assert sorted(lookups) == sorted(
+        [f"python3 tools/ci/trusted_runs.py {image}"] * 2
+        + [f"python3 tools/ci/trusted_runs.py {baseline}"]
+    )
+
+
 ALLOWED = {
     ("verify.yml", "stages"): {"contents": "read", "actions": "read"},
     ("judge.yml", "pending"): {"contents": "read", "actions": "read", "statuses": "write"},

@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from github_api import Api, RestApi, run_url
+from pr_change import is_verify
 
 REPORT, GPU = "verification report", "gpu verification"
 CONTEXTS = (REPORT, GPU)
@@ -67,6 +70,17 @@ def final(upstream: str, judge_result: str, state: str, description: str) -> Sta
     return Status(state, description or state)
 
 
+def pending_refusal(run: Mapping[str, Any], repo: str) -> str | None:
+    """Why a requested run must not mark its commit pending: it is not verify.yml (any file
+    may take that name), or it already finished and its judge may have set the verdict."""
+    why = is_verify(run, repo)
+    if why:
+        return why
+    if run.get("status") == "completed":
+        return f"run {run.get('id')} already finished: its judge sets the status"
+    return None
+
+
 def post(api: Api, repo: str, sha: str, context: str, status: Status, url: str) -> None:
     """Set ``context`` on commit ``sha``."""
     if context not in CONTEXTS:
@@ -96,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     repo = env["GITHUB_REPOSITORY"]
     if args.command == "pending":
         run = api.get(f"/repos/{repo}/actions/runs/{args.run_id}")
-        if run.get("status") == "completed":  # its judge may already have posted the verdict
-            print(f"run {args.run_id} already finished: its judge sets the status")
+        why = pending_refusal(run, repo)
+        if why:
+            print(f"no pending status: {why}")
             return 0
         status = Status("pending", args.description or "the stages are running")
     elif args.command == "set":
