@@ -28,9 +28,13 @@ GATE_FILES = [
 ]
 
 
-def judge(tmp_path: Path, artifact: Path, *extra: str, changed: list[str] = GATE_FILES) -> dict:
+def judge(
+    tmp_path: Path, artifact: Path, *extra: str, changed: list[str] = GATE_FILES,
+    command: str | None = None,
+) -> dict:  # fmt: skip
     """Run tools/ci/judge_records.py as judge.yml does; its outputs, and where it wrote."""
-    command, log, env = stagegate_for_judge(tmp_path)
+    wrapper, log, env = stagegate_for_judge(tmp_path)
+    command = command or wrapper
     (tmp_path / "changed.txt").write_text("".join(f"{p}\n" for p in changed))
     outputs = tmp_path / "outputs"
     args = [
@@ -98,6 +102,13 @@ def test_a_known_problem_fails_even_a_passing_run(tmp_path: Path) -> None:
 def test_a_missing_artifact_is_an_error_not_a_pass(tmp_path: Path) -> None:
     out = judge(tmp_path, tmp_path / "never-downloaded")
     assert out["state"] == "error" and "no artifact" in out["description"]
+
+
+@pytest.mark.parametrize("command", ["true", "false", f"{sys.executable} -c pass"])
+def test_an_exit_code_without_a_verdict_is_no_verdict(tmp_path: Path, command: str) -> None:
+    # pipx failing to install stagegate exits 1, which must not read as a BLOCK, nor 0 a PASS.
+    out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), command=command)
+    assert out["state"] == "error" and "verdict.json" in out["description"]
 
 
 @pytest.mark.xfail(
