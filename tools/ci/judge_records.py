@@ -9,13 +9,15 @@ branch's stagegate and policy, and give the status the required check is to repo
 
 runs ``stagegate report reports/raw`` inside WORK (where the records' ``reports/raw/...``
 paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.toml`` and
-``--changed-files FILE``, and writes ``state=`` and ``description=`` to $GITHUB_OUTPUT. It
-exits 0 whenever it reached a verdict, BLOCK included; the status job reports it.
+``--changed-files FILE``, checks its exit code against the verdict.json it wrote, and writes
+``state=`` and ``description=`` to $GITHUB_OUTPUT. It exits 0 whenever it reached a verdict,
+BLOCK included; the status job reports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -43,15 +45,28 @@ def codeowners_problem(api: Api, repo: str, branch: str) -> str | None:
     return None
 
 
-def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> int:
-    """``stagegate report`` in WORK with the base policy and the change's files."""
+def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> Status:
+    """``stagegate report`` in WORK with the base policy and the change's files; its exit code
+    counts only with the verdict.json it wrote (a command that failed to start is no BLOCK)."""
+    verdict = args.out / "verdict.json"
+    verdict.unlink(missing_ok=True)
     argv = [
         *command, "report", "reports/raw", "--out", str(args.out.resolve()),
         "--pyproject", str((args.base / "pyproject.toml").resolve()),
         "--changed-files", str(args.changed_files.resolve()), *args.stagegate_args,
     ]  # fmt: skip
     print("judge:", shlex.join(argv), flush=True)
-    return subprocess.run(argv, cwd=work, check=False).returncode
+    code = subprocess.run(argv, cwd=work, check=False).returncode
+    status = from_stagegate(code)
+    if status.state == "error":
+        return status
+    try:
+        decision = json.loads(verdict.read_text(encoding="utf-8"))["decision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return Status("error", f"stagegate exited {code} and wrote no verdict.json")
+    if (decision == "PASS") != (code == 0):
+        return Status("error", f"stagegate exited {code} but its verdict.json says {decision!r}")
+    return status
 
 
 def judge(args: argparse.Namespace, command: list[str], problem: str | None) -> Status:
@@ -65,7 +80,7 @@ def judge(args: argparse.Namespace, command: list[str], problem: str | None) -> 
     except (LayoutError, ArtifactError) as exc:
         return Status("error", f"records refused: {exc}")
     print(f"judge: records of {', '.join(stages)} laid out in {work / 'reports' / 'raw'}")
-    status = from_stagegate(run_stagegate(command, work, args))
+    status = run_stagegate(command, work, args)
     if problem and status.state != "error":
         status = Status("failure", problem)
     if args.note:
