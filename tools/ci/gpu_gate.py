@@ -1,14 +1,17 @@
 """Decides whether a commit may run on the self-hosted GPU runner: the first job of gpu.yml.
 
-    python tools/ci/gpu_gate.py      # in GitHub Actions: reads the event, writes run= and sha=
+    python tools/ci/gpu_gate.py            # reads the event; writes run=, sha=, pr=, baseline=
+    python tools/ci/gpu_gate.py --subject  # prints the commit the event is about, if any
 
-gpu.yml runs from the default branch whatever triggers it, so this file and the workflow are
-the default branch's, never a pull request's. A commit runs when it was pushed to the default
-branch, dispatched by someone with write access, built for a pull request from this repository,
-or approved for a fork's pull request by a maintainer's comment ``/gpu-approve <full SHA>``
-while that SHA is still the pull request's head. Everything is checked before any code is
-checked out. A fork's commit waiting for approval gets a pending ``gpu verification`` status,
-so the merge gate shows what it waits for.
+Nothing is decided unless the running workflow is the default branch's own gpu.yml
+(GITHUB_WORKFLOW_REF, which no workflow can set): a copy on another ref, or a manual run
+dispatched from another ref, runs nothing. Then a commit runs when it was pushed to the default
+branch (the only runs whose results may become the regression baseline), entered the merge
+queue, was dispatched with its SHA by someone with write access, or is the head of a pull
+request from this repository whose author and pusher both have write access and are not bots.
+Every other pull request, forks', Dependabot's and those of authors without write access, is
+treated as a fork's: it gets a pending "gpu verification" status and runs only when someone
+with write access comments ``/gpu-approve <full SHA>`` while that SHA is still its head.
 """
 
 from __future__ import annotations
@@ -17,15 +20,33 @@ import json
 import os
 import re
 import sys
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STATUS_CONTEXT = "gpu verification"
+from github_api import RestApi, read_event, write_outputs
+from verdict_status import GPU, RUNNING
+
+STATUS_CONTEXT = GPU
+WORKFLOW = ".github/workflows/gpu.yml"
+VERIFY = ".github/workflows/verify.yml"
 APPROVE = re.compile(r"/gpu-approve\s+([0-9a-f]{40})")
 SHA = re.compile(r"[0-9a-f]{40}")
 WRITERS = {"admin", "maintain", "write"}
+
+Permission = Callable[[str], str]
+PullOf = Callable[[int], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where the decision is made: the repository and what GitHub says is running."""
+
+    repo: str
+    default_branch: str
+    workflow_ref: str  # GITHUB_WORKFLOW_REF: OWNER/REPO/.github/workflows/FILE@REF
+    ref: str  # GITHUB_REF
+    sha: str = ""  # GITHUB_SHA: the pushed commit, for a push
 
 
 @dataclass(frozen=True)
@@ -33,29 +54,63 @@ class Decision:
     run: bool
     sha: str = ""
     reason: str = ""
-    pending: bool = False  # mark the SHA pending: a fork's commit waits for approval
+    pending: bool = False  # mark the SHA pending: its commit waits for approval
+    pr: int | None = None
+    baseline: bool = False  # a push to the default branch: its result may become the baseline
 
 
-def _from_verify_run(event: Mapping[str, Any], repo: str) -> Decision:
+def own_workflow(ctx: Context) -> str | None:
+    """Why this is not the default branch's gpu.yml, or None."""
+    expected = f"{ctx.repo}/{WORKFLOW}@refs/heads/{ctx.default_branch}"
+    if ctx.workflow_ref != expected:
+        return f"running {ctx.workflow_ref!r}, not {expected}: nothing runs"
+    return None
+
+
+def _maintainer(login: str | None, permission_of: Permission) -> bool:
+    """A person (not a bot: Dependabot's commits count as a fork's) with write access."""
+    return bool(login) and not str(login).endswith("[bot]") and permission_of(login) in WRITERS
+
+
+def _untrusted_pull(run: Mapping[str, Any], ctx: Context, permission_of: Permission,
+                    pull_of: PullOf) -> str | None:  # fmt: skip
+    """Why a verify run's pull request counts as a fork's, or None when it may run."""
+    if (run.get("head_repository") or {}).get("full_name") != ctx.repo:
+        return "a fork's pull request"
+    if str(run.get("head_branch", "")).startswith("dependabot/"):
+        return "a Dependabot pull request"
+    for who in ("actor", "triggering_actor"):
+        login = (run.get(who) or {}).get("login")
+        if not _maintainer(login, permission_of):
+            return f"started by {login!r}, who is a bot or has no write access"
+    pulls = run.get("pull_requests") or []
+    if not pulls:
+        return "no pull request of this repository lists the commit"
+    for pull in pulls:
+        author = (pull_of(int(pull["number"])).get("user") or {}).get("login")
+        if not _maintainer(author, permission_of):
+            return f"pull request #{pull['number']} is by {author!r}, a bot or without write access"
+    return None
+
+
+def _from_verify_run(event: Mapping[str, Any], ctx: Context, permission_of: Permission,
+                     pull_of: PullOf) -> Decision:  # fmt: skip
     run = event["workflow_run"]
     sha, kind = run["head_sha"], run["event"]
-    default = event["repository"]["default_branch"]
-    if kind == "push" and run["head_branch"] == default:
-        return Decision(True, sha, f"pushed to {default}")
-    if kind in ("workflow_dispatch", "merge_group"):
-        return Decision(True, sha, f"{kind}: started by someone with write access")
-    if kind == "pull_request":
-        if (run.get("head_repository") or {}).get("full_name") == repo:
-            return Decision(True, sha, "pull request from this repository")
-        return Decision(False, sha, f"fork: waiting for /gpu-approve {sha}", pending=True)
-    return Decision(False, sha, f"verify ran for {kind}: nothing to benchmark")
+    if run.get("path") != VERIFY:
+        return Decision(False, sha, f"{run.get('path')!r} is not {VERIFY}")
+    if kind == "merge_group":
+        return Decision(True, sha, "merge queue entry")
+    if kind != "pull_request":
+        return Decision(False, sha, f"verify ran for {kind}: gpu.yml's own triggers cover it")
+    number = next((int(p["number"]) for p in run.get("pull_requests") or []), None)
+    why = _untrusted_pull(run, ctx, permission_of, pull_of)
+    if why:
+        return Decision(False, sha, f"{why}: waiting for /gpu-approve {sha}", True, number)
+    return Decision(True, sha, "pull request by a maintainer from this repository", pr=number)
 
 
-def _from_comment(
-    event: Mapping[str, Any],
-    permission_of: Callable[[str], str],
-    pull_of: Callable[[int], Mapping[str, Any]],
-) -> Decision:
+def _from_comment(event: Mapping[str, Any], permission_of: Permission, pull_of: PullOf) -> Decision:
     issue, comment = event["issue"], event["comment"]
     if "pull_request" not in issue:
         return Decision(False, reason="a comment on an issue, not a pull request")
@@ -63,36 +118,39 @@ def _from_comment(
     if match is None:
         return Decision(False, reason="not an approval comment")
     sha, user = match.group(1), comment["user"]["login"]
-    if permission_of(user) not in WRITERS:
-        return Decision(False, sha, f"{user} has no write access to approve GPU runs")
+    if not _maintainer(user, permission_of):
+        return Decision(False, sha, f"{user} is a bot or has no write access to approve GPU runs")
     pull = pull_of(issue["number"])
     if pull["state"] != "open":
         return Decision(False, sha, "the pull request is not open")
     if pull["head"]["sha"] != sha:
         return Decision(False, sha, f"the head moved to {pull['head']['sha']}: approve it again")
-    return Decision(True, sha, f"approved by {user}")
+    return Decision(True, sha, f"approved by {user}", pr=int(issue["number"]))
 
 
-def _from_dispatch(event: Mapping[str, Any], permission_of: Callable[[str], str]) -> Decision:
+def _from_dispatch(event: Mapping[str, Any], permission_of: Permission) -> Decision:
     sha = str((event.get("inputs") or {}).get("sha", "")).strip()
     if SHA.fullmatch(sha) is None:
         return Decision(False, reason=f"input sha {sha!r} is not a full 40-character SHA")
     user = event["sender"]["login"]
-    if permission_of(user) not in WRITERS:
-        return Decision(False, sha, f"{user} has no write access")
+    if not _maintainer(user, permission_of):
+        return Decision(False, sha, f"{user} is a bot or has no write access")
     return Decision(True, sha, f"dispatched by {user}")
 
 
-def decide(
-    event_name: str,
-    event: Mapping[str, Any],
-    repo: str,
-    permission_of: Callable[[str], str],
-    pull_of: Callable[[int], Mapping[str, Any]],
-) -> Decision:
+def decide(event_name: str, event: Mapping[str, Any], ctx: Context, permission_of: Permission,
+           pull_of: PullOf) -> Decision:  # fmt: skip
     """Whether gpu.yml's benchmark runs for this event, and on which commit."""
+    why = own_workflow(ctx)
+    if why:
+        return Decision(False, reason=why)
+    default_ref = f"refs/heads/{ctx.default_branch}"
+    if event_name in ("push", "workflow_dispatch") and ctx.ref != default_ref:
+        return Decision(False, reason=f"{event_name} on {ctx.ref}, not {default_ref}: refused")
+    if event_name == "push":
+        return Decision(True, ctx.sha, f"pushed to {ctx.default_branch}", baseline=True)
     if event_name == "workflow_run":
-        return _from_verify_run(event, repo)
+        return _from_verify_run(event, ctx, permission_of, pull_of)
     if event_name == "issue_comment":
         return _from_comment(event, permission_of, pull_of)
     if event_name == "workflow_dispatch":
@@ -100,45 +158,53 @@ def decide(
     return Decision(False, reason=f"{event_name} never runs the GPU benchmark")
 
 
-def _api(method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(
-        f"{os.environ.get('GITHUB_API_URL', 'https://api.github.com')}{path}",
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={
-            "Authorization": f"Bearer {os.environ['GH_TOKEN']}",
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": "2022-11-28",
-        },
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
+def subject(event_name: str, event: Mapping[str, Any], github_sha: str) -> str:
+    """The commit an event asks to benchmark, read from the event alone (no API): where an
+    error is reported when the authorize job itself fails. Comments name none: anyone can
+    write one."""
+    if event_name == "workflow_run":
+        sha = str(event["workflow_run"]["head_sha"])
+    elif event_name == "workflow_dispatch":
+        sha = str((event.get("inputs") or {}).get("sha", "")).strip()
+    elif event_name == "push":
+        sha = github_sha
+    else:
+        sha = ""
+    return sha if SHA.fullmatch(sha) else ""
 
 
-def main() -> int:
-    repo = os.environ["GITHUB_REPOSITORY"]
-    with open(os.environ["GITHUB_EVENT_PATH"], encoding="utf-8") as f:
-        event = json.load(f)
+def main(argv: list[str] | None = None) -> int:
+    """Decide for the running event; mark the commit pending; write the job's outputs.
+    With --subject, print only the commit the event is about (see subject())."""
+    env = os.environ
+    repo, event = env["GITHUB_REPOSITORY"], read_event()
+    if (argv if argv is not None else sys.argv[1:]) == ["--subject"]:
+        print(subject(env["GITHUB_EVENT_NAME"], event, env.get("GITHUB_SHA", "")))
+        return 0
+    api = RestApi()
+    ctx = Context(
+        repo, event["repository"]["default_branch"], env["GITHUB_WORKFLOW_REF"],
+        env["GITHUB_REF"], env.get("GITHUB_SHA", ""),
+    )  # fmt: skip
     decision = decide(
-        os.environ["GITHUB_EVENT_NAME"],
-        event,
-        repo,
-        lambda user: _api("GET", f"/repos/{repo}/collaborators/{user}/permission")["permission"],
-        lambda number: _api("GET", f"/repos/{repo}/pulls/{number}"),
-    )
-    print(f"run={decision.run} sha={decision.sha or '-'}: {decision.reason}")
+        env["GITHUB_EVENT_NAME"], event, ctx,
+        lambda user: api.get(f"/repos/{repo}/collaborators/{user}/permission")["permission"],
+        lambda number: api.get(f"/repos/{repo}/pulls/{number}"),
+    )  # fmt: skip
+    print(json.dumps(decision.__dict__))
     if decision.pending or decision.run:
-        _api(
-            "POST",
+        api.post(
             f"/repos/{repo}/statuses/{decision.sha}",
             {
                 "state": "pending",
                 "context": STATUS_CONTEXT,
-                "description": (decision.reason if decision.pending else "benchmark running")[:140],
+                "description": (decision.reason if decision.pending else RUNNING)[:140],
             },
         )
-    with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
-        out.write(f"run={'true' if decision.run else 'false'}\nsha={decision.sha}\n")
+    write_outputs({
+        "run": "true" if decision.run else "false", "sha": decision.sha,
+        "pr": str(decision.pr or ""), "baseline": "true" if decision.baseline else "false",
+    })  # fmt: skip
     return 0
 
 

@@ -1,32 +1,72 @@
 #!/usr/bin/env bash
-# The verification image for this commit, built once and shared.
+# The verification image: built and published only by image.yml on the default branch, in the
+# protected "ci-image" environment, and used everywhere by its digest; no tag is ever trusted.
 #
-#   tools/ci/image.sh get       pull the published image, or build it here when none exists yet
-#   tools/ci/image.sh publish   (main only) build and push it when none exists yet
+#   tools/ci/image.sh definition        print the hash of the files that define the image
+#   tools/ci/image.sh publish OUT_DIR   (image.yml) build with --pull, push under a tag no other
+#                                       build uses (hash-run-attempt), write OUT_DIR/image.json:
+#                                       {"image": "ghcr.io/OWNER/amptrain-verify@sha256:...", ...}
+#   tools/ci/image.sh get [TRUSTED_DIR] (verify.yml, hosted runner) the default branch's image,
+#                                       by the digest in TRUSTED_DIR/image.json, when this commit
+#                                       defines the same image; else build this commit's image
+#                                       here and push nothing. Writes image=REF to $GITHUB_OUTPUT.
 #
-# The image is tagged by a hash of the files that define it, so a commit that changes none of
-# them reuses the image main published. A pulled image is used by its digest from then on; a
-# build always pulls its base from the registry (--pull), never trusting a local tag. Writes
-# image=REF to $GITHUB_OUTPUT.
+# The GPU runner never calls this script: gpu.yml gives it the default branch's digest, checked
+# by trusted_artifacts.py, and it never builds anything.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-mode="${1:-get}"
-owner="${OWNER:?set OWNER to the repository owner}"
-tag="$(cat Dockerfile pyproject.toml stagegate/pyproject.toml constraints-cpu.txt \
-    tools/image_requirements.py | sha256sum | cut -c1-16)"
-repo="ghcr.io/${owner,,}/amptrain-verify"
+definition() {
+    cat Dockerfile .dockerignore pyproject.toml stagegate/pyproject.toml constraints-cpu.txt \
+        tools/image_requirements.py | sha256sum | cut -c1-16
+}
 
-if docker pull --quiet "$repo:$tag"; then
-    ref="$(docker inspect --format '{{index .RepoDigests 0}}' "$repo:$tag")"
-elif [ "$mode" = publish ]; then
+publish() {
+    local out="${1:?give the folder for image.json}"
+    local repo tag ref
+    repo="ghcr.io/${OWNER:?set OWNER to the repository owner}"
+    repo="${repo,,}/amptrain-verify"
+    tag="$(definition)-${GITHUB_RUN_ID:?}-${GITHUB_RUN_ATTEMPT:-1}"
     docker build --pull --tag "$repo:$tag" .
     printf '%s\n' "${GHCR_TOKEN:?}" | docker login ghcr.io --username "${ACTOR:?}" --password-stdin
     docker push "$repo:$tag"
     ref="$(docker inspect --format '{{index .RepoDigests 0}}' "$repo:$tag")"
-else
-    # No image for this definition yet (the pull request changes it): build it, push nothing.
-    docker build --pull --tag "amptrain-verify:$tag" .
-    ref="amptrain-verify:$tag"
-fi
-echo "image=$ref" >> "${GITHUB_OUTPUT:-/dev/stdout}"
+    if [[ "$ref" != "$repo@sha256:"* || ! "${ref#"$repo@sha256:"}" =~ ^[0-9a-f]{64}$ ]]; then
+        echo "the pushed image has no digest in $repo: $ref" >&2
+        exit 1
+    fi
+    mkdir -p "$out"
+    printf '{"image": "%s", "definition": "%s", "commit": "%s", "run_id": "%s"}\n' \
+        "$ref" "$(definition)" "${GITHUB_SHA:?}" "$GITHUB_RUN_ID" > "$out/image.json"
+    echo "published $ref"
+}
+
+get() {
+    local trusted="${1:-}" ref="" wanted published image
+    wanted="$(definition)"
+    if [ -n "$trusted" ] && [ -f "$trusted/image.json" ]; then
+        published="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["definition"])' \
+            "$trusted/image.json")"
+        image="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"])' \
+            "$trusted/image.json")"
+        if [ "$published" = "$wanted" ] && docker pull --quiet "$image"; then
+            ref="$image"
+        fi
+    fi
+    if [ -z "$ref" ]; then
+        # This commit defines another image (or none is published yet): build it, push nothing.
+        docker build --pull --tag "amptrain-verify:local-$wanted" .
+        ref="amptrain-verify:local-$wanted"
+    fi
+    echo "image=$ref" >> "${GITHUB_OUTPUT:-/dev/stdout}"
+}
+
+case "${1:-}" in
+    definition) definition ;;
+    publish) publish "${2:-}" ;;
+    get) get "${2:-}" ;;
+    *)
+        echo "usage: tools/ci/image.sh definition | publish OUT_DIR | get [TRUSTED_DIR]" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,215 @@
+"""tools/ci/gpu_stage.sh, the only script gpu.yml runs on the GPU host, against a commit whose
+Dockerfile, image script and noxfile would each leave a mark if anything ran them.
+
+There is no Docker engine and no GPU here, so `docker` and `nvidia-smi` are stand-ins on PATH
+that log every call; the stand-in container writes what a real benchmark writes (the committed
+H100 result) into the folder mounted at /out. The default branch's stagegate records the stage
+for real, and the trusted judge then judges the artifact for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .ci_tools import ROOT, STAGEGATE, TOOLS, stagegate_for_judge, tool
+
+raw_layout = tool("raw_layout")
+
+SHA = "a" * 40
+IMAGE = "ghcr.io/owner/amptrain-verify@sha256:" + "e" * 64
+H100 = ROOT / "reports" / "baseline" / "benchmark-h100-80gb-hbm3.json"
+ALLOWED_ENV = {"HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "WANDB_MODE", "GITHUB_SHA"}
+
+DOCKER = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["DOCKER_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if args[:1] == ["run"]:
+    out = next(v.split(":")[0] for v in args if v.endswith(":/out:rw"))
+    mode = os.environ.get("CONTAINER", "benchmark")
+    if mode == "benchmark":
+        with open(os.environ["BENCHMARK"]) as src, open(out + "/benchmark.json", "w") as dst:
+            dst.write(src.read())
+    elif mode == "link":
+        os.symlink("/etc/passwd", out + "/benchmark.json")
+    sys.exit(int(os.environ.get("CONTAINER_EXIT", "0")))
+"""
+NVIDIA_SMI = "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.159.04'\n"
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> dict:
+    """The stand-ins, a hostile commit tree and the environment gpu.yml gives the script."""
+    bin_dir, marker = tmp_path / "bin", tmp_path / "pwned"
+    bin_dir.mkdir()
+    _executable(bin_dir / "docker", DOCKER.format(python=sys.executable))
+    _executable(bin_dir / "nvidia-smi", NVIDIA_SMI)
+    pr = tmp_path / "pr"
+    (pr / "tools" / "ci").mkdir(parents=True)
+    (pr / "Dockerfile").write_text(f"FROM scratch\nRUN touch {marker}\n")
+    _executable(pr / "tools" / "ci" / "image.sh", f"#!/bin/sh\ntouch {marker}\n")
+    (pr / "noxfile.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "IMAGE": IMAGE,
+        "SHA": SHA,
+        "STAGEGATE": str(STAGEGATE),
+        "DOCKER_LOG": str(tmp_path / "docker.log"),
+        "BENCHMARK": str(H100),
+        "GITHUB_RUN_ID": "77",
+    }
+    return {"pr": pr, "work": tmp_path / "work", "marker": marker, "env": env, "tmp": tmp_path}
+
+
+def stage(host: dict, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(TOOLS / "gpu_stage.sh"), str(host["pr"]), str(host["work"])],
+        env={**host["env"], **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def docker_calls(host: dict) -> list[list[str]]:
+    log = Path(host["env"]["DOCKER_LOG"])
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secrets(
+    host: dict,
+) -> None:
+    result = stage(host)
+    assert result.returncode == 0, result.stderr
+    calls = docker_calls(host)
+    assert [c[0] for c in calls] == ["pull", "run", "rm"]
+    assert calls[0][-1] == IMAGE
+    run = calls[1]
+    assert IMAGE in run and run[run.index(IMAGE) + 1 :][:3] == [
+        "python",
+        "-m",
+        "amptrain.benchmark",
+    ]
+    assert {"--rm", "--read-only"} <= set(run)
+    assert run[run.index("--network") + 1] == "none" and run[run.index("--cap-drop") + 1] == "ALL"
+    assert run[run.index("--security-opt") + 1] == "no-new-privileges"
+    volumes = [run[i + 1] for i, a in enumerate(run) if a == "--volume"]
+    assert volumes == [f"{host['pr']}:/workspace:ro", f"{host['work']}/container-out:/out:rw"]
+    env_names = {run[i + 1].split("=")[0] for i, a in enumerate(run) if a == "--env"}
+    assert env_names <= ALLOWED_ENV
+    text = json.dumps(calls)
+    for forbidden in ("docker.sock", "--privileged", "build", "GH_TOKEN", "GITHUB_TOKEN"):
+        assert forbidden not in text, forbidden
+    assert not host["marker"].exists(), "a script of the commit ran on the host"
+
+
+def test_the_host_records_the_stage_with_paths_the_judge_accepts(host: dict) -> None:
+    assert stage(host).returncode == 0
+    raw = host["work"] / "reports" / "raw"
+    record = json.loads((raw / "performance.json").read_text())
+    assert (record["stage"], record["exit_code"], record["commit"]) == ("performance", 0, SHA)
+    assert record["files"] == {"benchmark": "reports/raw/benchmark.json"}
+    assert (raw / "benchmark.json").read_bytes() == H100.read_bytes()
+    facts = json.loads((host["work"] / "host.json").read_text())
+    assert (facts["sha"], facts["image"], facts["gpu_name"], facts["driver"]) == (
+        SHA, IMAGE, "NVIDIA H100 80GB HBM3", "580.159.04")  # fmt: skip
+    laid = raw_layout.lay_out(raw, host["tmp"] / "judge" / "reports" / "raw", ["performance"],
+                              commit=SHA)  # fmt: skip
+    assert laid == ["performance"]
+
+
+def test_a_link_left_by_the_container_is_not_taken(host: dict) -> None:
+    assert stage(host, CONTAINER="link").returncode == 0
+    raw = host["work"] / "reports" / "raw"
+    assert not (raw / "benchmark.json").exists()
+    with pytest.raises(raw_layout.LayoutError, match="not in the artifact"):
+        raw_layout.lay_out(raw, host["tmp"] / "raw", ["performance"], commit=SHA)
+
+
+def test_a_failed_benchmark_is_recorded_and_the_host_facts_still_written(host: dict) -> None:
+    result = stage(host, CONTAINER="none", CONTAINER_EXIT="3")
+    assert result.returncode == 3
+    record = json.loads((host["work"] / "reports" / "raw" / "performance.json").read_text())
+    assert record["exit_code"] == 3
+    assert (host["work"] / "host.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("IMAGE", "ghcr.io/owner/amptrain-verify:latest"),
+        ("IMAGE", "amptrain-verify:local-0123456789abcdef"),
+        ("SHA", "main"),
+        ("STAGEGATE", "/nonexistent/stagegate"),
+    ],
+)
+def test_anything_but_a_digest_a_full_sha_and_the_host_stagegate_is_refused(
+    host: dict, name: str, value: str
+) -> None:
+    result = stage(host, **{name: value})
+    assert result.returncode == 2 and name in result.stderr
+    assert docker_calls(host) == [], "docker ran before the inputs were checked"
+
+
+def judge_gpu(host: dict, artifact: Path) -> dict[str, str]:
+    """judge_records.py as gpu.yml's status job runs it (baseline: none accepted)."""
+    tmp = host["tmp"]
+    command, _, env = stagegate_for_judge(tmp)
+    (tmp / "changed.txt").write_text("src/amptrain/loop.py\n")
+    shutil.copyfile(host["work"] / "host.json", tmp / "host.json")
+    outputs = tmp / "outputs"
+    args = [
+        "--artifact", str(artifact), "--work", str(tmp / "gpu-judge"), "--base", str(ROOT),
+        "--out", str(tmp / "gpu-reports"), "--changed-files", str(tmp / "changed.txt"),
+        "--stage", "performance", "--commit", SHA, "--host", str(tmp / "host.json"),
+        "--image", IMAGE, "--note", "regression NOT VERIFIED: no accepted baseline",
+        "--", "--only", "performance", "--require", "performance",
+    ]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(TOOLS / "judge_records.py"), *args],
+        env={**os.environ, **env, "STAGEGATE": command, "GITHUB_OUTPUT": str(outputs)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+
+
+def test_the_gpu_judge_passes_a_real_h100_result_and_says_regression_is_not_verified(
+    host: dict,
+) -> None:
+    assert stage(host).returncode == 0
+    out = judge_gpu(host, host["work"] / "reports" / "raw")
+    assert out["state"] == "success", out
+    assert "regression NOT VERIFIED" in out["description"]
+
+
+def test_the_gpu_judge_blocks_a_cpu_result_claimed_for_the_gpu_stage(host: dict) -> None:
+    smoke = ROOT / "tests" / "fixtures" / "stagegate" / "pass-cpu" / "benchmark.json"
+    assert stage(host, BENCHMARK=str(smoke)).returncode == 0
+    assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
+
+
+def test_the_gpu_judge_refuses_a_run_in_another_image(host: dict) -> None:
+    assert stage(host).returncode == 0
+    facts = json.loads((host["work"] / "host.json").read_text())
+    facts["image"] = "ghcr.io/owner/amptrain-verify@sha256:" + "f" * 64
+    (host["work"] / "host.json").write_text(json.dumps(facts))
+    out = judge_gpu(host, host["work"] / "reports" / "raw")
+    assert out["state"] == "error" and "host.json" in out["description"]

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Stage 4 on the self-hosted GPU runner. gpu.yml runs this script from its checkout of the
+# default branch; nothing of the commit under test runs on the host.
+#
+#   IMAGE=ghcr.io/OWNER/amptrain-verify@sha256:... SHA=<40 hex> STAGEGATE=/path/to/stagegate \
+#       tools/ci/gpu_stage.sh PR_TREE WORK
+#
+# PR_TREE is the commit's checkout: it is only ever mounted read-only into the pinned image
+# (by digest), never built, sourced or run here, so a changed Dockerfile or tools/ci/image.sh
+# in it does nothing. The container runs with no network, no Docker socket, no capabilities,
+# no secrets (only the variables named below), a read-only root and a fresh output folder.
+# The default branch's stagegate, on the host, records the stage around the container:
+# WORK/reports/raw/performance.json (command, exit code, duration, timeout) names
+# reports/raw/benchmark.json, the one file taken from the container, and only if it is a plain
+# file. WORK/host.json records the commit, the image and the host's GPU and driver.
+set -euo pipefail
+
+MAX_BENCHMARK_BYTES=$((64 * 1024 * 1024))
+
+die() {
+    echo "gpu_stage: $*" >&2
+    exit 2
+}
+
+# The stage's command, run by stagegate in WORK: the benchmark inside the container.
+container() {
+    local rc=0 out="container-out/benchmark.json"
+    CONTAINER_NAME="amptrain-gpu-${GITHUB_RUN_ID:-local}-$$"
+    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 143' TERM INT
+    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
+        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
+        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
+        --user "$(id -u):$(id -g)" \
+        --env HOME=/tmp --env PYTHONPATH=/workspace/src --env PYTHONDONTWRITEBYTECODE=1 \
+        --env WANDB_MODE=disabled --env GITHUB_SHA="$GITHUB_SHA" \
+        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" \
+        --workdir /workspace "$IMAGE" \
+        python -m amptrain.benchmark --preset gpu --out /out/benchmark.json --quiet || rc=$?
+    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
+        cp -- "$out" reports/raw/benchmark.json
+    else
+        echo "gpu_stage: the container left no plain benchmark.json (or one too large)" >&2
+    fi
+    return "$rc"
+}
+
+host_facts() {
+    local gpu
+    gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
+    python3 - "$SHA" "$IMAGE" "$gpu" "${RUNNER_NAME:-}" > host.json <<'EOF'
+import json, sys
+sha, image, gpu, runner = sys.argv[1:5]
+name, _, driver = gpu.partition(",")
+print(json.dumps({"sha": sha, "image": image, "gpu_name": name.strip(),
+                  "driver": driver.strip(), "runner": runner}, indent=2))
+EOF
+}
+
+stage() {
+    local pr work status=0
+    [ -d "${1:-}" ] || die "usage: gpu_stage.sh PR_TREE WORK"
+    pr="$(cd "$1" && pwd)"
+    work="${2:?usage: gpu_stage.sh PR_TREE WORK}"
+    [[ "${IMAGE:-}" =~ ^ghcr\.io/[a-z0-9][a-z0-9._-]*/amptrain-verify@sha256:[0-9a-f]{64}$ ]] ||
+        die "IMAGE must be the pinned image by digest, not ${IMAGE:-nothing}"
+    [[ "${SHA:-}" =~ ^[0-9a-f]{40}$ ]] || die "SHA must be a full commit SHA"
+    [ -x "${STAGEGATE:-}" ] || die "STAGEGATE must be the default branch's stagegate"
+    rm -rf "$work"
+    mkdir -p "$work/reports/raw" "$work/container-out"
+    docker pull --quiet "$IMAGE"
+    cd "$work"
+    # GIT_DIR: the record's commit is the admitted SHA, never the host checkout's.
+    GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" \
+        "$STAGEGATE" run performance --out-dir reports/raw \
+        --benchmark reports/raw/benchmark.json --timeout "${STAGE_TIMEOUT:-1500}" \
+        -- "$SELF" --container || status=$?
+    host_facts
+    return "$status"
+}
+
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+export SELF
+if [ "${1:-}" = "--container" ]; then
+    container
+else
+    stage "$@"
+fi

@@ -1,0 +1,134 @@
+"""The trusted judge: lay a stage artifact out (raw_layout.py), judge it with the default
+branch's stagegate and policy, and give the status the required check is to report.
+
+    STAGEGATE="pipx run --spec ./stagegate stagegate" python tools/ci/judge_records.py \
+        --artifact DIR --work DIR --base . --out reports --changed-files FILE \
+        --stage static --stage execution ... [--commit SHA] [--note TEXT] [--problem TEXT] \
+        [--codeowners] [--host host.json --image REF] \
+        -- --require static ...        # anything after -- goes to stagegate report
+
+runs ``stagegate report reports/raw`` inside WORK (where the records' ``reports/raw/...``
+paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.toml`` and
+``--changed-files FILE``, checks its exit code against the verdict.json it wrote, and writes
+``state=`` and ``description=`` to $GITHUB_OUTPUT. It exits 0 whenever it reached a verdict,
+BLOCK included; the status job reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import urllib.error
+from pathlib import Path
+
+from github_api import Api, RestApi, write_outputs
+from raw_layout import LayoutError, lay_out
+from trusted_artifacts import ArtifactError, host_facts
+from verdict_status import Status, from_stagegate
+
+
+def codeowners_problem(api: Api, repo: str, branch: str) -> str | None:
+    """Why the default branch's CODEOWNERS cannot require the gate's reviews, or None."""
+    try:
+        errors = api.get(f"/repos/{repo}/codeowners/errors", ref=branch)["errors"]
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return f"no CODEOWNERS on {branch}: gate changes would need no maintainer review"
+        raise
+    if errors:
+        first = errors[0]
+        return f"CODEOWNERS on {branch} line {first.get('line')}: {first.get('kind')}"
+    return None
+
+
+def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> Status:
+    """``stagegate report`` in WORK with the base policy and the change's files; its exit code
+    counts only with the verdict.json it wrote (a command that failed to start is no BLOCK)."""
+    verdict = args.out / "verdict.json"
+    verdict.unlink(missing_ok=True)
+    argv = [
+        *command, "report", "reports/raw", "--out", str(args.out.resolve()),
+        "--pyproject", str((args.base / "pyproject.toml").resolve()),
+        "--changed-files", str(args.changed_files.resolve()), *args.stagegate_args,
+    ]  # fmt: skip
+    print("judge:", shlex.join(argv), flush=True)
+    code = subprocess.run(argv, cwd=work, check=False).returncode
+    status = from_stagegate(code)
+    if status.state == "error":
+        return status
+    try:
+        decision = json.loads(verdict.read_text(encoding="utf-8"))["decision"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return Status("error", f"stagegate exited {code} and wrote no verdict.json")
+    if (decision == "PASS") != (code == 0):
+        return Status("error", f"stagegate exited {code} but its verdict.json says {decision!r}")
+    return status
+
+
+def judge(args: argparse.Namespace, command: list[str], problem: str | None) -> Status:
+    """The verdict on the artifact, or why there is none."""
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.host:
+            host_facts(args.host, args.commit, args.image)
+        stages = lay_out(args.artifact, work / "reports" / "raw", args.stages, commit=args.commit)
+    except (LayoutError, ArtifactError) as exc:
+        return Status("error", f"records refused: {exc}")
+    print(f"judge: records of {', '.join(stages)} laid out in {work / 'reports' / 'raw'}")
+    status = run_stagegate(command, work, args)
+    if problem and status.state != "error":
+        status = Status("failure", problem)
+    if args.note:
+        status = Status(status.state, f"{status.description}; {args.note}")
+    return status
+
+
+def _summary(text: str) -> None:
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(f"> [!WARNING]\n> {text}\n\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Judge, and write state= and description= for the status job."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("--artifact", "--work", "--base", "--out", "--changed-files"):
+        parser.add_argument(name, type=Path, required=True)
+    parser.add_argument("--stage", action="append", required=True, dest="stages")
+    parser.add_argument("--commit", help="the commit every record must name")
+    parser.add_argument("--note", default="", help="added to the status, e.g. NOT VERIFIED")
+    parser.add_argument("--codeowners", action="store_true", help="check CODEOWNERS first")
+    parser.add_argument("--problem", default="", help="a known reason to fail the check")
+    parser.add_argument("--host", type=Path, help="host.json of a GPU job, checked first")
+    parser.add_argument("--image", help="the image the GPU job was given (with --host)")
+    args = parser.parse_args(argv)
+    if args.host and not (args.commit and args.image):
+        parser.error("--host needs --commit and --image")
+    args.stagegate_args = extra
+    problem = args.problem or None
+    if args.codeowners and problem is None:
+        repo = os.environ["GITHUB_REPOSITORY"]
+        branch = os.environ.get("DEFAULT_BRANCH", "main")
+        problem = codeowners_problem(RestApi(), repo, branch)
+    command = shlex.split(os.environ.get("STAGEGATE", "stagegate"))
+    status = judge(args, command, problem)
+    for line in (problem, args.note):
+        if line:
+            _summary(line)
+    print(f"judge: {status.state}: {status.description}")
+    write_outputs({"state": status.state, "description": status.description})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
