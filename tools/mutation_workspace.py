@@ -4,8 +4,8 @@
 
 mutmut imports its mutated copy only from ``mutants/`` or ``mutants/src`` under the directory
 it runs in, and reads its settings from that directory's ``pyproject.toml``. So DEST gets
-stagegate's sources at ``src/stagegate``, the tests at ``tests/`` (paths inside them stay
-true: ``parents[2]`` of a test is DEST, as it is the repository root), and the repository's
+stagegate's sources at ``src/stagegate``, its tests at ``tests/stagegate`` (paths inside them
+stay true: ``parents[2]`` of a test is DEST, as it is the repository root), and the repository's
 ``pyproject.toml`` with its ``[tool.mutmut]`` table replaced by ``stagegate/pyproject.toml``'s.
 DEST is emptied first.
 """
@@ -20,7 +20,6 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ("conftest.py", "stagegate", "fixtures")
 _TABLE = re.compile(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n|\n)*", re.MULTILINE)
 
 
@@ -47,13 +46,7 @@ def build(dest: Path, root: Path = ROOT) -> None:
         shutil.rmtree(dest)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "actual")
     shutil.copytree(root / "stagegate" / "src", dest / "src", ignore=ignore)
-    (dest / "tests").mkdir()
-    for name in TESTS:
-        source = root / "tests" / name
-        if source.is_dir():
-            shutil.copytree(source, dest / "tests" / name, ignore=ignore)
-        else:
-            shutil.copy2(source, dest / "tests" / name)
+    shutil.copytree(root / "stagegate" / "tests", dest / "tests" / "stagegate", ignore=ignore)
     repo = (root / "pyproject.toml").read_text()
     ours = (root / "stagegate" / "pyproject.toml").read_text()
     (dest / "pyproject.toml").write_text(merged_pyproject(repo, ours))

@@ -80,7 +80,7 @@ def test_stagegate_installs_alone_and_judges(tmp_path: Path, wheels: dict) -> No
     no_torch = subprocess.run([python, "-c", "import torch"], capture_output=True)
     assert no_torch.returncode != 0
     raw = tmp_path / "raw"
-    shutil.copytree(ROOT / "tests" / "fixtures" / "stagegate" / "pass-cpu", raw)
+    shutil.copytree(ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu", raw)
     report = subprocess.run(
         [
             env / "bin" / "stagegate",

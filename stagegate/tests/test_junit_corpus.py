@@ -15,7 +15,7 @@ from stagegate.model import OUTCOMES, TestSuite
 from stagegate.policy import Policy
 from stagegate.records import StageRecord
 
-CORPUS = Path(__file__).parents[1] / "fixtures" / "junit"
+CORPUS = Path(__file__).parent / "fixtures" / "junit"
 EXPECTED = tomllib.loads((CORPUS / "expected.toml").read_text())
 # The pytest samples ran in a copy of producers/: their test files exist in that "checkout".
 ROOT = CORPUS / "producers"

@@ -14,7 +14,7 @@ import pytest
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.errors import InputError
 
-SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "stagegate" / "pass-cpu"
+SOURCE = Path(__file__).resolve().parent / "fixtures" / "stagegate" / "pass-cpu"
 REAL = json.loads((SOURCE / "benchmark.json").read_text())
 
 

@@ -15,7 +15,7 @@ from stagegate.cli import main
 from stagegate.github import COMMENT_LIMIT, COMMENT_MARKER, STEP_SUMMARY_LIMIT
 from stagegate.report import ReportOptions, build_report
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stagegate"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stagegate"
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 GOLD = FIXTURES / "gold"
 ACTUAL = FIXTURES / "actual"
@@ -455,7 +455,7 @@ def test_flaky_tests_are_named_in_the_summary(
 ) -> None:
     _scenario(tmp_path, "pass-cpu", monkeypatch)
     shutil.copy(
-        Path(__file__).parents[1] / "fixtures" / "junit" / "documented" / "surefire-flaky-only.xml",
+        Path(__file__).parent / "fixtures" / "junit" / "documented" / "surefire-flaky-only.xml",
         tmp_path / "reports" / "raw" / "junit-execution.xml",
     )
     verdict, files = _build("pass-cpu")
