@@ -1,4 +1,5 @@
-"""Real pytest runs on a small project, shared by the collector and report tests."""
+"""Shared fixtures: where the fixture files are, the policy the gold reports were rendered
+under, and real pytest runs on a small project (for the readers and the report)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 PROJECT = {
     "pytest.ini": """
@@ -99,3 +102,17 @@ def sample_project() -> object:
 @pytest.fixture(scope="session")
 def sample_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return run_sample_project(tmp_path_factory.mktemp("sample"))
+
+
+@pytest.fixture(scope="session")
+def fixtures() -> Path:
+    """The folder of fixture files: ``junit/`` (a corpus) and ``stagegate/`` (raw stage
+    directories, gold reports, a baseline and the policy)."""
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def policy_file() -> Path:
+    """A pyproject holding this repository's ``[tool.stagegate]`` policy, the one the gold
+    reports were rendered under."""
+    return FIXTURES / "stagegate" / "policy.toml"

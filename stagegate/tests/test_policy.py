@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stagegate.errors import ConfigError
-from stagegate.model import Severity
+from stagegate.model import STAGES, Severity
 from stagegate.policy import (
     DEFAULT_THRESHOLDS,
     Policy,
@@ -115,10 +115,11 @@ def test_require_makes_a_stage_mandatory_and_unskippable() -> None:
         Policy().require(("gpu",))
 
 
-def test_the_projects_own_pyproject_loads() -> None:
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    policy = load_policy(pyproject)
+def test_a_real_policy_file_loads(policy_file: Path) -> None:
+    policy = load_policy(policy_file)
     assert policy.thresholds["speedup"].limit == 1.5
+    assert policy.thresholds["peak_memory_reduction_pct"].limit == 35
+    assert policy.rerun and policy.deduction[Severity.INFO] == 0
 
 
 def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
@@ -150,23 +151,20 @@ def test_allow_no_tests_names_known_stages() -> None:
 def test_an_unknown_severity_lists_the_ones_there_are() -> None:
     with pytest.raises(ConfigError) as caught:
         policy_from_mapping({"severity": {"test_failed": "FATAL"}})
-    assert str(caught.value) == (
-        "[tool.stagegate] severity.test_failed = 'FATAL': "
-        "use one of CRITICAL, HIGH, MEDIUM, LOW, INFO"
-    )
-
-
-STAGE_NAMES = "static, execution, integration, performance"
+    assert "severity.test_failed" in str(caught.value) and "'FATAL'" in str(caught.value)
+    assert all(s.value in str(caught.value) for s in Severity)
 
 
 def test_unknown_stages_list_the_four_there_are() -> None:
     for call, flag in ((Policy().only, "--only"), (Policy().require, "--require")):
         with pytest.raises(ConfigError) as caught:
             call(("static", "gpu", "cpu"))
-        assert str(caught.value) == f"{flag} 'gpu': stages are {STAGE_NAMES}"
+        message = str(caught.value)
+        assert flag in message and "'gpu'" in message and all(s in message for s in STAGES)
     with pytest.raises(ConfigError) as caught:
         policy_from_mapping({"required": ["gpu"]})
-    assert str(caught.value) == f"[tool.stagegate] required = ['gpu']: a list from {STAGE_NAMES}"
+    message = str(caught.value)
+    assert "required" in message and "'gpu'" in message and all(s in message for s in STAGES)
 
 
 def test_only_narrows_what_is_required_skippable_and_judged() -> None:
@@ -205,3 +203,24 @@ def test_pyproject_is_read_as_utf_8_whatever_the_locale(
     monkeypatch.setattr(Path, "read_text", spy)
     assert load_policy(tmp_path / "pyproject.toml") == Policy()
     assert encodings == ["utf-8"]
+
+
+def test_rerun_names_the_command_that_runs_every_stage() -> None:
+    assert Policy().rerun == ""  # the generic tool names no project's command of its own
+    assert policy_from_mapping({"rerun": "make verify"}).rerun == "make verify"
+    with pytest.raises(ConfigError, match="rerun"):
+        policy_from_mapping({"rerun": ["make", "verify"]})
+
+
+@pytest.mark.parametrize("points", [1, 5])
+def test_info_findings_can_never_cost_points(points: int) -> None:
+    """Slow tests are INFO: a score that counted them would depend on the machine's load."""
+    with pytest.raises(ConfigError, match=r"deduction\.INFO"):
+        policy_from_mapping({"deduction": {"INFO": points}})
+    assert policy_from_mapping({"deduction": {"INFO": 0, "LOW": 2}}).deduction[Severity.LOW] == 2
+
+
+@pytest.mark.parametrize("key", ["thresholds", "severity", "deduction"])
+def test_a_table_key_given_a_plain_value_names_it(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        policy_from_mapping({key: 3})

@@ -7,10 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
-from stagegate.cli import main
-from stagegate.records import load_record
+from stagegate.collect import load_record
 from stagegate.runner import TAIL_CHARS, run_stage
 
 PY = sys.executable
@@ -69,50 +66,3 @@ def test_output_tail_is_bounded(tmp_path: Path) -> None:
         len(record.stdout_tail) <= TAIL_CHARS + 100 and "earlier output cut" in record.stdout_tail
     )
     assert out.count("\n") == 50000  # the console still got everything
-
-
-def test_cli_run_passes_files_and_the_exit_code(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code = main(
-        [
-            "run",
-            "static",
-            "--out-dir",
-            str(tmp_path),
-            "--lint",
-            "ruff=r.json",
-            "--junit",
-            "j.xml",
-            "--",
-            PY,
-            "-c",
-            "raise SystemExit(5)",
-        ]
-    )
-    assert code == 5
-    record = load_record(tmp_path / "static.json")
-    assert record.files == {"junit": "j.xml", "lint": {"ruff": "r.json"}}
-    assert record.command[-1] == "raise SystemExit(5)"
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            [
-                "run",
-                "static",
-                "--",
-            ],
-            "no command given",
-        ),
-        (["run", "static", "--lint", "ruff", "--", "true"], "write TOOL=FILE"),
-        (["run", "static", "--lint", "pylint=x.json", "--", "true"], "unknown tool"),
-    ],
-)
-def test_cli_run_usage_errors_exit_2(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(argv) == 2
-    assert message in capsys.readouterr().err

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from stagegate.collect import LINT_TOOLS
 from stagegate.errors import InternalError, StagegateError, UsageError
+from stagegate.model import Decision
 from stagegate.report import ReportOptions, run_report
 from stagegate.runner import run_stage
 
@@ -137,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         verdict = run_report(options, os.environ)
         print(
-            f"stagegate: {verdict.decision} (score {verdict.score}/100); "
+            f"stagegate: {verdict.decision.value} (score {verdict.score}/100); "
             f"reports in {args.out}/summary.md",
             file=sys.stderr,
         )
-        return EXIT_PASS if verdict.decision == "PASS" else EXIT_BLOCK
+        return EXIT_PASS if verdict.decision is Decision.PASS else EXIT_BLOCK
     except StagegateError as exc:
         print(f"stagegate: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from stagegate.io import write_atomic
-from stagegate.records import StageRecord
+from stagegate.model import StageRecord
 
 TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
 EXIT_TIMEOUT = 124

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.errors import InputError
+from stagegate.io import load_json
 from stagegate.model import Benchmark, Comparison, PrecisionResult
-from stagegate.records import load_json
 
 SUPPORTED_VERSION = 1
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.errors import InputError
+from stagegate.io import load_json
 from stagegate.model import Coverage, Curves, FileCoverage, Location, WarningEntry
-from stagegate.records import load_json
 
 
 def _number(value: Any, where: str) -> float:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.errors import InputError
+from stagegate.io import load_json
 from stagegate.model import LintFinding, Location
-from stagegate.records import load_json
 
 
 def _rel(path: str) -> str:

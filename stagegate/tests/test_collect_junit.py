@@ -1,5 +1,6 @@
 """One JUnit element at a time: failure kinds and messages, re-runs, statuses written as
-attributes, and pytest names turned back into node ids."""
+attributes, and pytest names turned back into node ids; a real pytest run read whole; which
+traceback frame a failure is placed at; files that cannot be read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import read_junit
+from stagegate.collect.junit import innermost_frame, last_frame
 from stagegate.errors import InputError
 from stagegate.model import Location
 
@@ -127,3 +129,89 @@ def test_unsafe_and_unreadable_files_say_why(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         read_junit(tmp_path)
     assert str(caught.value).startswith(f"JUnit file {tmp_path} cannot be read: ")
+
+
+def _by_name(suite: object) -> dict:
+    return {c.name: c for c in suite.cases}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("family", ["xunit1", "xunit2"])
+def test_junit_from_a_real_pytest_run(tmp_path: Path, family: str, sample_project) -> None:
+    suite = read_junit(sample_project(tmp_path, family)["junit"], root=tmp_path)
+    cases = _by_name(suite)
+    assert cases["test_passes"].outcome == "passed"
+    assert cases["test_passes"].nodeid == "test_sample.py::test_passes"
+    assert cases["test_method"].nodeid == "test_sample.py::TestGroup::test_method"
+    failed = cases["test_fails"]
+    assert failed.outcome == "failed" and "assert [1, 2] == [1, 3]" in failed.message
+    assert failed.location == Location("test_sample.py", 9)
+    raised = cases["test_raises_in_library"]
+    assert raised.outcome == "failed" and "KeyError" in raised.message
+    assert raised.location == Location("helper.py", 2)  # the raising line, not the test
+    assert (
+        cases["test_skipped"].outcome == "skipped" and cases["test_skipped"].message == "needs CUDA"
+    )
+    assert cases["test_fixture_error"].outcome == "error"
+    collection = [c for c in suite.cases if "broken_import" in c.nodeid]
+    assert len(collection) == 1 and collection[0].outcome == "error"
+    assert suite.count("passed") == 3 and suite.count("failed") == 2
+
+
+def test_last_frame_of_short_and_long_tracebacks() -> None:
+    short = (
+        "test_x.py:3: in test_a\n    f()\nsrc/pkg/m.py:80: in f\n    env['x']\nE   KeyError: 'x'"
+    )
+    long = "def test_a():\n>   f()\n\ntest_x.py:3: \n...\nsrc/pkg/m.py:80: KeyError"
+    assert last_frame(short) == last_frame(long) == Location("src/pkg/m.py", 80)
+    assert last_frame("no frames here") is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"<testsuites><testcase", "not well-formed"),
+        (b"<html></html>", "not <testsuites>"),
+    ],
+)
+def test_unusable_junit_is_an_input_error(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "junit.xml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(InputError, match=message):
+        read_junit(path)
+
+
+def test_an_empty_but_valid_junit_file_has_no_cases(tmp_path: Path) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text('<testsuites><testsuite name="pytest" tests="0"/></testsuites>')
+    assert read_junit(path).cases == ()
+
+
+FRAMES = """
+tests/test_a.py:10: in test_a
+    run()
+src/pkg/core.py:20: in run
+    step()
+{root}/src/pkg/inner.py:30: in step
+    lib()
+.venv/lib/python3.11/site-packages/lib/x.py:40: in lib
+    raise ValueError
+/usr/lib/python3.11/other.py:50: ValueError
+"""
+
+
+def test_the_innermost_frame_in_the_checkout(tmp_path: Path) -> None:
+    text = FRAMES.format(root=tmp_path)
+    assert innermost_frame(text, root=tmp_path) == Location("src/pkg/inner.py", 30)
+    # Frames outside the checkout only: the innermost of them all.
+    deps = ".venv/lib/site-packages/a/b.py:5: in f\n/usr/lib/c.py:7: Error\n"
+    assert innermost_frame(deps, root=tmp_path) == Location("/usr/lib/c.py", 7)
+    assert innermost_frame("", root=tmp_path) is None
+
+
+def test_the_last_frame_wherever_it_is(tmp_path: Path) -> None:
+    assert last_frame(FRAMES.format(root=tmp_path)) == Location("/usr/lib/python3.11/other.py", 50)

@@ -10,10 +10,9 @@ import pytest
 
 from stagegate.collect import read_junit
 from stagegate.errors import InputError
-from stagegate.judge import StageData, decide, judge_stage
-from stagegate.model import OUTCOMES, TestSuite
+from stagegate.judge import decide, judge_stage
+from stagegate.model import OUTCOMES, StageData, StageRecord, TestSuite
 from stagegate.policy import Policy
-from stagegate.records import StageRecord
 
 CORPUS = Path(__file__).parent / "fixtures" / "junit"
 EXPECTED = tomllib.loads((CORPUS / "expected.toml").read_text())
@@ -34,7 +33,7 @@ def _record() -> StageRecord:
 
 def _verdict(suite: TestSuite | None, errors: tuple[str, ...] = ()) -> str:
     data = StageData(_record(), suite=suite, input_errors=errors)
-    return decide([judge_stage("execution", data, Policy())]).decision
+    return decide([judge_stage("execution", data, Policy())]).decision.value
 
 
 def _read(entry: dict) -> TestSuite:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_collect import _tool  # skips when the lint extra is not installed
 
 from stagegate.collect import read_lint
+from stagegate.errors import InputError
 from stagegate.model import LintFinding, Location
+
+from .builders import tool as _tool  # skips when the lint extra is not installed
 
 
 def _read(tmp_path: Path, tool: str, data: Any) -> list[LintFinding]:
@@ -211,3 +213,42 @@ def test_generic_findings_and_their_defaults(tmp_path: Path, tool: str) -> None:
         LintFinding("shellcheck", "SC2086", "quote it", "warning", Location("w.yml", 8)),
         LintFinding("check", "-", "bare", "error", Location("?", None)),
     ]
+
+
+def test_ruff_json_from_a_real_run(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
+    out = subprocess.run(
+        [_tool("ruff"), "check", "--isolated", "--output-format", "json", "bad.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    (tmp_path / "ruff.json").write_text(out.stdout)
+    findings = read_lint("ruff", tmp_path / "ruff.json")
+    codes = {f.code: f for f in findings}
+    assert {"F401", "F821"} <= codes.keys()
+    assert codes["F821"].level == "error" and codes["F821"].location.line == 5
+
+
+def test_hadolint_json_from_a_real_run(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM ubuntu\nRUN apt-get install curl\n")
+    out = subprocess.run(
+        [_tool("hadolint"), "-f", "json", "Dockerfile"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    (tmp_path / "h.json").write_text(out.stdout)
+    findings = read_lint("hadolint", tmp_path / "h.json")
+    assert any(f.code == "DL3006" for f in findings)  # untagged base image
+    assert all(f.location.file == "Dockerfile" for f in findings)
+
+
+def test_lint_output_in_the_wrong_format_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text(json.dumps([{"unexpected": 1}]))
+    with pytest.raises(InputError, match="not in hadolint's JSON format"):
+        read_lint("hadolint", tmp_path / "x.json")
+    with pytest.raises(InputError, match="unknown lint tool"):
+        read_lint("pylint", tmp_path / "x.json")

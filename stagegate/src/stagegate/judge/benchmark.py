@@ -1,12 +1,19 @@
-"""Benchmark findings: failed precisions, per-precision health checks, targets, baseline."""
+"""Benchmark findings: failed precisions, per-precision health checks, and each comparison's
+metrics against their targets, with the outcome of every one (the performance view shows it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stagegate.baseline import BaselineComparison
-from stagegate.findings import Findings
-from stagegate.model import Benchmark, Comparison, Location, PrecisionResult
+from stagegate.judge.findings import Findings
+from stagegate.model import (
+    Benchmark,
+    CheckOutcome,
+    Comparison,
+    Location,
+    MetricCheck,
+    PrecisionResult,
+)
 from stagegate.policy import Policy, Threshold, check_threshold
 
 
@@ -79,52 +86,51 @@ def _location(text: str) -> Location:
 # any mode (32-true, 32-tf32: TF32 is how fp32 matmuls run, its tensors stay fp32) is held to
 # accuracy parity only.
 REDUCED_PRECISION_PREFIXES = ("16-", "bf16-")
+# Speed and CUDA memory mean something only on the GPU; accuracy parity is measured anywhere.
+GPU_TARGETS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduction_pct")
 
 
-def _comparison_findings(f: Findings, c: Comparison, policy: Policy, gpu: bool) -> None:
-    values = {"accuracy_diff": c.accuracy_diff}  # parity: measured on any device
+def _values(c: Comparison) -> dict[str, float | None]:
+    return {
+        "speedup": c.speedup,
+        "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
+        "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
+        "accuracy_diff": c.accuracy_diff,
+    }
+
+
+def _check(
+    f: Findings, c: Comparison, metric: str, value: float | None, policy: Policy, gpu: bool
+) -> MetricCheck:
+    """The outcome of one metric of one comparison; a miss is a finding."""
+    threshold = policy.thresholds[metric]
     amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
-    if gpu and amp:  # speed and CUDA memory mean something only on the GPU
-        values |= {
-            "speedup": c.speedup,
-            "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
-            "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
-        }
-    for metric, value in values.items():
-        reason = check_threshold(policy.thresholds[metric], value)
-        if reason:
-            f.add(
-                "threshold_missed",
-                f"{c.precision} vs {c.baseline}: {metric} misses its target",
-                detail=reason,
-                fix="profile the step; see the memory and sync sections",
-            )
+    if c.baseline != policy.judged_baseline or (metric in GPU_TARGETS and not amp):
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.REPORTED)
+    if metric in GPU_TARGETS and not gpu:
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.NOT_VERIFIED, "no GPU")
+    reason = check_threshold(threshold, value)
+    if reason is None:
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MET)
+    f.add(
+        "threshold_missed",
+        f"{c.precision} vs {c.baseline}: {metric} misses its target",
+        detail=reason,
+        fix="profile the step; see the memory and sync sections",
+    )
+    return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MISSED, reason)
 
 
-def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> None:
+def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[MetricCheck, ...]:
+    """Findings about every precision and comparison; the outcome of every comparison metric."""
     for p in bench.precisions:
         if p.status != "ok":
             _failed_precision(f, p)
             continue
         for check in PRECISION_CHECKS:
             check(f, p, policy.thresholds)
-    for c in bench.comparisons:
-        if c.baseline == policy.judged_baseline:
-            _comparison_findings(f, c, policy, bench.gpu_verified)
-
-
-def baseline_findings(f: Findings, cmp: BaselineComparison) -> None:
-    for c in cmp.regressions:
-        f.add(
-            "regression",
-            f"{c.precision} {c.metric} regressed {c.change_pct:+.1f}% vs baseline",
-            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}, "
-            f"noise margin {c.margin_pct:.1f}%",
-            fix="bisect the commits since the baseline",
-        )
-    for c in cmp.improvements:
-        f.add(
-            "improvement",
-            f"{c.precision} {c.metric} improved {c.change_pct:+.1f}% vs baseline",
-            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}",
-        )
+    return tuple(
+        _check(f, c, metric, value, policy, bench.gpu_verified)
+        for c in bench.comparisons
+        for metric, value in _values(c).items()
+    )

