@@ -97,6 +97,7 @@ def test_a_custom_table_overrides_what_it_names() -> None:
         ({"severity": {"test_failed": "FATAL"}}, "severity.test_failed"),
         ({"severity": {"typo_kind": "LOW"}}, "severity.typo_kind"),
         ({"deduction": {"HIGH": -3}}, "deduction.HIGH"),
+        ({"deduction": {"FATAL": 3}}, "deduction.FATAL"),
         ({"regression_margin_pct": math.inf}, "regression_margin_pct"),
         ({"slow_test_s": -1}, "slow_test_s"),
         ({"required": ["static", "docs"]}, "required"),
@@ -224,3 +225,43 @@ def test_info_findings_can_never_cost_points(points: int) -> None:
 def test_a_table_key_given_a_plain_value_names_it(key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         policy_from_mapping({key: 3})
+
+
+def test_a_limit_may_be_below_zero() -> None:
+    p = policy_from_mapping(
+        {"thresholds": {"activation_memory_reduction_pct": {"op": ">=", "value": -5}}}
+    )
+    assert p.thresholds["activation_memory_reduction_pct"].limit == -5.0
+    assert check_threshold(p.thresholds["activation_memory_reduction_pct"], -4.0) is None
+
+
+@pytest.mark.parametrize(
+    ("call", "known"),
+    [
+        (lambda: policy_from_mapping({"speed": 1}), "required"),
+        (lambda: policy_from_mapping({"required": ["gpu"]}), "static"),
+        (lambda: policy_from_mapping({"thresholds": {"latency": {}}}), "speedup"),
+        (lambda: policy_from_mapping({"severity": {"typo": "LOW"}}), "test_failed"),
+        (lambda: policy_from_mapping({"severity": {"test_failed": "FATAL"}}), "CRITICAL"),
+        (lambda: Policy().only(("gpu",)), "static"),
+        (lambda: Policy().require(("gpu",)), "static"),
+    ],
+)
+def test_an_unknown_name_is_answered_with_the_list_of_known_ones(call, known: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        call()
+    lists = {
+        # every field of the policy is a key of the table, but the one --only sets
+        "required": ", ".join(sorted(set(Policy.__dataclass_fields__) - {"judged"})),
+        "static": ", ".join(STAGES),
+        "speedup": ", ".join(DEFAULT_THRESHOLDS),
+        "test_failed": ", ".join(Policy().severity),
+        "CRITICAL": ", ".join(s.value for s in Severity),
+    }
+    assert lists[known] in str(caught.value)  # a list a reader can copy a name from
+
+
+def test_a_malformed_threshold_shows_how_to_write_one() -> None:
+    with pytest.raises(ConfigError) as caught:
+        policy_from_mapping({"thresholds": {"speedup": 1.5}})
+    assert 'op = ">="' in str(caught.value) and "value = 1.5" in str(caught.value)
