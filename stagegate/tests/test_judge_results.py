@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stagegate.judge import judge_stage
 from stagegate.model import (
     Coverage,
@@ -28,10 +30,14 @@ def _found(name: str, data: StageData, policy: Policy = POLICY) -> dict:
     return {f.title: f for f in judge_stage(name, data, policy).findings}
 
 
-def test_a_failed_test_is_critical_with_its_location() -> None:
-    failed = case("b", "failed", message="assert 1 == 2", location=Location("tests/t.py", 7))
+@pytest.mark.parametrize("outcome", ["failed", "error"])
+@pytest.mark.parametrize("exit_code", [1, 0])  # the runner's word never outweighs the file
+def test_a_failed_or_errored_test_is_critical_with_its_location(
+    outcome: str, exit_code: int
+) -> None:
+    failed = case("b", outcome, message="assert 1 == 2", location=Location("tests/t.py", 7))
     v = judge_stage(
-        "execution", StageData(record(exit_code=1), suite=suite(case("a"), failed)), POLICY
+        "execution", StageData(record(exit_code=exit_code), suite=suite(case("a"), failed)), POLICY
     )
     assert v.status is StageStatus.FAIL and kinds(v) == [("CRITICAL", "test_failed")]
     (finding,) = v.findings
