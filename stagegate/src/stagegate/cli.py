@@ -17,14 +17,7 @@ from stagegate.runner import run_stage
 EXIT_PASS, EXIT_BLOCK = 0, 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stagegate",
-        description="Record each verification stage, judge the records by the written policy, "
-        "and render markdown reports.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _run_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
         usage="stagegate run STAGE [options] -- COMMAND...",
@@ -48,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", metavar="S", type=float, help="stop the command after S seconds")
     run.add_argument("--out-dir", type=Path, default=Path("reports/raw"))
 
+
+def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rep = sub.add_parser(
         "report",
         help="judge the records and render the reports",
@@ -84,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
         help="where [tool.stagegate] is read from",
     )
     rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stagegate",
+        description="Record each verification stage, judge the records by the written policy, "
+        "and render markdown reports.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_options(sub)
+    _report_options(sub)
     return parser
 
 
