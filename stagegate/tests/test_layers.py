@@ -115,3 +115,16 @@ def test_the_generic_tool_names_no_project_command() -> None:
         if re.search(r"\bnox -s\b|noxfile", line)
     ]
     assert not named
+
+
+def test_the_tests_read_nothing_outside_the_distribution() -> None:
+    """They run from stagegate/ alone and in mutmut's copy of it: no path climbs out."""
+    here = Path(__file__).resolve().parent
+    climbing = [
+        f"{path.name}:{i}"
+        for path in here.rglob("*.py")
+        if "fixtures" not in path.relative_to(here).parts
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"parents\[[1-9]\]|\.parent\.parent|\"\.\.\"", line)
+    ]
+    assert not climbing

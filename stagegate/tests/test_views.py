@@ -50,7 +50,9 @@ def test_the_recommendation_lists_the_findings_the_judge_said_block() -> None:
 def test_a_not_verified_stage_carries_the_judges_note_as_its_banner() -> None:
     stage = judge_stage("performance", performance(cpu_bench()), POLICY)
     view = stage_view(stage, POLICY, CTX)
-    assert view.status == "NOT VERIFIED" and "NOT VERIFIED" in view.banner
+    assert (
+        view.summary.rows[0] == ("Decision", "**NOT VERIFIED**") and "NOT VERIFIED" in view.banner
+    )
     assert summary_view(decide([stage]), CTX).banners == (view.banner,)
 
 

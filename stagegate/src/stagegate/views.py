@@ -43,7 +43,6 @@ class StageView:
     name: str
     number: int
     title: str
-    status: str
     banner: str
     summary: Table
     sections: tuple[Section, ...]
@@ -331,7 +330,6 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         stage.name,
         number_,
         title,
-        stage.status.value,
         inline(stage.note, 400),
         summary,
         tuple(sections),
