@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
-from stagegate.io import load_json
 from stagegate.model import Benchmark, Comparison, PrecisionResult
 
 SUPPORTED_VERSION = 1

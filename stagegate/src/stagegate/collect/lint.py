@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
-from stagegate.io import load_json
 from stagegate.model import LintFinding, Location
 
 

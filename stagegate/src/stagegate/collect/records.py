@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
-from stagegate.io import load_json
 from stagegate.model import RECORD_FORMAT_VERSION, RECORD_KIND, STAGES, StageRecord
 
 
