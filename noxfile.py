@@ -8,13 +8,13 @@ nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tomllib
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -22,8 +22,15 @@ nox.options.sessions = ["verify"]
 
 ROOT = Path(__file__).resolve().parent
 RAW = "reports/raw"
-# Where mutmut runs for each package: amptrain in the repository, stagegate in a workspace.
-MUTATION_WORKSPACES = {"amptrain": ROOT, "stagegate": ROOT / "build" / "mutation" / "stagegate"}
+# Other JUnit reporters' test files, under their own licenses, are not in this repository; where
+# a copy lies beside the checkout, stagegate's peer tests read it (they skip otherwise).
+PEERS = ROOT.parent / "shared" / "junit-peers"
+
+
+def peer_env() -> dict[str, str]:
+    """Environment for the test runs: the peer corpus's folder where there is one."""
+    return {"STAGEGATE_JUNIT_PEERS": str(PEERS)} if PEERS.is_dir() else {}
+
 
 # Inside the CUDA image torch (and the dependencies) come with the image: reuse them.
 SYSTEM_TORCH = os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1"
@@ -51,26 +58,17 @@ def stage(
 ) -> bool:
     """Run ``command`` as stage ``name`` through ``stagegate run``; True when it succeeded.
 
-    The record is written whatever happens. ``must_pass`` ends the session on failure, as a
-    stage run on its own should; ``verify`` goes on to the next stage instead.
+    The record is written whatever happens, and ``stagegate run`` exits with the command's code
+    (124 on timeout, 128+N on signal N, 127 when it could not start). ``must_pass`` ends the
+    session on failure, as a stage run on its own should; ``verify`` goes on instead.
     """
-    session.run(
-        "stagegate",
-        "run",
-        name,
-        "--out-dir",
-        RAW,
-        *files,
-        "--",
-        *command,
-        env=env,
-        success_codes=list(range(256)),
-    )
-    record = json.loads((ROOT / RAW / f"{name}.json").read_text())
-    ok = record["exit_code"] == 0 and not record["timed_out"] and not record["error"]
-    if not ok and must_pass:
-        session.error(f"stage {name} failed; its record is {RAW}/{name}.json")
-    return ok
+    try:
+        session.run("stagegate", "run", name, "--out-dir", RAW, *files, "--", *command, env=env)
+    except CommandFailed:
+        if must_pass:
+            session.error(f"stage {name} failed; its record is {RAW}/{name}.json")
+        return False
+    return True
 
 
 def run_lint(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
@@ -81,7 +79,7 @@ def run_lint(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
         session,
         "static",
         files,
-        ["python", "tools/static_checks.py", "--out", f"{RAW}/lint"],
+        ["python", "tools/static_checks.py", "--out", f"{RAW}/lint", *extra],
         must_pass=must_pass,
     )
 
@@ -105,6 +103,7 @@ def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
             f"--stagegate-warnings={warns}",
             *extra,
         ],
+        env=peer_env(),
         must_pass=must_pass,
     )
 
@@ -209,7 +208,7 @@ def verify(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the project's whole test suite."""
     install(session, "test", "lint")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *session.posargs, env=peer_env())
 
 
 def requirements(*extras: str) -> list[str]:
@@ -221,62 +220,13 @@ def requirements(*extras: str) -> list[str]:
 
 @nox.session(venv_params=VENV_PARAMS)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing with mutmut, then the kill rate per file against
+    """Mutation testing (tools/mutation.py): mutmut, then the kill rate per file against
     tests/mutation_equivalents.toml. Not part of verify: it takes hours.
 
-    amptrain is mutated here ([tool.mutmut] in pyproject.toml), stagegate in a workspace laid
-    out by tools/mutation_workspace.py (its [tool.mutmut] is in stagegate/pyproject.toml).
-    mutmut tests a mutated copy in mutants/, so amptrain itself is not installed (its editable
-    finder would win over the copy), only what it needs. Arguments name mutants to run, as
-    globs that start with the package ("amptrain.precision*", "stagegate.judge*"); the report
-    then judges the mutants they name. The lint extra comes too: stagegate's tests read what
-    the real linters write.
+    Arguments name mutants, as globs that start with the package ("amptrain.precision*",
+    "stagegate.judge*"). amptrain itself is not installed, only what it needs: mutmut tests a
+    mutated copy, which its editable finder would hide. The lint extra comes too: stagegate's
+    reader tests read what the real linters write.
     """
     session.install(*CONSTRAINTS, *requirements("test", "lint"), "-e", "./stagegate")
-    globs = {name: [] for name in MUTATION_WORKSPACES}
-    for glob in session.posargs:
-        package = glob.partition(".")[0]
-        if package not in globs:
-            session.error(f"{glob!r}: a glob starts with {' or '.join(globs)}, then a dot")
-        globs[package].append(glob)
-    out = ROOT / "reports" / "mutation"
-    out.mkdir(parents=True, exist_ok=True)
-    chosen = [name for name, picked in globs.items() if picked or not session.posargs]
-    for name in chosen:
-        run_mutmut(session, name, globs[name], out / f"{name}-results.txt")
-    named = [arg for glob in session.posargs for arg in ("--only", glob)]
-    session.run(
-        "python",
-        "tools/mutation_report.py",
-        *(str(out / f"{name}-results.txt") for name in chosen),
-        "--equivalents",
-        "tests/mutation_equivalents.toml",
-        "--out",
-        str(out / "report.md"),
-        "--show-command",
-        "mutmut show",
-        "--workspace",
-        f"stagegate={MUTATION_WORKSPACES['stagegate']}",
-        *named,
-    )
-
-
-def run_mutmut(session: nox.Session, name: str, globs: list[str], results: Path) -> None:
-    """``mutmut run`` in ``name``'s workspace, its results written to ``results``."""
-    where = MUTATION_WORKSPACES[name]
-    if where != ROOT:
-        session.run("python", "tools/mutation_workspace.py", str(where))
-    children = str(os.cpu_count() or 1)
-    env = {"OMP_NUM_THREADS": "1"}  # one thread per mutant process: the children share cores
-    with session.chdir(where):
-        session.run("mutmut", "run", "--max-children", children, *globs, env=env)
-        text = str(session.run("mutmut", "results", "--all", "true", silent=True))
-        # A timeout counts as detected: each is run again alone, so one that only timed out
-        # beside another mutant (a busy machine) is tested again, not counted.
-        timed_out = [
-            ln.split(":")[0].strip() for ln in text.splitlines() if ln.endswith(": timeout")
-        ]
-        if timed_out:
-            session.run("mutmut", "run", "--max-children", "1", *timed_out, env=env)
-            text = str(session.run("mutmut", "results", "--all", "true", silent=True))
-    results.write_text(text)
+    session.run("python", "tools/mutation.py", *session.posargs)

@@ -29,7 +29,7 @@ def main() -> None:
     pad = f"<system-out>{'x' * 1024 * args.pad_kb}</system-out>" if args.pad_kb else ""
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw"
-        shutil.copytree(ROOT / "tests" / "fixtures" / "stagegate" / "pass-cpu", raw)
+        shutil.copytree(ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu", raw)
         with (raw / "junit-execution.xml").open("w") as f:
             f.write("<testsuites><testsuite>")
             for i in range(args.tests):

@@ -4,9 +4,9 @@ is incomplete.
 
     python tools/mutation_report.py RESULTS... --equivalents tests/mutation_equivalents.toml \\
         [--min-kill 90] [--out reports/mutation/report.md] [--show-command "mutmut show"] \\
-        [--workspace stagegate=build/mutation/stagegate] [--only GLOB]...
+        [--workspace stagegate=stagegate] [--only GLOB]...
 
-Several results files (one per mutmut workspace) make one report. ``--workspace`` names the
+Several results files (one per directory mutmut ran in) make one report. ``--workspace`` names the
 directory mutmut ran in for a package's mutants, where ``mutmut show`` must run too.
 ``--only`` judges just the mutants a run named (the globs given to ``mutmut run``).
 

@@ -59,7 +59,12 @@ def imports() -> list[dict[str, Any]]:
     stagegate's format."""
     findings = []
     for path in sorted(
-        [*ROOT.glob("**/src/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("*.py")]
+        [
+            *ROOT.glob("**/src/**/*.py"),
+            *ROOT.glob("tests/**/*.py"),
+            *ROOT.glob("stagegate/tests/**/*.py"),
+            *ROOT.glob("*.py"),
+        ]
     ):
         try:
             py_compile.compile(str(path), doraise=True)

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import read_junit
-from stagegate.judge import StageData, decide, judge_stage
-from stagegate.model import Location, TestSuite
+from stagegate.judge import decide, judge_stage
+from stagegate.model import Decision, Location, StageData, TestSuite
 from stagegate.policy import Policy
-from stagegate.records import StageRecord
+
+from .builders import record
 
 PYTEST = (
     '<testsuites name="pytest tests"><testsuite name="pytest" tests="{n}">{body}'
@@ -112,17 +113,10 @@ def _read(tmp_path: Path, template: str, body: str, n: int = 9) -> TestSuite:
     return read_junit(path, root=tmp_path)
 
 
-def _decision(suite: TestSuite) -> str:
-    record = StageRecord(
-        stage="execution",
-        command=["runner"],
-        exit_code=0,  # the runner said it passed: the file alone must decide
-        start="2026-01-05T10:00:00Z",
-        duration_s=1.0,
-        files={"junit": "junit.xml"},
-    )
-    verdict = decide([judge_stage("execution", StageData(record, suite=suite), Policy())])
-    return str(getattr(verdict.decision, "value", verdict.decision))
+def _decision(suite: TestSuite) -> Decision:
+    # the runner said it passed (exit 0): the file alone must decide
+    data = StageData(record(files={"junit": "junit.xml"}), suite=suite)
+    return decide([judge_stage("execution", data, Policy())]).decision
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -133,7 +127,7 @@ def test_a_hidden_failure_is_counted_failed_and_blocks(attack: str, tmp_path: Pa
     assert len(suite.cases) == tests, sorted(cases)
     assert cases[failing].outcome in ("failed", "error")
     assert suite.count("flaky") == 0
-    assert _decision(suite) == "BLOCK"
+    assert _decision(suite) is Decision.BLOCK
 
 
 def test_the_pytest_9_subtests_shape_keeps_every_failure(tmp_path: Path) -> None:
@@ -151,7 +145,7 @@ def test_a_documented_rerun_is_flaky_and_does_not_block(tmp_path: Path) -> None:
     body = '<testcase classname="c" name="t"><flakyFailure message="timeout"/></testcase>'
     suite = _read(tmp_path, PLAIN, body, n=1)
     assert [c.outcome for c in suite.cases] == ["flaky"]
-    assert _decision(suite) == "PASS"
+    assert _decision(suite) is Decision.PASS
 
 
 def test_distinct_tests_sharing_a_node_id_are_told_apart(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ disagreements listed in ``fixtures/junit/peers.toml``, each with its reason.
 
 The files are the peers' own, under their licenses, so they are not in this repository: the
 corpus is a folder of ``OWNER__REPO/`` trees, each with its LICENSE and a PIN file (repo,
-commit, license, where the expectations come from), found at ``$STAGEGATE_JUNIT_PEERS`` or at
-``shared/junit-peers`` in or beside the checkout. Every file's sha256 is pinned in the table.
+commit, license, where the expectations come from), found at ``$STAGEGATE_JUNIT_PEERS`` (the
+repository's noxfile sets it when ``shared/junit-peers`` lies beside the checkout). Every
+file's sha256 is pinned in the table.
 """
 
 from __future__ import annotations
@@ -28,15 +29,12 @@ FILES = {f"{f['peer']}:{f['path']}": f for f in TABLE["file"]}
 
 
 def _corpus() -> Path | None:
-    here = Path(__file__).resolve().parents[2]
-    found = [here / "shared" / "junit-peers", here.parent / "shared" / "junit-peers"]
-    if "STAGEGATE_JUNIT_PEERS" in os.environ:
-        found.insert(0, Path(os.environ["STAGEGATE_JUNIT_PEERS"]))
-    return next((p for p in found if p.is_dir()), None)
+    where = os.environ.get("STAGEGATE_JUNIT_PEERS")
+    return Path(where) if where and Path(where).is_dir() else None
 
 
 CORPUS = _corpus()
-NO_CORPUS = "no peer corpus: set STAGEGATE_JUNIT_PEERS or place it at shared/junit-peers"
+NO_CORPUS = "no peer corpus: set STAGEGATE_JUNIT_PEERS to its folder"
 
 
 def _keys(wanted=lambda entry: True) -> list:

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from amptrain.benchmark.presets import PRESETS
-from stagegate.baseline import compare_to_baseline
 from stagegate.collect.benchmark import read_benchmark
+from stagegate.judge.baseline import compare_to_baseline
 
 BASELINES = Path(__file__).resolve().parents[2] / "reports" / "baseline"
 SCHEMA = json.loads(

@@ -10,20 +10,14 @@ from pathlib import Path
 
 from stagegate.collect import LINT_TOOLS
 from stagegate.errors import InternalError, StagegateError, UsageError
+from stagegate.model import Decision
 from stagegate.report import ReportOptions, run_report
 from stagegate.runner import run_stage
 
 EXIT_PASS, EXIT_BLOCK = 0, 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stagegate",
-        description="Record each verification stage, judge the records by the written policy, "
-        "and render markdown reports.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _run_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
         usage="stagegate run STAGE [options] -- COMMAND...",
@@ -47,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", metavar="S", type=float, help="stop the command after S seconds")
     run.add_argument("--out-dir", type=Path, default=Path("reports/raw"))
 
+
+def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rep = sub.add_parser(
         "report",
         help="judge the records and render the reports",
@@ -83,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
         help="where [tool.stagegate] is read from",
     )
     rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stagegate",
+        description="Record each verification stage, judge the records by the written policy, "
+        "and render markdown reports.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_options(sub)
+    _report_options(sub)
     return parser
 
 
@@ -137,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         verdict = run_report(options, os.environ)
         print(
-            f"stagegate: {verdict.decision} (score {verdict.score}/100); "
+            f"stagegate: {verdict.decision.value} (score {verdict.score}/100); "
             f"reports in {args.out}/summary.md",
             file=sys.stderr,
         )
-        return EXIT_PASS if verdict.decision == "PASS" else EXIT_BLOCK
+        return EXIT_PASS if verdict.decision is Decision.PASS else EXIT_BLOCK
     except StagegateError as exc:
         print(f"stagegate: error: {exc}", file=sys.stderr)
         return exc.exit_code

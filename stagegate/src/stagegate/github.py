@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from stagegate.judge import Verdict
+from stagegate.model import Verdict
 from stagegate.render import render
 from stagegate.text import cut
 
@@ -62,8 +62,8 @@ def annotations(verdict: Verdict) -> list[str]:
     """``::error`` workflow commands for the first blocking findings that have a location."""
     lines = []
     for stage in verdict.stages:
-        for f in stage.findings:
-            if not (f.severity.blocks and f.location):
+        for f in stage.blocking:
+            if f.location is None:
                 continue
             props = f"file={_escape_property(f.location.file)}"
             if f.location.line:

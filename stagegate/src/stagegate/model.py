@@ -1,10 +1,20 @@
-"""Frozen dataclasses: the contract between collectors, the judge and the renderers."""
+"""The data model every step shares: records, what collection read, and what the judge decided.
+
+Frozen dataclasses and enums only. The pipeline reads one way: ``collect`` builds records and
+:class:`StageData`; ``judge`` turns them into findings, statuses, a score and a
+:class:`Decision`; views only format those.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
+
+STAGES = ("static", "execution", "integration", "performance")
+RECORD_FORMAT_VERSION = 1
+RECORD_KIND = "stagegate-record"
 
 
 class Severity(Enum):
@@ -28,13 +38,29 @@ class Severity(Enum):
 
 
 class StageStatus(Enum):
-    """A stage's outcome; the verdict is a reduction over these and the findings."""
+    """A stage's outcome, as the judge decided it."""
 
     PASS = "PASS"
     FAIL = "FAIL"  # the command failed, or its findings block
     ERROR = "ERROR"  # crashed, timed out, or its output could not be read
     MISSING = "MISSING"  # no record at all
     NOT_VERIFIED = "NOT VERIFIED"  # allowed to be skipped here, and it was
+
+
+class Decision(Enum):
+    """The verdict over every stage."""
+
+    PASS = "PASS"
+    BLOCK = "BLOCK"
+
+
+class CheckOutcome(Enum):
+    """What the judge made of one metric against its target."""
+
+    MET = "PASS"
+    MISSED = "MISS"  # always with a blocking finding beside it
+    NOT_VERIFIED = "NOT VERIFIED"  # the run could not measure it here (no GPU)
+    REPORTED = "reported"  # shown for information: no target applies to it
 
 
 @dataclass(frozen=True)
@@ -59,6 +85,36 @@ class Finding:
     detail: str = ""
     location: Location | None = None
     fix: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRecord:
+    """One run of one stage's command, whatever its outcome (what ``stagegate run`` writes)."""
+
+    format_version: int = RECORD_FORMAT_VERSION
+    kind: str = RECORD_KIND
+    stage: str
+    command: list[str]
+    exit_code: int | None  # None when killed by a signal or timed out
+    signal: int | None = None
+    timed_out: bool = False
+    start: str  # ISO 8601, UTC
+    duration_s: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    commit: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, Any] = field(default_factory=dict)  # kind -> path, or {tool: path} for lint
+    error: str | None = None  # the command could not be started
+
+    @property
+    def succeeded(self) -> bool:
+        """The command ran to the end and exited 0."""
+        return self.exit_code == 0 and not self.timed_out and self.error is None
+
+    def to_json(self) -> str:
+        """The record as JSON text."""
+        return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
 
 
 OUTCOMES = ("passed", "flaky", "failed", "error", "skipped")
@@ -121,6 +177,7 @@ class TestSuite:
 
     @property
     def duration_s(self) -> float:
+        """Time spent in all cases, as the file states it."""
         return sum(c.duration_s for c in self.cases)
 
 
@@ -156,7 +213,7 @@ class LintFinding:
 
 @dataclass(frozen=True)
 class PrecisionResult:
-    """One precision of a benchmark run, as reported by amptrain.benchmark."""
+    """One precision of a benchmark run, as the benchmark file reports it."""
 
     name: str
     status: str
@@ -178,9 +235,7 @@ class PrecisionResult:
     memory_source: str | None = None
     data_wait_share: float | None = None
     syncs_measured: bool = False
-    sync_method: str = (
-        "cuda"  # "cuda": CUDA's sync debug mode; "dispatch": host reads on any device
-    )
+    sync_method: str = "cuda"  # "cuda": CUDA's sync debug mode; "dispatch": host reads
     syncs_per_step: float | None = None
     sync_locations: tuple[dict[str, Any], ...] = ()
     matmul_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> matmuls in a forward
@@ -205,7 +260,7 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A whole amptrain benchmark document."""
+    """A whole benchmark document."""
 
     preset: str
     device: str
@@ -230,3 +285,109 @@ class Curves:
     """Named series from a stage's metrics file (for example the integration loss curves)."""
 
     series: dict[str, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class MissingFile:
+    """A file the record names that is not there: ``kind`` as the record names it."""
+
+    kind: str
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StageData:
+    """What a stage's record points at, as collected (or why it could not be)."""
+
+    record: StageRecord | None
+    suite: TestSuite | None = None
+    coverage: Coverage | None = None
+    warnings: tuple[WarningEntry, ...] = ()
+    benchmark: Benchmark | None = None
+    curves: Curves | None = None
+    lint: dict[str, list[LintFinding]] = field(default_factory=dict)
+    input_errors: tuple[str, ...] = ()  # files that are there but cannot be read
+    missing_files: tuple[MissingFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """One metric of one precision, baseline against current, as the judge classed it."""
+
+    precision: str
+    metric: str
+    baseline: float
+    current: float
+    change_pct: float  # positive: the metric grew
+    margin_pct: float  # changes within this are noise
+    verdict: str  # "regression", "improvement" or "within noise"
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    comparable: bool
+    reason: str  # why not comparable, or what was compared
+    baseline_commit: str | None
+    baseline_datetime: str
+    changes: tuple[MetricChange, ...] = ()
+
+    @property
+    def regressions(self) -> tuple[MetricChange, ...]:
+        """The changes the judge classed as regressions."""
+        return tuple(c for c in self.changes if c.verdict == "regression")
+
+    @property
+    def improvements(self) -> tuple[MetricChange, ...]:
+        """The changes the judge classed as improvements."""
+        return tuple(c for c in self.changes if c.verdict == "improvement")
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One metric of one benchmark comparison against its target, and the judge's outcome."""
+
+    comparison: Comparison
+    metric: str
+    value: float | None
+    target: str  # the threshold as the policy writes it, e.g. ">= 1.5x"
+    outcome: CheckOutcome
+    why: str = ""  # the reason for a miss, or why it was not verified
+
+
+@dataclass(frozen=True)
+class Deduction:
+    severity: Severity
+    points: int
+    title: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageVerdict:
+    """Everything the judge decided about one stage."""
+
+    name: str
+    status: StageStatus
+    required: bool
+    skippable: bool = False
+    score: int
+    findings: tuple[Finding, ...]  # most severe first
+    blocking: tuple[Finding, ...] = ()  # the findings that block the merge
+    deductions: tuple[Deduction, ...]
+    data: StageData
+    checks: tuple[MetricCheck, ...] = ()
+    baseline: BaselineComparison | None = None
+    note: str = ""  # why a stage is NOT VERIFIED, in words
+
+    def count(self, severity: Severity) -> int:
+        """Number of findings of ``severity``."""
+        return sum(1 for f in self.findings if f.severity is severity)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    score: int
+    stages: tuple[StageVerdict, ...]
+    blocking_reasons: tuple[str, ...]
+    required_fixes: tuple[str, ...]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from stagegate.baseline import BaselineComparison
 from stagegate.charts import bar_chart, line_chart
-from stagegate.judge import StageVerdict
-from stagegate.model import Benchmark, Comparison, PrecisionResult
-from stagegate.policy import Policy, check_threshold
+from stagegate.model import (
+    BaselineComparison,
+    Benchmark,
+    CheckOutcome,
+    MetricCheck,
+    PrecisionResult,
+    StageVerdict,
+)
+from stagegate.policy import Policy
 from stagegate.text import code, inline, number
 from stagegate.viewparts import Section, chart, table
 
@@ -15,36 +20,33 @@ NOT_MEASURED = Section(
 )
 
 
-def _comparison_values(c: Comparison) -> dict[str, tuple[float | None, str]]:
-    low, high = c.speedup_ci95
-    return {
-        "speedup": (c.speedup, f"{number(c.speedup)}x (95% CI {number(low)}-{number(high)})"),
-        "peak_memory_reduction_pct": (
-            c.peak_memory_reduction_pct,
-            number(c.peak_memory_reduction_pct, 1, "%"),
-        ),
-        "activation_memory_reduction_pct": (
-            c.activation_memory_reduction_pct,
-            number(c.activation_memory_reduction_pct, 1, "%"),
-        ),
-        "accuracy_diff": (c.accuracy_diff, number(c.accuracy_diff, 4)),
-    }
+def _shown(check: MetricCheck) -> str:
+    if check.metric == "speedup":
+        low, high = check.comparison.speedup_ci95
+        return f"{number(check.value)}x (95% CI {number(low)}-{number(high)})"
+    if check.metric.endswith("_pct"):
+        return number(check.value, 1, "%")
+    return number(check.value, 4)
 
 
-def _comparison_rows(bench: Benchmark, policy: Policy) -> list[tuple[str, ...]]:
-    t = policy.thresholds
-    rows = []
-    for c in bench.comparisons:
-        for metric, (value, shown) in _comparison_values(c).items():
-            if not bench.gpu_verified and metric != "accuracy_diff":
-                status = "not checked (GPU not verified)"
-            elif c.baseline != policy.judged_baseline:
-                status = "reported"
-            else:
-                status = "MISS" if check_threshold(t[metric], value) else "PASS"
-            label = inline(f"{c.precision} vs {c.baseline}")
-            rows.append((label, metric, shown, str(t[metric]), status))
-    return rows
+def _status(check: MetricCheck) -> str:
+    """The judge's outcome in words; what it could not check says why."""
+    if check.outcome is CheckOutcome.NOT_VERIFIED:
+        return f"{check.outcome.value} ({inline(check.why)})"
+    return check.outcome.value
+
+
+def _comparison_rows(checks: tuple[MetricCheck, ...]) -> list[tuple[str, ...]]:
+    return [
+        (
+            inline(f"{c.comparison.precision} vs {c.comparison.baseline}"),
+            c.metric,
+            _shown(c),
+            c.target,  # the policy's own text: an operator, a number, a unit
+            _status(c),
+        )
+        for c in checks
+    ]
 
 
 def _precision_row(p: PrecisionResult) -> tuple[str, ...]:
@@ -70,8 +72,9 @@ def _setup_line(bench: Benchmark) -> str:
     )
 
 
-def metrics_section(bench: Benchmark, policy: Policy) -> Section:
-    """Targets per comparison, figures per precision, the loss curves and step times."""
+def metrics_section(bench: Benchmark, checks: tuple[MetricCheck, ...]) -> Section:
+    """The judge's outcome per comparison metric, figures per precision, the loss curves and
+    step times."""
     header = ("Precision", "Status", "ms/step (median)", "IQR ms", "tokens/s", "MFU")
     header += ("Val loss", "Val accuracy", "Skipped steps")
     charts = (
@@ -97,7 +100,7 @@ def metrics_section(bench: Benchmark, policy: Policy) -> Section:
         (
             table(
                 ("Comparison", "Metric", "Value", "Target", "Status"),
-                _comparison_rows(bench, policy),
+                _comparison_rows(checks),
             ),
             table(header, [_precision_row(p) for p in bench.precisions]),
         ),
@@ -233,10 +236,10 @@ def performance_sections(stage: StageVerdict, policy: Policy) -> list[Section]:
     if bench is None:
         return [NOT_MEASURED]
     sections = [
-        metrics_section(bench, policy),
+        metrics_section(bench, stage.checks),
         memory_section(bench, policy),
         concurrency_section(bench),
     ]
-    if stage.data.baseline is not None:
-        sections.append(baseline_section(stage.data.baseline))
+    if stage.baseline is not None:
+        sections.append(baseline_section(stage.baseline))
     return sections

@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 import operator
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from stagegate.errors import ConfigError
-from stagegate.model import Severity
+from stagegate.model import STAGES, Severity
 
-STAGES = ("static", "execution", "integration", "performance")
+__all__ = ["STAGES", "Policy", "Threshold", "check_threshold", "load_policy"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
@@ -106,6 +106,7 @@ class Policy:
     # Stages that may execute no test (all skipped or disabled) and still pass.
     allow_no_tests: tuple[str, ...] = ()
     judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
+    rerun: str = ""  # the command that runs every stage, named in the fix for a missing one
 
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
@@ -147,88 +148,104 @@ def _number(key: str, value: Any, minimum: float = 0.0) -> float:
     return float(value)
 
 
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a string is needed")
+    return value
+
+
 def _stage_list(key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or any(s not in STAGES for s in value):
         raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a list from {', '.join(STAGES)}")
     return tuple(value)
 
 
+def _table(key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a table is needed")
+    return value
+
+
+def _skippable(key: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or any(
+        s not in STAGES or c != "no-cuda" for s, c in value.items()
+    ):
+        raise ConfigError(f'[tool.stagegate] {key} = {value!r}: map a stage to "no-cuda"')
+    return dict(value)
+
+
+def _thresholds(key: str, value: Any) -> dict[str, Threshold]:
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for name, spec in _table(key, value).items():
+        where = f"{key}.{name}"
+        if name not in DEFAULT_THRESHOLDS:
+            raise ConfigError(
+                f"[tool.stagegate] {where}: unknown metric; known: {', '.join(DEFAULT_THRESHOLDS)}"
+            )
+        if not isinstance(spec, dict) or spec.get("op") not in _OPS or "value" not in spec:
+            raise ConfigError(
+                f"[tool.stagegate] {where} = {spec!r}: write "
+                '{ op = ">=", value = 1.5 } with op one of >=, >, <=, <'
+            )
+        limit = _number(f"{where}.value", spec["value"], minimum=-math.inf)
+        thresholds[name] = Threshold(name, spec["op"], limit, DEFAULT_THRESHOLDS[name].unit)
+    return thresholds
+
+
+def _severities(key: str, value: Any) -> dict[str, Severity]:
+    severity = dict(DEFAULT_SEVERITY)
+    for kind, name in _table(key, value).items():
+        if kind not in DEFAULT_SEVERITY:
+            raise ConfigError(
+                f"[tool.stagegate] {key}.{kind}: unknown finding kind; known: "
+                f"{', '.join(DEFAULT_SEVERITY)}"
+            )
+        severity[kind] = _severity(f"{key}.{kind}", name)
+    if severity["slow_test"] is not Severity.INFO:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.slow_test = {value['slow_test']!r}: "
+            "must be INFO; a test's duration depends on the machine's load, and the same "
+            "code must get the same verdict and score"
+        )
+    return severity
+
+
+def _deductions(key: str, value: Any) -> dict[Severity, int]:
+    deduction = dict(DEFAULT_DEDUCTION)
+    for name, points in _table(key, value).items():
+        deduction[_severity(f"{key}.{name}", name)] = int(_number(f"{key}.{name}", points))
+    if deduction[Severity.INFO]:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.INFO = {deduction[Severity.INFO]!r}: must be 0; INFO "
+            "findings (slow tests among them) depend on the machine's load, and the same code "
+            "must get the same score"
+        )
+    return deduction
+
+
+# Each key of [tool.stagegate] and the function that checks and converts its value.
+_KEYS: dict[str, Callable[[str, Any], Any]] = {
+    "required": _stage_list,
+    "skippable": _skippable,
+    "thresholds": _thresholds,
+    "severity": _severities,
+    "deduction": _deductions,
+    "regression_margin_pct": _number,
+    "slow_test_s": _number,
+    "judged_baseline": _text,
+    "allow_no_tests": _stage_list,
+    "rerun": _text,
+}
+
+
 def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
     """A Policy from a ``[tool.stagegate]`` table; a bad value raises ConfigError naming it."""
-    known = {
-        "required",
-        "skippable",
-        "thresholds",
-        "severity",
-        "deduction",
-        "regression_margin_pct",
-        "slow_test_s",
-        "judged_baseline",
-        "allow_no_tests",
-    }
     for key in table:
-        if key not in known:
+        if key not in _KEYS:
             raise ConfigError(
-                f"[tool.stagegate] has an unknown key {key!r}; known: {', '.join(sorted(known))}"
+                f"[tool.stagegate] has an unknown key {key!r}; known: {', '.join(sorted(_KEYS))}"
             )
-    base = Policy()
-    kwargs: dict[str, Any] = {}
-    for key in ("required", "allow_no_tests"):
-        if key in table:
-            kwargs[key] = _stage_list(key, table[key])
-    if "skippable" in table:
-        skip = table["skippable"]
-        if not isinstance(skip, dict) or any(
-            s not in STAGES or c != "no-cuda" for s, c in skip.items()
-        ):
-            raise ConfigError(f'[tool.stagegate] skippable = {skip!r}: map a stage to "no-cuda"')
-        kwargs["skippable"] = dict(skip)
-    if "thresholds" in table:
-        thresholds = dict(base.thresholds)
-        for name, spec in table["thresholds"].items():
-            key = f"thresholds.{name}"
-            if name not in DEFAULT_THRESHOLDS:
-                raise ConfigError(
-                    f"[tool.stagegate] {key}: unknown metric; known: "
-                    f"{', '.join(DEFAULT_THRESHOLDS)}"
-                )
-            if not isinstance(spec, dict) or spec.get("op") not in _OPS or "value" not in spec:
-                raise ConfigError(
-                    f"[tool.stagegate] {key} = {spec!r}: write "
-                    '{ op = ">=", value = 1.5 } with op one of >=, >, <=, <'
-                )
-            limit = _number(f"{key}.value", spec["value"], minimum=-math.inf)
-            thresholds[name] = Threshold(name, spec["op"], limit, DEFAULT_THRESHOLDS[name].unit)
-        kwargs["thresholds"] = thresholds
-    if "severity" in table:
-        severity = dict(base.severity)
-        for kind, value in table["severity"].items():
-            if kind not in DEFAULT_SEVERITY:
-                raise ConfigError(
-                    f"[tool.stagegate] severity.{kind}: unknown finding kind; known: "
-                    f"{', '.join(DEFAULT_SEVERITY)}"
-                )
-            severity[kind] = _severity(f"severity.{kind}", value)
-        if severity["slow_test"] is not Severity.INFO:
-            raise ConfigError(
-                f"[tool.stagegate] severity.slow_test = {table['severity']['slow_test']!r}: "
-                "must be INFO; a test's duration depends on the machine's load, and the same "
-                "code must get the same verdict and score"
-            )
-        kwargs["severity"] = severity
-    if "deduction" in table:
-        deduction = dict(base.deduction)
-        for name, points in table["deduction"].items():
-            deduction[_severity(f"deduction.{name}", name)] = int(
-                _number(f"deduction.{name}", points)
-            )
-        kwargs["deduction"] = deduction
-    for key in ("regression_margin_pct", "slow_test_s"):
-        if key in table:
-            kwargs[key] = _number(key, table[key])
-    if "judged_baseline" in table:
-        kwargs["judged_baseline"] = str(table["judged_baseline"])
-    return Policy(**kwargs)
+    return Policy(**{key: _KEYS[key](key, value) for key, value in table.items()})
 
 
 def load_policy(pyproject: Path | None) -> Policy:

@@ -9,7 +9,7 @@ from typing import Any
 
 import jinja2
 
-from stagegate.judge import Verdict
+from stagegate.model import Verdict
 from stagegate.views import StageView, SummaryView
 
 VERDICT_FORMAT_VERSION = 1
@@ -48,7 +48,7 @@ def verdict_json(verdict: Verdict, generated_at: str, commit: str) -> str:
     """The decision for machines: stages, findings, deductions, reasons."""
     doc = {
         "format_version": VERDICT_FORMAT_VERSION,
-        "decision": verdict.decision,
+        "decision": verdict.decision.value,
         "score": verdict.score,
         "generated_at": generated_at,
         "commit": commit,

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stagegate.collect import read_benchmark
-from stagegate.collector import collect_stage, find_records
+from stagegate.collect import collect_stage, find_records, read_baselines
 from stagegate.errors import InputError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
-from stagegate.judge import StageData, Verdict, decide, judge_stage
-from stagegate.model import Benchmark
-from stagegate.policy import STAGES, Policy, load_policy
+from stagegate.judge import decide, judge_stage
+from stagegate.model import STAGES, StageData, StageRecord, Verdict
+from stagegate.policy import Policy, load_policy
 from stagegate.render import render_stage, render_summary, verdict_json
 from stagegate.views import Context, stage_view, summary_view
 
@@ -62,41 +61,38 @@ def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
     return f"{server}/{repo}/actions/runs/{run}"
 
 
-def load_baselines(path: Path) -> list[Benchmark]:
-    """A baseline benchmark file, or every ``*.json`` benchmark in a directory."""
-    if path.is_dir():
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise InputError(f"baseline directory {path} holds no benchmark JSON")
-        return [read_benchmark(f) for f in files]
-    return [read_benchmark(path)]
+def _records(options: ReportOptions, policy: Policy) -> dict[str, StageRecord]:
+    records = find_records(options.raw_dir)
+    if not records:
+        how = policy.rerun or "stagegate run STAGE -- COMMAND, for each stage"
+        raise InputError(f"no stage records in {options.raw_dir}: run the stages first ({how})")
+    return records
+
+
+def _stage_names(records: Mapping[str, StageRecord], policy: Policy, only: bool) -> list[str]:
+    """The stages to judge: the known ones the policy names or that ran, then any others."""
+    wanted = [s for s in STAGES if s in records or s in policy.required or s in policy.skippable]
+    return [
+        *(s for s in wanted if s in policy.judged),
+        *(s for s in records if s not in STAGES and not only),
+    ]
+
+
+def _collect(record: StageRecord | None, raw_dir: Path) -> StageData:
+    return collect_stage(record, raw_dir) if record else StageData(record=None)
 
 
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
-    """Judge every stage and render every output to text (nothing is written yet)."""
+    """Read, collect, judge and render every output to text (nothing is written yet)."""
     policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
-    records = find_records(options.raw_dir)
-    if not records:
-        raise InputError(
-            f"no stage records in {options.raw_dir}: run the stages first "
-            "(nox -s verify, or stagegate run STAGE -- COMMAND)"
-        )
-    baselines = load_baselines(options.baseline) if options.baseline else []
-    wanted = [s for s in STAGES if s in records or s in policy.required or s in policy.skippable]
-    names = [
-        *(s for s in wanted if s in policy.judged),
-        *(s for s in records if s not in STAGES and not options.only),
-    ]
-    stages = []
-    for name in names:
-        record = records.get(name)
-        data = (
-            collect_stage(record, options.raw_dir, baselines, policy.regression_margin_pct)
-            if record
-            else StageData(record=None)
-        )
-        stages.append(judge_stage(name, data, policy))
-    verdict = decide(stages)
+    records = _records(options, policy)
+    baselines = read_baselines(options.baseline) if options.baseline else []
+    verdict = decide(
+        [
+            judge_stage(name, _collect(records.get(name), options.raw_dir), policy, baselines)
+            for name in _stage_names(records, policy, bool(options.only))
+        ]
+    )
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
     base, changed = changed_files(options.base_ref, env)

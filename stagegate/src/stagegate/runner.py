@@ -11,12 +11,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from stagegate.io import write_atomic
-from stagegate.records import StageRecord
+from stagegate.model import StageRecord
 
 TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
 EXIT_TIMEOUT = 124
@@ -100,6 +101,76 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
             continue
 
 
+@dataclass
+class _Outcome:
+    """How the command ended, and the tails of its output."""
+
+    tails: tuple[_Tail, _Tail] = field(
+        default_factory=lambda: (_Tail(TAIL_CHARS), _Tail(TAIL_CHARS))
+    )
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    error: str | None = None
+
+    @property
+    def code(self) -> int:
+        """The command's own exit code, 124 on timeout, 128+N on signal N, 127 if not started."""
+        if self.error is not None:
+            return EXIT_NOT_STARTED
+        if self.timed_out:
+            return EXIT_TIMEOUT
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code if self.exit_code is not None else 1
+
+
+def _execute(
+    stage: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    timeout_s: float | None,
+    stdout: IO[str],
+    stderr: IO[str],
+) -> _Outcome:
+    """Run ``command`` in a session of its own, streaming its output and keeping the tails."""
+    out = _Outcome()
+    try:
+        proc = subprocess.Popen(
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        out.error = f"cannot start {command[0]!r}: {exc.strerror or exc}"
+        stderr.write(f"stagegate: {out.error}\n")
+        return out
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, stdout, out.tails[0]), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, stderr, out.tails[1]), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        out.timed_out = True
+        stderr.write(f"stagegate: {stage} timed out after {timeout_s:g} s; stopping it\n")
+        _stop(proc)
+    except KeyboardInterrupt:
+        _stop(proc, grace_s=2.0)
+    for t in pumps:
+        t.join(timeout=5)
+    rc = proc.returncode
+    if rc is not None and rc < 0:
+        out.signal = -rc
+    elif not out.timed_out:
+        out.exit_code = rc
+    return out
+
+
 def run_stage(
     stage: str,
     command: Sequence[str],
@@ -117,70 +188,23 @@ def run_stage(
     when the command could not be started.
     """
     env = dict(os.environ if env is None else env)
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     began = time.monotonic()
-    tails = (_Tail(TAIL_CHARS), _Tail(TAIL_CHARS))
-    exit_code: int | None = None
-    sig: int | None = None
-    timed_out = False
-    error: str | None = None
-    try:
-        proc = subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        proc = None
-        error = f"cannot start {command[0]!r}: {exc.strerror or exc}"
-        stderr.write(f"stagegate: {error}\n")
-    if proc is not None:
-        pumps = [
-            threading.Thread(target=_pump, args=(proc.stdout, stdout, tails[0]), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, stderr, tails[1]), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stderr.write(f"stagegate: {stage} timed out after {timeout_s:g} s; stopping it\n")
-            _stop(proc)
-        except KeyboardInterrupt:
-            _stop(proc, grace_s=2.0)
-        for t in pumps:
-            t.join(timeout=5)
-        rc = proc.returncode
-        if rc is not None and rc < 0:
-            sig = -rc
-        elif not timed_out:
-            exit_code = rc
+    out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, stderr or sys.stderr)
     record = StageRecord(
         stage=stage,
         command=list(command),
-        exit_code=exit_code,
-        signal=sig,
-        timed_out=timed_out,
+        exit_code=out.exit_code,
+        signal=out.signal,
+        timed_out=out.timed_out,
         start=start,
         duration_s=round(time.monotonic() - began, 3),
-        stdout_tail=tails[0].text(),
-        stderr_tail=tails[1].text(),
+        stdout_tail=out.tails[0].text(),
+        stderr_tail=out.tails[1].text(),
         commit=_git_commit(env),
         environment=environment(env),
         files=dict(files or {}),
-        error=error,
+        error=out.error,
     )
     write_atomic(out_dir / f"{stage}.json", record.to_json())
-    if error is not None:
-        code = EXIT_NOT_STARTED
-    elif timed_out:
-        code = EXIT_TIMEOUT
-    elif sig is not None:
-        code = 128 + sig
-    else:
-        code = exit_code if exit_code is not None else 1
-    return record, code
+    return record, out.code

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from stagegate.charts import line_chart
-from stagegate.judge import StageVerdict, Verdict
-from stagegate.model import Failure, Severity, StageStatus, TestCase
+from stagegate.model import Failure, Severity, StageStatus, StageVerdict, TestCase, Verdict
 from stagegate.perfviews import performance_sections
 from stagegate.policy import Policy
 from stagegate.text import code, code_block, inline
@@ -44,7 +43,6 @@ class StageView:
     name: str
     number: int
     title: str
-    status: str
     banner: str
     summary: Table
     sections: tuple[Section, ...]
@@ -65,7 +63,6 @@ class SummaryView:
     deductions: Table
     flaky: tuple[str, ...] = ()  # "stage: test (N attempts)", one per flaky test
     run_url: str = ""
-    links: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
 def _tests_line(stage: StageVerdict) -> str:
@@ -272,7 +269,7 @@ def _recommendation(stage: StageVerdict) -> Section:
         text = f"**BLOCK**: this stage is {stage.status.value}."
     fixes = [
         f"{i + 1}. {inline(f.title, 160)}: {inline(f.fix, 200)}"
-        for i, f in enumerate(x for x in stage.findings if x.severity.blocks and x.fix)
+        for i, f in enumerate(x for x in stage.blocking if x.fix)
     ]
     return Section("Recommendation", (text, "\n".join(fixes)) if fixes else (text,))
 
@@ -333,7 +330,6 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         stage.name,
         number_,
         title,
-        stage.status.value,
         inline(stage.note, 400),
         summary,
         tuple(sections),
@@ -374,7 +370,7 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         if c.outcome == "flaky"
     )
     return SummaryView(
-        decision=verdict.decision,
+        decision=verdict.decision.value,
         score=verdict.score,
         generated_at=ctx.generated_at,
         commit=ctx.commit,

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
 from stagegate.model import Coverage, Curves, FileCoverage, Location, WarningEntry
-from stagegate.records import load_json
 
 
 def _number(value: Any, where: str) -> float:

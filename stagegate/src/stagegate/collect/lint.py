@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
 from stagegate.model import LintFinding, Location
-from stagegate.records import load_json
 
 
 def _rel(path: str) -> str:

@@ -1,0 +1,29 @@
+"""JSON files as every reader opens them: a missing, unreadable or malformed file is an
+:class:`~stagegate.errors.InputError` that names it and says what is wrong."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from stagegate.errors import InputError, MissingFileError
+
+
+def load_json(path: Path, what: str) -> Any:
+    """Parse a JSON file; a missing or malformed file is an :class:`InputError` that says so."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingFileError(f"{what} {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc}") from None
+    if not text.strip():
+        raise InputError(f"{what} {path} is empty")
+    try:
+        return json.loads(text, parse_constant=lambda name: math.nan)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None

@@ -1,0 +1,105 @@
+"""Collect the files a stage's record names into :class:`stagegate.model.StageData`.
+
+Collection reads and never decides: a file that is missing or unreadable is noted as such,
+and the judge decides what that means for the stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from stagegate.collect.benchmark import read_benchmark
+from stagegate.collect.files import read_coverage, read_curves, read_warnings
+from stagegate.collect.junit import read_junit
+from stagegate.collect.lint import read_lint
+from stagegate.errors import InputError, MissingFileError
+from stagegate.model import Benchmark, MissingFile, StageData, StageRecord
+
+# kind of file in a record -> (StageData field, reader); "lint" maps tools to files
+READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
+    "junit": ("suite", read_junit),
+    "coverage": ("coverage", read_coverage),
+    "warnings": ("warnings", read_warnings),
+    "benchmark": ("benchmark", read_benchmark),
+    "metrics": ("curves", read_curves),
+}
+
+
+def _resolve(raw_dir: Path, value: str) -> Path:
+    # Paths are recorded relative to where the stage ran; artifacts may have moved into raw_dir.
+    path = Path(value)
+    if path.exists():
+        return path
+    moved = raw_dir / path.name
+    return moved if moved.exists() else path
+
+
+def _read(reader: Callable[[Path], Any], path: Path) -> Any:
+    """Run one reader; a bug in it is reported against the file, never raised past here."""
+    try:
+        return reader(path)
+    except InputError:
+        raise
+    except Exception as exc:  # any crash becomes a message naming the file
+        raise InputError(
+            f"{path} could not be read ({type(exc).__name__}: {exc}); the file is kept as it "
+            "is: report this as a stagegate bug with the file attached"
+        ) from exc
+
+
+def _files(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] | None, str]]:
+    """(kind, path, reader, field) for every file the record names; None for an unknown kind."""
+    out: list[tuple[str, str, Callable[[Path], Any] | None, str]] = []
+    for kind, value in record.files.items():
+        if kind == "lint":
+            out += [(kind, path, partial(read_lint, tool), tool) for tool, path in value.items()]
+        else:
+            key, reader = READERS.get(kind, ("", None))
+            out.append((kind, value, reader, key))
+    return out
+
+
+def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
+    """Read every file ``record`` names; a file that cannot be read is noted, not raised."""
+    found: dict[str, Any] = {"lint": {}}
+    errors: list[str] = []
+    missing: list[MissingFile] = []
+    for kind, value, reader, key in _files(record):
+        if reader is None:
+            errors.append(f"record names an unknown kind of file {kind!r}")
+            continue
+        try:
+            data = _read(reader, _resolve(raw_dir, value))
+        except MissingFileError as exc:
+            missing.append(MissingFile(kind, value, str(exc)))
+        except InputError as exc:
+            errors.append(str(exc))
+        else:
+            if kind == "lint":
+                found["lint"][key] = data
+            else:
+                found[key] = data
+    return StageData(
+        record=record,
+        suite=found.get("suite"),
+        coverage=found.get("coverage"),
+        warnings=found.get("warnings", ()),
+        benchmark=found.get("benchmark"),
+        curves=found.get("curves"),
+        lint=found["lint"],
+        input_errors=tuple(errors),
+        missing_files=tuple(missing),
+    )
+
+
+def read_baselines(path: Path) -> list[Benchmark]:
+    """A baseline benchmark file, or every ``*.json`` benchmark in a directory."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise InputError(f"baseline directory {path} holds no benchmark JSON")
+        return [read_benchmark(f) for f in files]
+    return [read_benchmark(path)]

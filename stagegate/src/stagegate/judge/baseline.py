@@ -1,0 +1,95 @@
+"""The benchmark against a stored baseline: which baseline, and the regressions and
+improvements beyond the noise margin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stagegate.judge.findings import Findings
+from stagegate.model import BaselineComparison, Benchmark, MetricChange, PrecisionResult
+
+# metric -> (attribute, True when lower is better)
+_METRICS = {
+    "step_time_ms": ("step_time_ms", True),
+    "tokens_per_second": ("tokens_per_second", False),
+    "peak_memory_mb": ("peak_mb", True),
+}
+
+
+def pick_baseline(current: Benchmark, baselines: Sequence[Benchmark]) -> Benchmark | None:
+    """The baseline measured on the same GPU and preset as ``current``, else the first one
+    (which the comparison then reports as not comparable)."""
+    same = [b for b in baselines if (b.gpu_name, b.preset) == (current.gpu_name, current.preset)]
+    return (same or list(baselines) or [None])[0]
+
+
+def _noise_pct(a: PrecisionResult, b: PrecisionResult) -> float:
+    """Relative spread of both runs' windows: IQR over median, in percent, added."""
+    total = 0.0
+    for r in (a, b):
+        if r.iqr_ms is not None and r.step_time_ms:
+            total += r.iqr_ms / r.step_time_ms * 100
+    return total
+
+
+def _changes(current: Benchmark, baseline: Benchmark, margin_pct: float) -> list[MetricChange]:
+    changes = []
+    for ours in current.precisions:
+        theirs = baseline.precision(ours.name)
+        if theirs is None or ours.status != "ok" or theirs.status != "ok":
+            continue
+        for metric, (attr, lower_is_better) in _METRICS.items():
+            old, new = getattr(theirs, attr), getattr(ours, attr)
+            if not old or new is None:
+                continue
+            change = (new - old) / old * 100
+            margin = max(margin_pct, _noise_pct(ours, theirs)) if attr != "peak_mb" else margin_pct
+            worse = change > margin if lower_is_better else change < -margin
+            better = change < -margin if lower_is_better else change > margin
+            verdict = "regression" if worse else "improvement" if better else "within noise"
+            changes.append(MetricChange(ours.name, metric, old, new, change, margin, verdict))
+    return changes
+
+
+def compare_to_baseline(
+    current: Benchmark, baseline: Benchmark, margin_pct: float
+) -> BaselineComparison:
+    """Compare every precision both runs measured cleanly; different hardware is not comparable."""
+    meta = {"baseline_commit": baseline.commit, "baseline_datetime": baseline.datetime}
+    for label, ours, theirs in (
+        ("GPU", current.gpu_name, baseline.gpu_name),
+        ("torch", current.torch, baseline.torch),
+        ("preset", current.preset, baseline.preset),
+    ):
+        if ours != theirs:
+            return BaselineComparison(
+                False,
+                f"not comparable: {label} differs "
+                f"(baseline {theirs or 'none'}, this run {ours or 'none'})",
+                **meta,
+            )
+    reason = (
+        f"same GPU ({current.gpu_name or 'none'}), torch {current.torch}, preset {current.preset}"
+    )
+    changes = tuple(_changes(current, baseline, margin_pct))
+    return BaselineComparison(True, reason, changes=changes, **meta)
+
+
+def baseline_findings(f: Findings, cmp: BaselineComparison) -> None:
+    """A HIGH finding per regression and an INFO one per improvement."""
+    if not cmp.comparable:
+        return
+    for c in cmp.regressions:
+        f.add(
+            "regression",
+            f"{c.precision} {c.metric} regressed {c.change_pct:+.1f}% vs baseline",
+            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}, "
+            f"noise margin {c.margin_pct:.1f}%",
+            fix="bisect the commits since the baseline",
+        )
+    for c in cmp.improvements:
+        f.add(
+            "improvement",
+            f"{c.precision} {c.metric} improved {c.change_pct:+.1f}% vs baseline",
+            detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}",
+        )

@@ -1,0 +1,136 @@
+"""Benchmark findings: failed precisions, per-precision health checks, and each comparison's
+metrics against their targets, with the outcome of every one (the performance view shows it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from stagegate.judge.findings import Findings
+from stagegate.model import (
+    Benchmark,
+    CheckOutcome,
+    Comparison,
+    Location,
+    MetricCheck,
+    PrecisionResult,
+)
+from stagegate.policy import Policy, Threshold, check_threshold
+
+
+def _failed_precision(f: Findings, p: PrecisionResult) -> None:
+    fixes = {
+        "oom": "reduce the preset's batch size",
+        "nonfinite": "find the first non-finite step in the loss curve",
+    }
+    f.add(
+        "benchmark_failed",
+        f"{p.name}: {p.status}",
+        detail=p.error or "",
+        fix=fixes.get(p.status, "run the benchmark locally and read the traceback"),
+    )
+
+
+def _memory_checks(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    checks = (
+        ("memory_growth_mb_per_window", p.memory_growth_mb_per_window, "memory grows"),
+        ("live_graph_tensors", p.live_graph_tensors, "tensors keep an autograd graph alive"),
+        ("live_tensor_growth_pct_per_window", p.live_growth_pct_per_window, "tensors pile up"),
+    )
+    for metric, value, what in checks:
+        if value is None and metric != "memory_growth_mb_per_window":
+            continue  # a benchmark from before this check: nothing to judge
+        reason = check_threshold(t[metric], value)
+        if reason:
+            f.add(
+                "memory_growth",
+                f"{p.name}: {what} across windows",
+                detail=reason,
+                fix="look for tensors kept across steps (histories of losses, graphs)",
+            )
+
+
+def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
+        where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
+        f.add(
+            "host_sync",
+            f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
+            detail=where,
+            location=_location(p.sync_locations[0]["location"]) if p.sync_locations else None,
+            fix="remove .item()/.cpu()/.tolist()/bool(tensor) from the step",
+        )
+
+
+def _autocast_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    expected = p.matmul_dtype_expected
+    wrong = {d: n for d, n in p.matmul_dtypes.items() if d != expected}
+    if expected and (wrong or not p.matmul_dtypes):
+        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items())) or "none"
+        f.add(
+            "autocast_mismatch",
+            f"{p.name}: matmuls do not compute in {expected}",
+            detail=f"matrix multiplies of one training step: {seen}",
+            fix="check that the forward runs inside the precision's autocast context",
+        )
+
+
+PRECISION_CHECKS = (_memory_checks, _sync_check, _autocast_check)
+
+
+def _location(text: str) -> Location:
+    file, _, line = text.rpartition(":")
+    return Location(file, int(line)) if line.isdigit() and file else Location(text)
+
+
+# The precisions the AMP targets (speedup, memory reduction) are for: 16-bit compute. fp32 in
+# any mode (32-true, 32-tf32: TF32 is how fp32 matmuls run, its tensors stay fp32) is held to
+# accuracy parity only.
+REDUCED_PRECISION_PREFIXES = ("16-", "bf16-")
+# Speed and CUDA memory mean something only on the GPU; accuracy parity is measured anywhere.
+GPU_TARGETS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduction_pct")
+
+
+def _values(c: Comparison) -> dict[str, float | None]:
+    return {
+        "speedup": c.speedup,
+        "peak_memory_reduction_pct": c.peak_memory_reduction_pct,
+        "activation_memory_reduction_pct": c.activation_memory_reduction_pct,
+        "accuracy_diff": c.accuracy_diff,
+    }
+
+
+def _check(
+    f: Findings, c: Comparison, metric: str, value: float | None, policy: Policy, gpu: bool
+) -> MetricCheck:
+    """The outcome of one metric of one comparison; a miss is a finding."""
+    threshold = policy.thresholds[metric]
+    amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
+    if c.baseline != policy.judged_baseline or (metric in GPU_TARGETS and not amp):
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.REPORTED)
+    if metric in GPU_TARGETS and not gpu:
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.NOT_VERIFIED, "no GPU")
+    reason = check_threshold(threshold, value)
+    if reason is None:
+        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MET)
+    f.add(
+        "threshold_missed",
+        f"{c.precision} vs {c.baseline}: {metric} misses its target",
+        detail=reason,
+        fix="profile the step; see the memory and sync sections",
+    )
+    return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MISSED, reason)
+
+
+def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[MetricCheck, ...]:
+    """Findings about every precision and comparison; the outcome of every comparison metric."""
+    for p in bench.precisions:
+        if p.status != "ok":
+            _failed_precision(f, p)
+            continue
+        for check in PRECISION_CHECKS:
+            check(f, p, policy.thresholds)
+    return tuple(
+        _check(f, c, metric, value, policy, bench.gpu_verified)
+        for c in bench.comparisons
+        for metric, value in _values(c).items()
+    )

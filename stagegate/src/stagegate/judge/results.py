@@ -1,0 +1,176 @@
+"""Findings from what a stage's files say: tests, coverage, warnings, lint, missing files.
+
+Each check is a hook with one signature; :data:`RESULT_CHECKS` runs them in report order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import PurePath
+
+from stagegate.judge.findings import Findings
+from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
+from stagegate.policy import Policy, check_threshold
+
+_DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
+# Files a stage may leave unwritten (their tests failed, say): noted, never an unreadable stage.
+OPTIONAL_FILES = ("metrics", "warnings")
+
+
+def unreadable(data: StageData) -> tuple[str, ...]:
+    """Why the stage's output could not be read: unreadable files and missing required ones."""
+    missing = tuple(m.message for m in data.missing_files if m.kind not in OPTIONAL_FILES)
+    return data.input_errors + missing
+
+
+def _no_test_ran(f: Findings, suite: TestSuite) -> None:
+    what = (
+        "holds no test case"
+        if not suite.cases
+        else f"holds {len(suite.cases)} test(s) and every one was skipped or disabled"
+    )
+    f.add(
+        "stage_failed",
+        f"no test ran: {suite.count('skipped')} skipped, 0 executed",
+        detail=f"{suite.source} {what}",
+        fix="a run that executes no test verifies nothing: check the selection, markers and "
+        "skip conditions (or list the stage in allow_no_tests)",
+    )
+
+
+def _failures_text(case: TestCase) -> str:
+    if len(case.failures) <= 1:
+        return case.message or case.text[-400:]
+    return " ".join(
+        f"({i + 1}) {x.message or x.text[-200:]}" + (f" at {x.location}" if x.location else "")
+        for i, x in enumerate(case.failures)
+    )
+
+
+def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float) -> None:
+    if case.outcome in ("failed", "error"):
+        kind = "integration_raised" if integration else "test_failed"
+        what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
+        tries = f" ({case.attempts} attempts, the worst decides)" if case.attempts > 1 else ""
+        f.add(
+            kind,
+            f"{case.nodeid} {what}{tries}",
+            detail=_failures_text(case),
+            location=case.location,
+            fix=f"fix the code at {case.location}" if case.location else "run the test locally",
+        )
+    elif case.outcome == "flaky":
+        f.add(
+            "flaky_test",
+            f"{case.nodeid} is flaky: it failed, then passed ({case.attempts} attempts)",
+            detail=_failures_text(case),
+            location=case.location,
+            fix="find what makes it depend on order, timing or state; a re-run hides a bug",
+        )
+    if case.duration_s > slow_s:  # INFO only: the policy refuses to score it
+        f.add(
+            "slow_test",
+            f"{case.nodeid} took {case.duration_s:.1f} s (over {slow_s:g} s)",
+            location=case.location,
+            fix="shrink its data or mark it slow",
+        )
+
+
+def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Tests that failed, errored, were flaky, slow or skipped; a file that lost tests; none run."""
+    suite = data.suite
+    if suite is None:
+        return
+    if suite.executed == 0 and stage not in policy.allow_no_tests:
+        _no_test_ran(f, suite)
+    for mismatch in suite.count_mismatches:
+        f.add(
+            "count_mismatch",
+            f"test count mismatch: {mismatch}",
+            detail=f"{suite.source}: a file cut off between elements still parses",
+            fix="check that the test run wrote the whole file; if the producer counts something "
+            "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch",
+        )
+    for case in suite.cases:
+        _case_findings(f, case, stage == "integration", policy.slow_test_s)
+    skipped: dict[str, list[str]] = defaultdict(list)
+    for case in suite.cases:
+        if case.outcome == "skipped":
+            skipped[case.message or "no reason given"].append(case.nodeid)
+    for reason, ids in skipped.items():
+        f.add("skipped_test", f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
+
+
+def missing_file_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """An optional file the stage did not write, and the likely reason why."""
+    suite = data.suite
+    if suite is None:
+        why = "the stage wrote no test results either"
+    elif suite.count("failed") + suite.count("error") + suite.count("skipped"):
+        why = "likely because tests that write it failed or were skipped (see above)"
+    else:
+        why = "though every test passed: check the code that writes it"
+    for missing in data.missing_files:
+        if missing.kind in OPTIONAL_FILES:
+            f.add(
+                "side_file_missing",
+                f"{PurePath(missing.path).name} was not written",
+                detail=why,
+                fix="its charts and figures are left out of this report",
+            )
+
+
+def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Coverage under the policy's floor."""
+    if data.coverage is None:
+        return
+    reason = check_threshold(policy.thresholds["coverage_pct"], data.coverage.percent)
+    if reason:
+        f.add(
+            "coverage_below_floor",
+            "coverage below the floor",
+            detail=reason,
+            fix="test the files with the most missed lines (see Coverage)",
+        )
+
+
+def warning_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Each captured warning once per place, deprecations apart from the rest."""
+    grouped: dict[tuple[str, str, Location], int] = defaultdict(int)
+    entries: tuple[WarningEntry, ...] = data.warnings
+    for w in entries:  # the same warning at the same place is one finding
+        grouped[(w.category, " ".join(w.message.split()), w.location)] += w.count
+    for (category, message, location), count in grouped.items():
+        kind = "deprecation_warning" if category in _DEPRECATIONS else "other_warning"
+        f.add(
+            kind,
+            f"{category}: {message}",
+            detail=f"seen {count} time(s)",
+            location=location,
+            fix="move to the API the warning names",
+        )
+
+
+def lint_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Every linter finding, its kind from its level (an unknown level counts as a warning)."""
+    kinds = {"error": "lint_error", "warning": "lint_warning", "style": "lint_style"}
+    lint: dict[str, list[LintFinding]] = data.lint
+    for tool, items in lint.items():
+        for item in items:
+            f.add(
+                kinds.get(item.level, "lint_warning"),
+                f"{tool} {item.code}: {item.message}",
+                location=item.location,
+                fix=f"fix it, or justify an ignore for {item.code}",
+            )
+
+
+ResultCheck = Callable[[Findings, StageData, str, Policy], None]
+RESULT_CHECKS: tuple[ResultCheck, ...] = (
+    suite_findings,
+    missing_file_findings,
+    coverage_findings,
+    warning_findings,
+    lint_findings,
+)

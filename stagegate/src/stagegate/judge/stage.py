@@ -1,0 +1,142 @@
+"""One stage judged: every finding its record and files give, its status, and why."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
+from stagegate.judge.benchmark import benchmark_findings
+from stagegate.judge.findings import Findings
+from stagegate.judge.results import RESULT_CHECKS, unreadable
+from stagegate.judge.verdict import stage_verdict
+from stagegate.model import (
+    BaselineComparison,
+    Benchmark,
+    MetricCheck,
+    StageData,
+    StageRecord,
+    StageStatus,
+    StageVerdict,
+)
+from stagegate.policy import Policy
+
+
+def _record_findings(f: Findings, record: StageRecord) -> bool:
+    """Findings about how the command ended; True when it crashed rather than merely failed."""
+    if record.error:
+        f.add(
+            "stage_failed",
+            "stage command could not start",
+            detail=record.error,
+            fix=f"install what the stage runs, or fix its command: {shlex.join(record.command)}",
+        )
+        return True
+    if record.timed_out:
+        f.add(
+            "stage_failed",
+            f"stage timed out after {record.duration_s:.0f} s",
+            detail=record.stderr_tail[-600:],
+            fix="find the step that hangs or raise the stage's --timeout",
+        )
+        return True
+    if record.signal is not None:
+        f.add(
+            "stage_failed",
+            f"stage command was killed by signal {record.signal}",
+            detail=record.stderr_tail[-600:],
+            fix="look for memory exhaustion or an external kill",
+        )
+        return True
+    return False
+
+
+def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
+    f = Findings(name, policy)
+    if policy.skippable.get(name) == "no-cuda":
+        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
+        return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
+    how = (
+        f"{policy.rerun} runs every stage"
+        if policy.rerun
+        else f"stagegate run {name} -- COMMAND records it"
+    )
+    f.add(
+        "stage_failed",
+        f"{name} has no record: the stage did not run",
+        fix=f"run the {name} stage ({how})",
+    )
+    return stage_verdict(name, StageStatus.MISSING, f, data)
+
+
+def _performance(
+    f: Findings, data: StageData, policy: Policy, baselines: Sequence[Benchmark]
+) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
+    """The benchmark's findings and metric outcomes, and its comparison with a baseline."""
+    bench = data.benchmark
+    if bench is None:
+        return (), None
+    checks = benchmark_findings(f, bench, policy)
+    if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
+        f.add(
+            "stage_failed",
+            "GPU performance is required but was not verified",
+            detail=f"the benchmark ran preset {bench.preset} on {bench.device}",
+            fix="run this stage on a machine with the GPU the preset measures",
+        )
+    baseline = pick_baseline(bench, baselines)
+    if baseline is None:
+        return checks, None
+    cmp = compare_to_baseline(bench, baseline, policy.regression_margin_pct)
+    baseline_findings(f, cmp)
+    return checks, cmp
+
+
+def _not_verified_note(bench: Benchmark) -> str:
+    return (
+        f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
+        f"its {bench.preset} preset on {bench.device}; speedup, CUDA "
+        "memory and MFU were not checked. What the CPU run measured was judged and met "
+        "the policy: finite losses, host syncs in the step, autocast dtypes, live tensors "
+        "across steps, accuracy parity between precisions"
+    )
+
+
+def judge_stage(
+    name: str, data: StageData, policy: Policy, baselines: Sequence[Benchmark] = ()
+) -> StageVerdict:
+    """Findings, status and score of one stage; a benchmark is compared with the matching
+    one of ``baselines``."""
+    record = data.record
+    if record is None:
+        return _no_record(name, policy, data)
+    f = Findings(name, policy)
+    crashed = _record_findings(f, record)
+    errors = unreadable(data)
+    for error in errors:
+        f.add(
+            "stage_failed",
+            f"unreadable output: {error}",
+            fix="re-run the stage; if the file is still unreadable, its producer changed format "
+            "or crashed while writing it",
+        )
+    for check in RESULT_CHECKS:
+        check(f, data, name, policy)
+    checks, baseline = _performance(f, data, policy, baselines)
+    if record.exit_code not in (0, None) and not f.blocking:
+        f.add(
+            "stage_failed",
+            f"stage command exited {record.exit_code}",
+            detail=(record.stderr_tail or record.stdout_tail)[-600:],
+            fix="read the stage's output tail below",
+        )
+    note = ""
+    if crashed or errors:
+        status = StageStatus.ERROR
+    elif not record.succeeded or f.blocking:
+        status = StageStatus.FAIL
+    elif data.benchmark is not None and not data.benchmark.gpu_verified:
+        status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
+    else:
+        status = StageStatus.PASS
+    return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline)

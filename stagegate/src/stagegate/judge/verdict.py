@@ -1,0 +1,78 @@
+"""Scores and the decision: each stage's deductions, and BLOCK or PASS over all stages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stagegate.judge.findings import Findings
+from stagegate.model import (
+    BaselineComparison,
+    Decision,
+    Deduction,
+    MetricCheck,
+    StageData,
+    StageStatus,
+    StageVerdict,
+    Verdict,
+)
+
+
+def stage_verdict(
+    name: str,
+    status: StageStatus,
+    f: Findings,
+    data: StageData,
+    *,
+    note: str = "",
+    checks: tuple[MetricCheck, ...] = (),
+    baseline: BaselineComparison | None = None,
+) -> StageVerdict:
+    """A stage's verdict: its findings most severe first, the points each costs, its score."""
+    policy = f.policy
+    findings = tuple(sorted(f.items, key=lambda x: x.severity.rank))
+    deductions = tuple(
+        Deduction(x.severity, policy.deduction[x.severity], x.title)
+        for x in findings
+        if policy.deduction[x.severity]
+    )
+    return StageVerdict(
+        name=name,
+        status=status,
+        required=name in policy.required,
+        skippable=policy.skippable.get(name) == "no-cuda",
+        score=max(0, 100 - sum(d.points for d in deductions)),
+        findings=findings,
+        blocking=tuple(x for x in findings if x.severity.blocks),
+        deductions=deductions,
+        data=data,
+        checks=checks,
+        baseline=baseline,
+        note=note,
+    )
+
+
+def _reasons(stages: Sequence[StageVerdict]) -> list[str]:
+    reasons: list[str] = []
+    for s in stages:
+        if s.required and s.status not in (StageStatus.PASS, StageStatus.NOT_VERIFIED):
+            reasons.append(f"required stage {s.name} is {s.status.value}")
+        elif not s.required and s.status in (StageStatus.FAIL, StageStatus.ERROR):
+            reasons.append(f"stage {s.name} is {s.status.value}")
+    for s in stages:
+        reasons += [f"{x.severity.value} in {s.name}: {x.title}" for x in s.blocking]
+    return reasons
+
+
+def decide(stages: Sequence[StageVerdict]) -> Verdict:
+    """BLOCK on any CRITICAL or HIGH finding or any required stage that failed, errored or is
+    missing; otherwise PASS. NOT VERIFIED is only ever given to a stage the policy lets skip."""
+    reasons = _reasons(stages)
+    fixes = dict.fromkeys(f"{x.title}: {x.fix}" for s in stages for x in s.blocking if x.fix)
+    total = sum(d.points for s in stages for d in s.deductions)
+    return Verdict(
+        Decision.BLOCK if reasons else Decision.PASS,
+        max(0, 100 - total),
+        tuple(stages),
+        tuple(dict.fromkeys(reasons)),
+        tuple(fixes),
+    )

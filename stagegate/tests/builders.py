@@ -1,0 +1,208 @@
+"""Hand-built records and measurements for the judge's and the views' tests, and the report
+scenarios of real runs for the end-to-end ones."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+import pytest
+
+from stagegate.cli import main
+from stagegate.model import (
+    Benchmark,
+    Comparison,
+    PrecisionResult,
+    StageData,
+    StageRecord,
+    TestCase,
+    TestSuite,
+    Verdict,
+)
+from stagegate.report import ReportOptions, build_report
+
+
+def record(stage: str = "execution", **kw: object) -> StageRecord:
+    """A record of a stage whose command exited 0 (``kw`` overrides any field)."""
+    base = {
+        "stage": stage,
+        "command": ["pytest"],
+        "exit_code": 0,
+        "start": "2026-01-01T00:00:00Z",
+        "duration_s": 1.0,
+    }
+    return StageRecord(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def suite(*cases: TestCase, **kw: object) -> TestSuite:
+    """A suite read from ``junit.xml``."""
+    return TestSuite(cases=cases, source="junit.xml", **kw)  # type: ignore[arg-type]
+
+
+def case(name: str, outcome: str = "passed", **kw: object) -> TestCase:
+    """A test of ``tests/t.py`` that took 10 ms unless ``duration_s`` says otherwise."""
+    return TestCase(
+        nodeid=f"tests/t.py::{name}",
+        file="tests/t.py",
+        name=name,
+        outcome=outcome,
+        duration_s=kw.pop("duration_s", 0.01),  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def precision(name: str, step_ms: float, **kw: object) -> PrecisionResult:
+    """A clean precision result: no growth, no syncs, finite losses."""
+    base = dict(
+        status="ok",
+        error=None,
+        precision_used=name,
+        step_time_ms=step_ms,
+        iqr_ms=step_ms * 0.02,
+        window_s=(1.0,) * 5,
+        tokens_per_second=1e6 / step_ms,
+        peak_mb=1000.0,
+        val_loss=2.0,
+        val_accuracy=0.9,
+        overflow_steps=0,
+        loss_curve=(3.0, 2.0),
+        memory_growth_mb_per_window=0.0,
+        memory_source="cuda_allocated",
+        syncs_measured=True,
+        syncs_per_step=0.0,
+    )
+    return PrecisionResult(name=name, **{**base, **kw})  # type: ignore[arg-type]
+
+
+def comparison(name: str = "bf16-mixed", speedup: float = 4.0, **kw: object) -> Comparison:
+    """``name`` against IEEE fp32, meeting every default target unless ``kw`` says otherwise."""
+    base = dict(
+        baseline="32-true",
+        speedup=speedup,
+        speedup_ci95=(speedup * 0.9, speedup * 1.1),
+        peak_memory_reduction_pct=50.0,
+        activation_memory_reduction_pct=50.0,
+        accuracy_diff=0.001,
+        val_loss_diff=0.0,
+    )
+    return Comparison(precision=name, **{**base, **kw})  # type: ignore[arg-type]
+
+
+def bench(
+    gpu: bool = True,
+    speedup: float = 4.0,
+    mem: float = 50.0,
+    acc: float = 0.001,
+    **precision_kw: object,
+) -> Benchmark:
+    """fp32 and bf16-mixed on an H100 (or the cpu-smoke preset on a CPU)."""
+    return Benchmark(
+        preset="gpu" if gpu else "cpu-smoke",
+        device="cuda" if gpu else "cpu",
+        gpu_verified=gpu,
+        gpu_name="NVIDIA H100 80GB HBM3" if gpu else None,
+        torch="2.13.0",
+        cuda="12.8",
+        driver="570",
+        datetime="2026-01-01T00:00:00Z",
+        commit="abc",
+        precisions=(
+            precision("32-true", 400.0),
+            precision("bf16-mixed", 400.0 / speedup, **precision_kw),
+        ),
+        comparisons=(
+            comparison(
+                speedup=speedup,
+                peak_memory_reduction_pct=mem,
+                activation_memory_reduction_pct=mem,
+                accuracy_diff=acc,
+            ),
+        ),
+    )
+
+
+def cpu_bench(**kw: object) -> Benchmark:
+    """A clean cpu-smoke run whose bf16 precision has the CPU probes' figures."""
+    clean = dict(
+        sync_method="dispatch",
+        matmul_dtypes={"bfloat16": 11},
+        matmul_dtype_expected="bfloat16",
+        live_graph_tensors=0,
+        live_growth_pct_per_window=0.002,
+        memory_source="process_rss",
+    )
+    b = bench(gpu=False, speedup=0.7, mem=math.nan)
+    mixed = replace(b.precisions[1], **{**clean, **kw})
+    return replace(b, precisions=(b.precisions[0], mixed))
+
+
+def performance(benchmark: Benchmark, **kw: object) -> StageData:
+    """The data of a performance stage that ran ``benchmark``."""
+    return StageData(record("performance"), benchmark=benchmark, **kw)  # type: ignore[arg-type]
+
+
+def tool(name: str) -> str:
+    """The path of a linter the lint extra installs; the test is skipped without it."""
+    path = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(path).exists():
+        pytest.skip(f"{name} is not installed (the lint extra installs it)")
+    return path
+
+
+# Report scenarios: raw directories of real stage runs (see fixtures/stagegate/make_fixtures.py).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stagegate"
+POLICY_FILE = FIXTURES / "policy.toml"  # this repository's policy, as the gold files were made
+SCENARIOS: dict[str, dict[str, object]] = {
+    "pass-cpu": {},
+    "block": {
+        "baseline": FIXTURES / "baseline-h100.json",
+        "require": ("performance",),
+        "github": True,
+    },
+}
+
+
+def copy_scenario(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The scenario's raw directory copied to ``tmp_path/reports/raw``, run from ``tmp_path``."""
+    shutil.copytree(FIXTURES / name, tmp_path / "reports" / "raw")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_BASE_REF", raising=False)
+    return tmp_path
+
+
+def build_scenario(name: str, **extra: object) -> tuple[Verdict, dict[str, str]]:
+    """Judge and render a copied scenario (nothing written); ``extra`` overrides its options."""
+    opts = {
+        "raw_dir": Path("reports/raw"),
+        "out_dir": Path("reports"),
+        "pyproject": POLICY_FILE,
+        **SCENARIOS[name],
+        **extra,
+    }
+    return build_report(ReportOptions(**opts), {})  # type: ignore[arg-type]
+
+
+def report_cli(root: Path, *extra: str) -> int:
+    """``stagegate report`` on ``root/reports/raw`` under the scenarios' policy."""
+    raw, out = root / "reports" / "raw", root / "reports"
+    return main(["report", str(raw), "--out", str(out), "--pyproject", str(POLICY_FILE), *extra])
+
+
+def junit_file(path: Path, names: list[str], failing: bool = True) -> None:
+    """A JUnit file with one test per name, each failing with a hostile message unless not."""
+    cases = "".join(
+        f'<testcase classname="tests.test_x" name={quoteattr(n)} time="0.1">'
+        + (
+            f"<failure message={quoteattr(n + ' failed | <b>' + chr(10) + '@octocat')}>"
+            f"tests/test_x.py:3: AssertionError</failure>"
+            if failing
+            else ""
+        )
+        + "</testcase>"
+        for n in names
+    )
+    path.write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>", encoding="utf-8")

@@ -1,0 +1,108 @@
+"""Coverage, warnings and curves files, from real runs and malformed in each way a crashed or
+half-written stage leaves them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagegate.collect import read_coverage, read_curves, read_warnings
+from stagegate.errors import InputError
+from stagegate.model import Location
+
+
+def _write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "f.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("reader", "what"),
+    [
+        (read_coverage, "coverage file"),
+        (read_warnings, "warnings file"),
+        (read_curves, "metrics file"),
+    ],
+)
+def test_an_empty_file_is_named_for_what_it_should_hold(tmp_path: Path, reader, what) -> None:
+    path = _write(tmp_path, "")
+    with pytest.raises(InputError) as caught:
+        reader(path)
+    assert str(path) in str(caught.value) and what in str(caught.value)
+    assert "empty" in str(caught.value)
+
+
+def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
+    good = {"summary": {"percent_covered": 50}}
+    doc = {"totals": {"percent_covered": True}, "files": {"a.py": good}}
+    path = _write(tmp_path, doc)
+    with pytest.raises(InputError) as caught:
+        read_coverage(path)
+    assert str(path) in str(caught.value) and "totals.percent_covered" in str(caught.value)
+    doc = {
+        "totals": {"percent_covered": 50},
+        "files": {"b.py": {"summary": {"percent_covered": "x"}}},
+    }
+    path = _write(tmp_path, doc)
+    with pytest.raises(InputError) as caught:
+        read_coverage(path)
+    assert "b.py" in str(caught.value) and "'x'" in str(caught.value)
+
+
+def test_coverage_without_missing_lines_has_none(tmp_path: Path) -> None:
+    doc = {
+        "totals": {"percent_covered": 100},
+        "files": {"a.py": {"summary": {"percent_covered": 100}}},
+    }
+    coverage = read_coverage(_write(tmp_path, doc))
+    assert coverage.files[0].missing_lines == () and coverage.percent == 100.0
+
+
+def test_a_warning_without_a_count_was_seen_once(tmp_path: Path) -> None:
+    entry = {"category": "UserWarning", "message": "m", "file": "a.py", "line": 3}
+    (warning,) = read_warnings(_write(tmp_path, {"warnings": [entry]}))
+    assert warning.count == 1 and warning.location == Location("a.py", 3)
+
+
+def test_curves_malformed_and_not_measured(tmp_path: Path) -> None:
+    for doc in ([1, 2], {"curves": [1]}):
+        path = _write(tmp_path, doc)
+        with pytest.raises(InputError) as caught:
+            read_curves(path)
+        assert str(path) in str(caught.value) and "'curves'" in str(caught.value)
+    path = _write(tmp_path, {"curves": {"loss": 3}})
+    with pytest.raises(InputError) as caught:
+        read_curves(path)
+    assert str(path) in str(caught.value) and "'loss'" in str(caught.value)
+    curves = read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, null, "x", NaN]}}'))
+    loss = curves.series["loss"]
+    assert loss[:2] == (2.0, 1.5) and all(math.isnan(v) for v in loss[2:])
+
+
+def test_coverage_json_from_a_real_run(sample_run: dict) -> None:
+    cov = read_coverage(sample_run["coverage"])
+    (helper,) = cov.files
+    assert helper.path == "helper.py" and cov.percent == 100.0 and helper.missing_lines == ()
+
+
+@pytest.mark.parametrize(
+    ("reader", "content", "message"),
+    [
+        (read_coverage, "{}", "no 'totals'"),
+        (read_coverage, "{not json", "not valid JSON"),
+        (read_warnings, '{"warnings": [{"message": "m"}]}', "entry 0"),
+        (read_warnings, "[]", "no 'warnings' list"),
+    ],
+)
+def test_malformed_json_files_say_what_is_wrong(
+    tmp_path: Path, reader, content: str, message: str
+) -> None:
+    path = tmp_path / "f.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=message):
+        reader(path)

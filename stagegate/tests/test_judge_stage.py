@@ -1,0 +1,116 @@
+"""One stage judged from its record: how the command ended, unreadable or missing output, a
+stage that did not run, and the GPU stage run without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagegate.judge import decide, judge_stage
+from stagegate.model import Decision, MissingFile, StageData, StageStatus
+from stagegate.policy import Policy
+
+from .builders import bench, case, performance, record, suite
+
+POLICY = Policy()
+TAIL = "".join(f"{i % 10}" for i in range(1000))
+
+
+def kinds(verdict) -> list[tuple[str, str]]:
+    return [(f.severity.value, f.kind) for f in verdict.findings]
+
+
+def test_a_clean_stage_passes_with_a_full_score() -> None:
+    v = judge_stage("execution", StageData(record(), suite=suite(case("a"), case("b"))), POLICY)
+    assert v.status is StageStatus.PASS and v.score == 100 and v.findings == ()
+    assert v.blocking == () and v.required
+
+
+def test_exit_code_without_an_explaining_finding_is_critical() -> None:
+    v = judge_stage(
+        "execution",
+        StageData(record(exit_code=4, stderr_tail="usage error"), suite=suite(case("a"))),
+        POLICY,
+    )
+    assert kinds(v) == [("CRITICAL", "stage_failed")] and "4" in v.findings[0].title
+    assert v.findings[0].detail == "usage error" and v.status is StageStatus.FAIL
+
+
+def test_a_failed_test_explains_the_exit_code_alone() -> None:
+    data = StageData(record(exit_code=1), suite=suite(case("a", "failed")))
+    assert kinds(judge_stage("execution", data, POLICY)) == [("CRITICAL", "test_failed")]
+
+
+@pytest.mark.parametrize(
+    ("kw", "said"),
+    [
+        ({"timed_out": True, "exit_code": None, "duration_s": 61.4}, "61"),
+        ({"signal": 9, "exit_code": None}, "9"),
+    ],
+)
+def test_a_crashed_stage_is_an_error_that_keeps_the_end_of_stderr(kw: dict, said: str) -> None:
+    v = judge_stage("execution", StageData(record(stderr_tail=TAIL, **kw), suite=suite()), POLICY)
+    crash = v.findings[0]
+    assert v.status is StageStatus.ERROR and crash.kind == "stage_failed" and said in crash.title
+    assert crash.detail == TAIL[-600:]  # the last 600 characters: where a crash says why
+    assert decide([v]).decision is Decision.BLOCK
+
+
+def test_a_command_that_could_not_start_names_the_records_own_command() -> None:
+    data = StageData(
+        record("static", exit_code=None, error="no such file: ruff", command=["ruff", "check"])
+    )
+    v = judge_stage("static", data, POLICY)
+    (start,) = v.findings
+    assert v.status is StageStatus.ERROR and start.detail == "no such file: ruff"
+    assert "ruff check" in start.fix and "nox" not in start.fix
+
+
+def test_unreadable_output_is_an_error_even_with_exit_zero() -> None:
+    v = judge_stage("execution", StageData(record(), input_errors=("j.xml is empty",)), POLICY)
+    assert v.status is StageStatus.ERROR and kinds(v) == [("CRITICAL", "stage_failed")]
+    assert "j.xml is empty" in v.findings[0].title
+
+
+def test_a_missing_required_file_is_an_error_and_a_missing_side_file_is_not() -> None:
+    junit = MissingFile("junit", "out/j.xml", "JUnit file out/j.xml does not exist")
+    v = judge_stage("execution", StageData(record(), missing_files=(junit,)), POLICY)
+    assert v.status is StageStatus.ERROR and "out/j.xml does not exist" in v.findings[0].title
+    for kind in ("metrics", "warnings"):
+        side = MissingFile(kind, "out/side.json", "does not exist")
+        data = StageData(record(), suite=suite(case("a")), missing_files=(side,))
+        v = judge_stage("execution", data, POLICY)
+        assert v.status is StageStatus.PASS and kinds(v) == [("LOW", "side_file_missing")]
+        assert "side.json" in v.findings[0].title
+
+
+def test_a_stage_that_did_not_run_blocks_and_the_fix_comes_from_the_policy() -> None:
+    missing = judge_stage("integration", StageData(None), Policy(rerun="make check-all"))
+    assert missing.status is StageStatus.MISSING and kinds(missing) == [
+        ("CRITICAL", "stage_failed")
+    ]
+    assert "integration" in missing.findings[0].title
+    assert "make check-all" in missing.findings[0].fix
+    bare = judge_stage("integration", StageData(None), POLICY)
+    assert "stagegate run integration" in bare.findings[0].fix and "nox" not in bare.findings[0].fix
+    assert decide([missing]).decision is Decision.BLOCK
+
+
+def test_a_skippable_stage_that_did_not_run_is_not_verified() -> None:
+    skipped = judge_stage("performance", StageData(None), POLICY.only(("static", "performance")))
+    assert skipped.status is StageStatus.NOT_VERIFIED and skipped.findings == ()
+    assert skipped.required and "performance" in skipped.note and "NOT VERIFIED" in skipped.note
+    missing = judge_stage("integration", StageData(None), POLICY)
+    assert decide([skipped]).decision is Decision.PASS
+    assert decide([skipped, missing]).decision is Decision.BLOCK
+
+
+def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> None:
+    data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
+    local = judge_stage("performance", data, POLICY)
+    assert local.status is StageStatus.NOT_VERIFIED and "NOT VERIFIED" in local.note
+    assert "cpu-smoke" in local.note and not local.blocking
+    gate = judge_stage("performance", data, POLICY.require(("performance",)))
+    assert gate.status is StageStatus.FAIL and ("CRITICAL", "stage_failed") in kinds(gate)
+    required = next(f for f in gate.findings if f.kind == "stage_failed")
+    assert "cpu-smoke" in required.detail and "cpu" in required.detail
+    assert decide([gate]).decision is Decision.BLOCK

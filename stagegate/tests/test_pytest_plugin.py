@@ -1,0 +1,56 @@
+"""The pytest plugin: ``--stagegate-warnings FILE`` records each warning once per place, and a
+warning a dependency raises is placed at the project's own line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from stagegate.collect import read_warnings
+from stagegate.model import Location
+
+
+def test_warnings_plugin_records_category_message_location_count(sample_run: dict) -> None:
+    (warning,) = [w for w in read_warnings(sample_run["warnings"]) if w.category == "FutureWarning"]
+    assert "torch.cuda.amp.autocast" in warning.message
+    assert warning.location == Location("test_sample.py", 19) and warning.count == 1
+
+
+DEPENDENCY_PROJECT = {
+    "pytest.ini": "[pytest]\nfilterwarnings = always\npythonpath = .venv/lib/site-packages\n",
+    ".venv/lib/site-packages/fakedep.py": (
+        "import warnings\n\n\ndef old():\n"
+        '    warnings.warn("old() is deprecated; use new()", DeprecationWarning, stacklevel=1)\n'
+    ),
+    "mylib.py": "import fakedep\n\n\ndef train():\n    fakedep.old()\n",
+    "test_uses.py": (
+        "import mylib\n\n\ndef test_a():\n    mylib.train()\n    mylib.train()\n\n\n"
+        "def test_b():\n    mylib.train()\n"
+    ),
+}
+
+
+def test_a_warning_raised_inside_a_dependency_points_at_the_project_line(tmp_path: Path) -> None:
+    for name, text in DEPENDENCY_PROJECT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "warnings.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--stagegate-warnings={out}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    (warning,) = read_warnings(out)
+    assert warning.location == Location("mylib.py", 5)  # not .venv/.../fakedep.py:5
+    assert warning.count == 3 and warning.category == "DeprecationWarning"
