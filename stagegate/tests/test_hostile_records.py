@@ -16,9 +16,14 @@ from markdown_it import MarkdownIt
 
 from stagegate.cli import main
 from stagegate.github import COMMENT_MARKER
+from stagegate.policy import load_policy
+from stagegate.render import render_stage, render_summary
 from stagegate.runner import run_stage
+from stagegate.summaryviews import summary_view
+from stagegate.viewparts import Context
+from stagegate.views import stage_view
 
-from .builders import copy_scenario, junit_file, report_cli, reseal
+from .builders import POLICY_FILE, build_scenario, copy_scenario, junit_file, report_cli, reseal
 from .test_report import check_markdown
 
 MARK = "FORGED"  # every planted piece of markup carries it
@@ -106,13 +111,25 @@ HOSTILE_TEXT = [
 ]
 
 
-def test_a_commit_cannot_mention_forge_a_heading_or_break_its_code_span(
+def test_a_commit_that_is_no_commit_id_is_a_clear_error(
+    root: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _edit_record(scenario, "execution", commit="@org/team please merge\n# FORGED")
+    assert report_cli(root, "--github") == EXIT_BROKEN
+    err = capsys.readouterr().err
+    assert "execution.json" in err and "not a commit id" in err and not _reports(root)
+
+
+def test_a_commit_shown_cannot_mention_forge_a_heading_or_break_its_code_span(
     root: Path, scenario: Path
 ) -> None:
-    for stage in ("static", "execution", "integration", "performance"):
-        _edit_record(scenario, stage, commit="`@org/team\n\n# FORGED heading ``` <b>x</b>")
-    assert report_cli(root, "--github") == EXIT_PASS  # only the text changed
-    for name, text in _reports(root).items():
+    verdict, _ = build_scenario("pass-cpu")
+    hostile = "`@org/team\n\n# FORGED heading ``` <b>x</b> https://evil.example"
+    ctx = Context("2026-01-01", hostile, "origin/main", (hostile,), "reports/raw")
+    shown = {"summary.md": render_summary(summary_view(verdict, ctx))}
+    for stage in verdict.stages:
+        shown[f"{stage.name}.md"] = render_stage(stage_view(stage, load_policy(POLICY_FILE), ctx))
+    for name, text in shown.items():
         assert_nothing_forged(text, name)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from stagegate.model import (
 )
 
 _TEXT, _NUMBER, _INT = (str,), (int, float), (int,)
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
 # field -> the JSON types it may hold (None: null allowed); anything else is refused
 _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "stage": (_TEXT, False),
@@ -63,6 +65,9 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     sha = data.get("sha256", {})
     if not all(isinstance(v, str | None) for v in sha.values()):
         return "sha256 holds something that is not a hash"
+    commit = data.get("commit")
+    if commit is not None and not _COMMIT.fullmatch(commit):
+        return f"commit {commit[:80]!r} is not a commit id (7 to 64 hex digits)"
     return stage_name_problem(data.get("stage"))
 
 
