@@ -13,7 +13,7 @@ import pytest
 from stagegate.cli import main
 from stagegate.collect import load_record
 
-from .builders import copy_scenario, report_cli
+from .builders import copy_scenario, report_cli, reseal
 
 PY = sys.executable
 
@@ -22,7 +22,20 @@ def test_cli_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
     assert report_cli(tmp_path) == 0
     assert report_cli(tmp_path, "--require", "performance") == 1
-    assert report_cli(tmp_path, "--baseline", str(tmp_path / "absent.json")) == 2
+
+
+@pytest.mark.parametrize("baseline", ["absent.json", "broken.json", "empty-dir"])
+def test_an_unusable_baseline_is_not_verified_never_a_block_nor_silent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, baseline: str
+) -> None:
+    copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "empty-dir").mkdir()
+    assert report_cli(tmp_path, "--baseline", str(tmp_path / baseline)) == 0
+    summary = (tmp_path / "reports" / "summary.md").read_text()
+    banner = summary.split("| Stage |", 1)[0]
+    assert "Regression comparison of performance NOT VERIFIED" in banner
+    assert baseline.split(".")[0] in banner  # the file it could not use is named
 
 
 def test_broken_record_exits_2_and_leaves_earlier_reports_alone(
@@ -103,9 +116,9 @@ def test_cli_run_passes_files_and_the_exit_code(
             "--out-dir",
             str(tmp_path),
             "--lint",
-            "ruff=r.json",
+            f"ruff={tmp_path / 'r.json'}",
             "--junit",
-            "j.xml",
+            str(tmp_path / "j.xml"),
             "--",
             PY,
             "-c",
@@ -114,7 +127,10 @@ def test_cli_run_passes_files_and_the_exit_code(
     )
     assert code == 5
     record = load_record(tmp_path / "static.json")
-    assert record.files == {"junit": "j.xml", "lint": {"ruff": "r.json"}}
+    assert record.files == {
+        "junit": str(tmp_path / "j.xml"),
+        "lint": {"ruff": str(tmp_path / "r.json")},
+    }
     assert record.command[-1] == "raise SystemExit(5)"
 
 
@@ -131,6 +147,10 @@ def test_cli_run_passes_files_and_the_exit_code(
         ),
         (["run", "static", "--lint", "ruff", "--", "true"], "write TOOL=FILE"),
         (["run", "static", "--lint", "pylint=x.json", "--", "true"], "unknown tool"),
+        (["run", "Static Stage", "--", "true"], "not a short identifier"),
+        (["run", "../up", "--", "true"], "not a short identifier"),
+        (["run", "static", "--junit", "/elsewhere/j.xml", "--", "true"], "--out-dir"),
+        (["run", "static", "--junit", "reports/raw/../j.xml", "--", "true"], "--out-dir"),
     ],
 )
 def test_cli_run_usage_errors_exit_2(
@@ -138,3 +158,35 @@ def test_cli_run_usage_errors_exit_2(
 ) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_tests_the_base_branch_ran_and_that_skip_here_are_named_with_their_reasons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixtures: Path
+) -> None:
+    copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    base = tmp_path / "base"
+    shutil.copytree(fixtures / "stagegate" / "pass-cpu", base)
+    junit = tmp_path / "reports" / "raw" / "junit-execution.xml"
+    junit.write_text(
+        junit.read_text().replace(
+            '<testcase classname="test_ok" name="test_two" time="0.010" />',
+            '<testcase classname="test_ok" name="test_two" time="0.010">'
+            '<skipped message="flaky on shared runners">x</skipped></testcase>',
+        )
+    )
+    reseal(tmp_path / "reports" / "raw")
+    assert report_cli(tmp_path, "--base-raw", str(base)) == 0  # a warning, not a block
+    execution = (tmp_path / "reports" / "execution.md").read_text()
+    assert "skipped share rose from 33.3% to 66.7%" in execution
+    assert "test\\_ok::test\\_two (flaky on shared runners)" in execution
+    assert "| Base branch | 2 passed, 1 skipped |" in execution
+    assert report_cli(tmp_path) == 0  # without the base: said, not silently skipped
+    assert (
+        "not compared: no base branch results given"
+        in (tmp_path / "reports" / "execution.md").read_text()
+    )
+    assert report_cli(tmp_path, "--base-raw", str(tmp_path / "absent")) == 0
+    assert (
+        "the base branch's results cannot be read"
+        in (tmp_path / "reports" / "execution.md").read_text()
+    )

@@ -3,6 +3,7 @@ that failed in any attempt never ends in PASS."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -71,7 +72,7 @@ def _report(junit: bytes) -> str | None:
         raw.mkdir()
         (raw / "junit.xml").write_bytes(junit)
         record = {
-            "format_version": 1,
+            "format_version": 2,
             "kind": "stagegate-record",
             "stage": "execution",
             "command": ["runner"],
@@ -79,6 +80,8 @@ def _report(junit: bytes) -> str | None:
             "start": "2026-01-05T10:00:00Z",
             "duration_s": 1.0,
             "files": {"junit": str(raw / "junit.xml")},
+            "out_dir": str(raw),
+            "sha256": {str(raw / "junit.xml"): hashlib.sha256(junit).hexdigest()},
         }
         (raw / "execution.json").write_text(json.dumps(record))
         (root / "pyproject.toml").write_text(POLICY)

@@ -42,7 +42,8 @@ def test_a_record_written_is_the_record_read(tmp_path: Path) -> None:
         ('{"format_version": 1, "kind": "stagegate-rec', "not valid JSON"),
         ("[1]", "not a JSON object"),
         ('{"format_version": 9, "kind": "stagegate-record"}', "format_version 9"),
-        ('{"format_version": 1, "kind": "stagegate-record", "stage": "x"}', "missing fields"),
+        ('{"format_version": 2, "kind": "stagegate-record", "stage": "x"}', "missing fields"),
+        ('{"format_version": 1, "kind": "stagegate-record", "stage": "x"}', "format_version 1"),
     ],
 )
 def test_a_broken_record_says_what_is_wrong(raw: Path, content: str, said: str) -> None:

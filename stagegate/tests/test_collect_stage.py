@@ -14,7 +14,7 @@ from stagegate.collect import collect_stage, read_baselines
 from stagegate.collect import stage as collect_stage_module
 from stagegate.errors import InputError
 
-from .builders import record
+from .builders import record, sealed
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_every_file_a_record_names_is_read(raw: Path) -> None:
         "benchmark": "benchmark.json",
         "lint": {"ruff": "lint-ruff.json", "hadolint": "lint-hadolint.json"},
     }
-    data = collect_stage(record(files=files), raw)  # recorded elsewhere: found in raw
+    data = collect_stage(sealed(record(files=files), raw), raw)  # recorded elsewhere: found in raw
     assert data.suite is not None and data.suite.cases and data.coverage is not None
     assert data.warnings and data.curves is not None and data.benchmark is not None
     assert set(data.lint) == {"ruff", "hadolint"}
@@ -42,13 +42,13 @@ def test_every_file_a_record_names_is_read(raw: Path) -> None:
 
 def test_a_missing_file_is_noted_with_its_kind_and_not_judged(raw: Path) -> None:
     files = {"junit": "gone.xml", "metrics": "out/curves.json", "lint": {"ruff": "none.json"}}
-    data = collect_stage(record(files=files), raw)
+    data = collect_stage(sealed(record(files=files), raw), raw)
     assert [(m.kind, m.path) for m in data.missing_files] == [
         ("junit", "gone.xml"),
         ("metrics", "out/curves.json"),
         ("lint", "none.json"),
     ]
-    assert all(m.path in m.message for m in data.missing_files)
+    assert all(Path(m.path).name in m.message for m in data.missing_files)
     assert data.input_errors == () and data.suite is None
 
 
@@ -62,7 +62,7 @@ def test_unreadable_files_and_unknown_kinds_are_input_errors_and_the_rest_is_rea
         "lint": {"ruff": "broken.json", "hadolint": "lint-hadolint.json"},
         "junit": "junit-execution.xml",
     }
-    data = collect_stage(record(files=files), raw)
+    data = collect_stage(sealed(record(files=files), raw), raw)
     assert len(data.input_errors) == 3
     assert sum("broken.json" in e for e in data.input_errors) == 2
     assert any("'logs'" in e for e in data.input_errors)
@@ -76,7 +76,7 @@ def test_a_reader_that_crashes_is_reported_against_its_file(
         raise ValueError("invalid literal for int()")
 
     monkeypatch.setitem(collect_stage_module.READERS, "coverage", ("coverage", crash))
-    data = collect_stage(record(files={"coverage": "coverage.json"}), raw)
+    data = collect_stage(sealed(record(files={"coverage": "coverage.json"}), raw), raw)
     (error,) = data.input_errors
     assert "coverage.json" in error and "ValueError" in error and data.coverage is None
 
@@ -99,4 +99,4 @@ def test_baselines_are_read_from_a_file_or_a_directory(raw: Path, fixtures: Path
 
 def test_a_record_of_another_stage_is_collected_the_same_way(raw: Path) -> None:
     rec = replace(record("nightly"), files={"junit": "junit-execution.xml"})
-    assert collect_stage(rec, raw).suite is not None
+    assert collect_stage(sealed(rec, raw), raw).suite is not None

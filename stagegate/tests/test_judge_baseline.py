@@ -12,7 +12,7 @@ from stagegate.judge.baseline import compare_to_baseline, pick_baseline
 from stagegate.model import StageData
 from stagegate.policy import Policy
 
-from .builders import bench, performance, precision, record
+from .builders import bench, performance, precision, record, sealed
 
 POLICY = Policy()
 
@@ -60,7 +60,7 @@ def test_collection_reads_the_benchmark_and_leaves_the_comparison_to_the_judge(
     raw = tmp_path / "raw"
     shutil.copytree(fixtures / "stagegate" / "block", raw)
     rec = replace(record("performance"), files={"benchmark": str(raw / "benchmark.json")})
-    data = collect_stage(rec, raw)
+    data = collect_stage(sealed(rec, raw), raw)
     assert data.benchmark is not None and "baseline" not in StageData.__dataclass_fields__
     assert judge_stage("performance", data, POLICY).baseline is None  # none given
     baselines = read_baselines(fixtures / "stagegate" / "baseline-h100.json")

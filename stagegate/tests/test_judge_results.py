@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stagegate.judge import judge_stage
@@ -185,11 +187,12 @@ def test_a_missing_side_file_says_why_it_may_be_missing() -> None:
         suite(case("a")): "every test passed",
         suite(case("a", "failed")): "failed or were skipped",
     }
+    optional = replace(POLICY, required=("static",))  # a stage that is not required
     for tests, said in why.items():
         data = StageData(record(), suite=tests, missing_files=side)
         found = [
             f
-            for f in judge_stage("integration", data, POLICY).findings
+            for f in judge_stage("integration", data, optional).findings
             if f.kind == "side_file_missing"
         ]
         assert [f.title.split(" ")[0] for f in found] == ["curves.json"]

@@ -3,6 +3,8 @@ stage that did not run, and the GPU stage run without a GPU."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stagegate.judge import decide, judge_stage
@@ -71,16 +73,33 @@ def test_unreadable_output_is_an_error_even_with_exit_zero() -> None:
     assert "j.xml is empty" in v.findings[0].title
 
 
-def test_a_missing_required_file_is_an_error_and_a_missing_side_file_is_not() -> None:
+def test_a_missing_result_file_is_an_error_naming_what_writes_it() -> None:
     junit = MissingFile("junit", "out/j.xml", "JUnit file out/j.xml does not exist")
     v = judge_stage("execution", StageData(record(), missing_files=(junit,)), POLICY)
-    assert v.status is StageStatus.ERROR and "out/j.xml does not exist" in v.findings[0].title
+    assert v.status is StageStatus.ERROR and kinds(v) == [("HIGH", "output_missing")]
+    (missing,) = v.findings
+    assert "j.xml" in missing.title and "--junit" in missing.detail
+    assert "--junitxml" in missing.detail and "pytest" in missing.detail  # what produces it
+
+
+def test_a_missing_side_file_blocks_a_required_stage_and_is_a_note_elsewhere() -> None:
+    optional = replace(POLICY, required=("static",))
     for kind in ("metrics", "warnings"):
         side = MissingFile(kind, "out/side.json", "does not exist")
         data = StageData(record(), suite=suite(case("a")), missing_files=(side,))
         v = judge_stage("execution", data, POLICY)
+        assert v.status is StageStatus.FAIL and kinds(v) == [("HIGH", "output_missing")]
+        assert "side.json" in v.findings[0].title and f"--{kind}" in v.findings[0].detail
+        v = judge_stage("execution", data, optional)
         assert v.status is StageStatus.PASS and kinds(v) == [("LOW", "side_file_missing")]
         assert "side.json" in v.findings[0].title
+
+
+def test_a_file_gone_since_the_stage_is_said_to_be_gone_not_unwritten() -> None:
+    gone = MissingFile("junit", "out/j.xml", "does not exist", disappeared=True)
+    v = judge_stage("execution", StageData(record(), missing_files=(gone,)), POLICY)
+    assert v.status is StageStatus.ERROR and kinds(v) == [("HIGH", "output_missing")]
+    assert "gone" in v.findings[0].title and "not produced" not in v.findings[0].title
 
 
 def test_a_stage_that_did_not_run_blocks_and_the_fix_comes_from_the_policy() -> None:

@@ -16,7 +16,15 @@ from stagegate.github import COMMENT_MARKER
 from stagegate.model import Decision, StageStatus
 from stagegate.report import ReportOptions, build_report
 
-from .builders import FIXTURES, POLICY_FILE, SCENARIOS, build_scenario, copy_scenario, junit_file
+from .builders import (
+    FIXTURES,
+    POLICY_FILE,
+    SCENARIOS,
+    build_scenario,
+    copy_scenario,
+    junit_file,
+    reseal,
+)
 
 GOLD = FIXTURES / "gold"
 ACTUAL = FIXTURES / "actual"
@@ -158,6 +166,7 @@ def test_a_broken_stage_output_is_an_error_finding_not_a_pass(
 ) -> None:
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
     (tmp_path / "reports" / "raw" / file).write_text(content)
+    reseal(tmp_path / "reports" / "raw")  # the stage itself wrote it so
     verdict, files = build_scenario("pass-cpu")
     assert verdict.decision is Decision.BLOCK
     owner = {
@@ -182,6 +191,7 @@ def test_nan_and_infinity_in_benchmark_metrics(
     path.write_text(
         text.replace('"peak_memory_reduction_pct": 30.0', '"peak_memory_reduction_pct": Infinity')
     )
+    reseal(path.parent)
     verdict, files = build_scenario("block")
     perf = next(s for s in verdict.stages if s.name == "performance")
     details = [f.detail for f in perf.findings]
@@ -239,6 +249,7 @@ def test_twenty_thousand_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             'name="test_case_7" time="0.1"><failure message="boom">x</failure>',
         )
     )
+    reseal(raw.parent)
     verdict, files = build_scenario("pass-cpu")
     execution = next(s for s in verdict.stages if s.name == "execution")
     assert len(execution.data.suite.cases) == 20_000 and verdict.decision is Decision.BLOCK
@@ -246,18 +257,32 @@ def test_twenty_thousand_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     check_markdown(files["execution.md"])
 
 
-def test_a_missing_side_file_is_named_and_stacks_no_second_verdict(
+def test_a_side_file_a_required_stage_did_not_produce_blocks_naming_its_producer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
     (tmp_path / "reports" / "raw" / "integration-metrics.json").unlink()
+    reseal(tmp_path / "reports" / "raw")  # the stage ended without writing it
     verdict, files = build_scenario("pass-cpu")
     (integration,) = [s for s in verdict.stages if s.name == "integration"]
-    (missing,) = [f for f in integration.findings if f.kind == "side_file_missing"]
-    assert missing.title == "integration-metrics.json was not written"
-    assert "every test passed" in missing.detail and missing.severity.value == "LOW"
-    assert integration.status.value == "PASS" and verdict.decision is Decision.PASS
-    assert "unreadable" not in files["integration.md"]
+    (missing,) = [f for f in integration.findings if f.kind == "output_missing"]
+    assert missing.title == "integration-metrics.json was not produced"
+    assert "--metrics" in missing.detail and "pytest tests/integration" in missing.detail
+    assert integration.status is StageStatus.FAIL and verdict.decision is Decision.BLOCK
+    assert "integration-metrics.json was not produced" in files["summary.md"]
+
+
+def test_a_file_removed_between_the_stage_and_the_report_is_said_to_be_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    (tmp_path / "reports" / "raw" / "junit-integration.xml").unlink()  # the record hashed it
+    verdict, files = build_scenario("pass-cpu")
+    (integration,) = [s for s in verdict.stages if s.name == "integration"]
+    (gone,) = [f for f in integration.findings if f.kind == "output_missing"]
+    assert "junit-integration.xml is gone" in gone.title and "not produced" not in gone.title
+    assert integration.status is StageStatus.ERROR and verdict.decision is Decision.BLOCK
+    assert "did not run" not in files["summary.md"]
 
 
 def test_a_broken_collector_is_reported_against_its_file(
@@ -283,6 +308,7 @@ def test_flaky_tests_are_named_in_the_summary(
         FIXTURES.parent / "junit" / "documented" / "surefire-flaky-only.xml",
         tmp_path / "reports" / "raw" / "junit-execution.xml",
     )
+    reseal(tmp_path / "reports" / "raw")
     verdict, files = build_scenario("pass-cpu")
     assert verdict.decision is Decision.PASS
     assert "## Flaky Tests" in files["summary.md"]

@@ -8,7 +8,9 @@ from dataclasses import replace
 from stagegate.judge import decide, judge_stage
 from stagegate.model import Decision, Location, StageData
 from stagegate.policy import Policy
-from stagegate.views import Context, stage_view, summary_view
+from stagegate.summaryviews import summary_view
+from stagegate.viewparts import Context
+from stagegate.views import stage_view
 
 from .builders import case, cpu_bench, performance, record, suite
 

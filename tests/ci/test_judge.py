@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .ci_tools import HAS_CHANGED_FILES, REPO, ROOT, TOOLS, FakeApi, stagegate_for_judge, tool
+from .ci_tools import REPO, ROOT, TOOLS, FakeApi, stagegate_for_judge, tool
 
 judge_records = tool("judge_records")
 
@@ -111,11 +111,6 @@ def test_an_exit_code_without_a_verdict_is_no_verdict(tmp_path: Path, command: s
     assert out["state"] == "error" and "verdict.json" in out["description"]
 
 
-@pytest.mark.xfail(
-    not HAS_CHANGED_FILES,
-    reason="needs stagegate report --changed-files and the gate_files policy key",
-    strict=True,
-)
 def test_the_summary_lists_first_every_gate_file_the_change_touches(tmp_path: Path) -> None:
     changed = [*GATE_FILES, "src/amptrain/loop.py"]
     judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), changed=changed)

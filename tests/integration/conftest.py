@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,11 +23,11 @@ def record_curve() -> Callable[[str, list[float]], None]:
     return record
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _write_curves() -> Iterator[None]:
-    yield
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write the curves once every test is over (as pytest writes its JUnit file), not in a
+    test's teardown: no test writes into the stage's output folder."""
     target = os.environ.get("AMPTRAIN_INTEGRATION_METRICS")
     if target and _CURVES:
-        path = Path(target)
+        path = Path(session.config.invocation_params.dir) / target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"curves": _CURVES}, indent=2) + "\n")

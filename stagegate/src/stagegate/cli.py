@@ -79,6 +79,18 @@ def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="where [tool.stagegate] is read from",
     )
     rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
+    rep.add_argument(
+        "--changed-files",
+        type=Path,
+        metavar="FILE",
+        help="the paths the change touches, one a line (used instead of a git diff)",
+    )
+    rep.add_argument(
+        "--base-raw",
+        type=Path,
+        metavar="DIR",
+        help="the base branch's raw results: tests it ran that are skipped or gone here",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -141,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             github=args.github,
             pyproject=args.pyproject,
             base_ref=args.base,
+            changed_files=args.changed_files,
+            base_raw=args.base_raw,
         )
         verdict = run_report(options, os.environ)
         print(

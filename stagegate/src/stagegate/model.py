@@ -8,13 +8,29 @@ Frozen dataclasses and enums only. The pipeline reads one way: ``collect`` build
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
 STAGES = ("static", "execution", "integration", "performance")
-RECORD_FORMAT_VERSION = 1
+# 2: a record holds the folder it was written to and the sha256 of every file it names.
+RECORD_FORMAT_VERSION = 2
 RECORD_KIND = "stagegate-record"
+RUN_LOG = "stagegate-runs.jsonl"  # in the raw directory: one line per stage run, appended
+# A stage's name becomes a file name and a heading: a short identifier and nothing else.
+_STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def stage_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a stage, or None: 1-32 of a-z, 0-9, ``_`` and ``-``, starting
+    with a letter."""
+    if isinstance(name, str) and _STAGE_NAME.fullmatch(name):
+        return None
+    return (
+        f"stage name {str(name)[:80]!r} is not a short identifier: use 1 to 32 characters "
+        "of a-z, 0-9, _ and -, starting with a letter"
+    )
 
 
 class Severity(Enum):
@@ -106,11 +122,32 @@ class StageRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Any] = field(default_factory=dict)  # kind -> path, or {tool: path} for lint
     error: str | None = None  # the command could not be started
+    out_dir: str = ""  # the folder the record was written to, as given; files are under it
+    # Each path of ``files`` -> the sha256 of that file when the stage ended, None if absent.
+    sha256: dict[str, str | None] = field(default_factory=dict)
+    runner_error: str | None = None  # stagegate run failed after the command (the record is
+    # then a fallback: its file hashes may be missing)
 
     @property
     def succeeded(self) -> bool:
         """The command ran to the end and exited 0."""
-        return self.exit_code == 0 and not self.timed_out and self.error is None
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and self.error is None
+            and self.runner_error is None
+        )
+
+    def named_files(self) -> list[tuple[str, str, str]]:
+        """(kind, path, label) for every file the record names; lint files are labelled
+        ``lint:TOOL``, the others by their kind."""
+        out: list[tuple[str, str, str]] = []
+        for kind, value in self.files.items():
+            if isinstance(value, dict):
+                out += [(kind, str(path), f"{kind}:{tool}") for tool, path in value.items()]
+            else:
+                out.append((kind, str(value), kind))
+        return out
 
     def to_json(self) -> str:
         """The record as JSON text."""
@@ -294,6 +331,18 @@ class MissingFile:
     kind: str
     path: str
     message: str
+    # The record holds its sha256: the stage wrote it, and something removed it afterwards.
+    disappeared: bool = False
+
+
+@dataclass(frozen=True)
+class RefusedFile:
+    """A file the record names that collection would not read, and why (it resolves outside
+    the raw directory, changed after the stage ended, or the record holds no hash for it)."""
+
+    kind: str
+    path: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -301,6 +350,8 @@ class StageData:
     """What a stage's record points at, as collected (or why it could not be)."""
 
     record: StageRecord | None
+    # No record, but the raw directory's run log says the stage ran (its start): removed since.
+    record_gone: str = ""
     suite: TestSuite | None = None
     coverage: Coverage | None = None
     warnings: tuple[WarningEntry, ...] = ()
@@ -309,6 +360,10 @@ class StageData:
     lint: dict[str, list[LintFinding]] = field(default_factory=dict)
     input_errors: tuple[str, ...] = ()  # files that are there but cannot be read
     missing_files: tuple[MissingFile, ...] = ()
+    refused_files: tuple[RefusedFile, ...] = ()
+    # The same stage's tests on the base branch (``--base-raw``), or why there are none.
+    base_suite: TestSuite | None = None
+    base_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -331,6 +386,8 @@ class BaselineComparison:
     baseline_commit: str | None
     baseline_datetime: str
     changes: tuple[MetricChange, ...] = ()
+    # The baseline given could not be read: the comparison is NOT VERIFIED (never a finding).
+    unusable: bool = False
 
     @property
     def regressions(self) -> tuple[MetricChange, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.errors import ConfigError
-from stagegate.model import STAGES, Severity
+from stagegate.model import STAGES, Severity, stage_name_problem
 
 __all__ = ["STAGES", "Policy", "Threshold", "check_threshold", "load_policy"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -73,6 +73,11 @@ DEFAULT_SEVERITY = {
     "deprecation_warning": Severity.LOW,
     "flaky_test": Severity.MEDIUM,
     "count_mismatch": Severity.HIGH,  # a file that lost tests fails closed
+    "required_test_missing": Severity.HIGH,  # a test the policy names did not run
+    "required_test_skipped": Severity.HIGH,
+    "skipped_share_rose": Severity.MEDIUM,  # tests that ran on the base branch skip here
+    "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
+    "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
     "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,
@@ -107,6 +112,14 @@ class Policy:
     allow_no_tests: tuple[str, ...] = ()
     judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
     rerun: str = ""  # the command that runs every stage, named in the fix for a missing one
+    # stage -> node ids or patterns (``*`` matches anything) of tests that must run and pass
+    required_tests: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Globs (``*`` crosses folders) of the gate's own definition: a change touching one is
+    # named at the top of the summary.
+    gate_files: tuple[str, ...] = ()
+    # A finding when a stage's skipped share rises more than this (percentage points) over the
+    # base branch's with tests that ran there skipped here.
+    skip_jump_pct: float = 0.0
 
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
@@ -223,6 +236,24 @@ def _deductions(key: str, value: Any) -> dict[Severity, int]:
     return deduction
 
 
+def _texts(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a list of non-empty strings")
+    return tuple(value)
+
+
+def _required_tests(key: str, value: Any) -> dict[str, tuple[str, ...]]:
+    required = {}
+    for stage, patterns in _table(key, value).items():
+        problem = stage_name_problem(stage)
+        if problem:
+            raise ConfigError(f"[tool.stagegate] {key}: {problem}")
+        required[stage] = _texts(f"{key}.{stage}", patterns)
+        if not required[stage]:
+            raise ConfigError(f"[tool.stagegate] {key}.{stage}: name at least one test")
+    return required
+
+
 # Each key of [tool.stagegate] and the function that checks and converts its value.
 _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required": _stage_list,
@@ -235,6 +266,9 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "judged_baseline": _text,
     "allow_no_tests": _stage_list,
     "rerun": _text,
+    "required_tests": _required_tests,
+    "gate_files": _texts,
+    "skip_jump_pct": _number,
 }
 
 

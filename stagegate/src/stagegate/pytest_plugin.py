@@ -1,6 +1,7 @@
-"""pytest plugin: ``--stagegate-warnings FILE`` writes every captured warning, grouped, as JSON.
+"""pytest plugin: ``--stagegate-warnings FILE`` writes every captured warning, grouped, as JSON;
+``--stagegate-guard DIR`` fails every test that changes DIR (stagegate.pytest_guard).
 
-Registered through the ``pytest11`` entry point; it does nothing unless the option is given.
+Registered through the ``pytest11`` entry point; it does nothing unless an option is given.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from stagegate.io import write_atomic
+from stagegate.pytest_guard import register as register_guard
 
 FORMAT_VERSION = 1
 
@@ -27,6 +29,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the warnings captured during the run to FILE (JSON), for stagegate",
     )
+    parser.addoption(
+        "--stagegate-guard",
+        metavar="DIR",
+        default=None,
+        help="fail every test that changes DIR (the folder stage results are written to)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if path:
         recorder = WarningRecorder(Path(path), Path(config.rootpath).resolve())
         config.pluginmanager.register(recorder, "stagegate-warnings")
+    guarded = config.getoption("--stagegate-guard")
+    if guarded:
+        register_guard(config, guarded)
 
 
 _DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}

@@ -10,7 +10,8 @@ from typing import Any
 import jinja2
 
 from stagegate.model import Verdict
-from stagegate.views import StageView, SummaryView
+from stagegate.summaryviews import SummaryView
+from stagegate.views import StageView
 
 VERDICT_FORMAT_VERSION = 1
 

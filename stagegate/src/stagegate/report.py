@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stagegate.collect import collect_stage, find_records, read_baselines
-from stagegate.errors import InputError
+from stagegate.changes import changed_files, gate_files
+from stagegate.collect import collect_stage, find_records, read_baselines, read_run_log
+from stagegate.errors import InputError, InternalError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
-from stagegate.model import STAGES, StageData, StageRecord, Verdict
+from stagegate.model import STAGES, Benchmark, StageData, StageRecord, Verdict
 from stagegate.policy import Policy, load_policy
 from stagegate.render import render_stage, render_summary, verdict_json
-from stagegate.views import Context, stage_view, summary_view
+from stagegate.summaryviews import summary_view
+from stagegate.viewparts import Context
+from stagegate.views import stage_view
 
 __all__ = ["COMMENT_MARKER", "ReportOptions", "build_report", "run_report"]
 
@@ -31,25 +33,8 @@ class ReportOptions:
     github: bool = False
     pyproject: Path | None = Path("pyproject.toml")
     base_ref: str | None = None
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
-
-
-def changed_files(base_ref: str | None, env: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
-    """Files changed between the base and HEAD, with what the base was, in words."""
-    ref = base_ref or (f"origin/{env['GITHUB_BASE_REF']}" if env.get("GITHUB_BASE_REF") else None)
-    if not ref:
-        return "no base given (pass --base REF)", ()
-    out = _git("diff", "--name-status", f"{ref}...HEAD")
-    if out is None:
-        return f"{ref} (not available in this clone)", ()
-    return ref, tuple(" ".join(line.split("\t")) for line in out.splitlines() if line.strip())
+    changed_files: Path | None = None  # the change's paths, one a line (in place of a git diff)
+    base_raw: Path | None = None  # the base branch's raw results: its skipped tests
 
 
 def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
@@ -78,26 +63,68 @@ def _stage_names(records: Mapping[str, StageRecord], policy: Policy, only: bool)
     ]
 
 
-def _collect(record: StageRecord | None, raw_dir: Path) -> StageData:
-    return collect_stage(record, raw_dir) if record else StageData(record=None)
+def _collect(record: StageRecord | None, raw_dir: Path, ran: str | None) -> StageData:
+    if record is None:
+        return StageData(record=None, record_gone=ran or "")
+    return collect_stage(record, raw_dir)
+
+
+def _baselines(path: Path | None) -> tuple[list[Benchmark], str]:
+    """The baselines given, or why they cannot be used (the comparison is then NOT VERIFIED)."""
+    if path is None:
+        return [], ""
+    try:
+        return read_baselines(path), ""
+    except InputError as exc:
+        return [], f"the baseline given cannot be used: {exc}"
+
+
+def _base_results(base_raw: Path | None) -> tuple[dict[str, StageData], str]:
+    """The base branch's collected stages (``--base-raw``), or why there are none."""
+    if base_raw is None:
+        return {}, "not compared: no base branch results given (--base-raw)"
+    try:
+        records = find_records(base_raw)
+    except InputError as exc:
+        return {}, f"not compared: the base branch's results cannot be read: {exc}"
+    return {name: collect_stage(rec, base_raw) for name, rec in records.items()}, ""
+
+
+def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
+    if base is not None and base.suite is not None:
+        return replace(data, base_suite=base.suite)
+    return replace(data, base_note=note or "not compared: the base branch left no test results")
+
+
+def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecord]) -> Verdict:
+    """Every stage judged, each with the base branch's tests and the baselines."""
+    baselines, baseline_problem = _baselines(options.baseline)
+    bases, note = _base_results(options.base_raw)
+    runs = read_run_log(options.raw_dir)
+    stages = []
+    for name in _stage_names(records, policy, bool(options.only)):
+        data = _collect(records.get(name), options.raw_dir, runs.get(name))
+        data = _with_base(data, bases.get(name), note)
+        stages.append(judge_stage(name, data, policy, baselines, baseline_problem))
+    return decide(stages)
 
 
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
     """Read, collect, judge and render every output to text (nothing is written yet)."""
     policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
     records = _records(options, policy)
-    baselines = read_baselines(options.baseline) if options.baseline else []
-    verdict = decide(
-        [
-            judge_stage(name, _collect(records.get(name), options.raw_dir), policy, baselines)
-            for name in _stage_names(records, policy, bool(options.only))
-        ]
-    )
+    verdict = _judge(options, policy, records)
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
-    base, changed = changed_files(options.base_ref, env)
+    base, changed = changed_files(options.changed_files, options.base_ref, env)
     ctx = Context(
-        generated_at, commit[:12], base, changed, str(options.raw_dir), _run_url(options, env)
+        generated_at,
+        commit[:12],
+        base,
+        changed,
+        str(options.raw_dir),
+        _run_url(options, env),
+        gate_files(changed, policy),
     )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
@@ -108,11 +135,20 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     return verdict, files
 
 
+def _target(out_dir: Path, name: str) -> Path:
+    """Where ``name`` is written: a plain file name directly under ``out_dir``, nowhere else."""
+    # A link already there is replaced by the rename, never written through.
+    if Path(name).name != name or name in ("", ".", "..") or "\\" in name:
+        raise InternalError(f"refusing to write {name!r}: not a file name directly under {out_dir}")
+    return out_dir / name
+
+
 def run_report(options: ReportOptions, env: Mapping[str, str]) -> Verdict:
     """Build the report, then write it; a failure before writing leaves the old outputs intact."""
     verdict, files = build_report(options, env)
-    for name, text in files.items():
-        write_atomic(options.out_dir / name, text)
+    targets = {_target(options.out_dir, name): text for name, text in files.items()}
+    for target, text in targets.items():
+        write_atomic(target, text)
     if options.github:
         append_step_summary(files["summary.md"], env)
         for line in annotations(verdict):

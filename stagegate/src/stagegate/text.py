@@ -7,8 +7,16 @@ import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-# Markdown punctuation that could start emphasis, code, links or strike-through, or split a cell.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+# Markdown punctuation that could start emphasis, code, links, strike-through or math, or split
+# a cell.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
+# What starts a block at the beginning of a line (a list item's text included): a bullet
+# ("- x"), a thematic break ("- - -"), an ordered item ("1. x").
+_BLOCK_START = re.compile(r"^(?:[-+](?=\s)|-(?=(?:\s*-){2})|\d{1,9}(?=[.)](?:\s|$)))")
+# A zero-width space after these stops GitHub linking them: a mention or team (@name), an
+# issue or a heading (#), a bare URL (://) or web address (www.).
+_ZWSP = "&#8203;"
+_UNLINK = re.compile(r"(@|#|:(?=//)|(?i:\bwww)(?=\.))")
 
 
 def cut(text: str, limit: int, pointer: str = "") -> str:
@@ -25,16 +33,20 @@ def clean(text: str) -> str:
 
 
 def inline(text: str, limit: int = 300, pointer: str = "") -> str:
-    """Untrusted text for a table cell or a line: one line, no markdown, no HTML, no mentions.
+    """Untrusted text for a table cell, a list item or a line: one line, no markdown, no HTML,
+    no mention, no link.
 
-    Pipes cannot split a cell, ``<`` cannot open a tag, ``@name`` cannot notify anyone,
-    and brackets cannot make a link.
+    Pipes cannot split a cell, ``<`` cannot open a tag, brackets cannot make a link or an
+    image, ``@name`` cannot notify anyone, ``#`` cannot make a heading or an issue link, a
+    bare URL is not linked, and a leading ``-``, ``+``, ``=`` or ``1.`` starts no block.
     """
     text = " ".join(clean(text).split())
     text = cut(text, limit, pointer)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    return text.replace("@", "@&#8203;")  # a zero-width space after @ stops the mention
+    if _BLOCK_START.match(text):  # its marker escaped, as in \- x and 1\. x
+        text = re.sub(r"^(\d*)([-+.)])", r"\1\\\2", text)
+    return _UNLINK.sub(lambda m: m[1] + _ZWSP, text)
 
 
 def code_block(text: str, limit: int = 4000, pointer: str = "", lang: str = "text") -> str:

@@ -6,11 +6,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stagegate.charts import line_chart
-from stagegate.model import Failure, Severity, StageStatus, StageVerdict, TestCase, Verdict
+from stagegate.model import (
+    Failure,
+    Severity,
+    StageStatus,
+    StageVerdict,
+    TestCase,
+)
 from stagegate.perfviews import performance_sections
 from stagegate.policy import Policy
 from stagegate.text import code, code_block, inline
-from stagegate.viewparts import MAX_ROWS, Chart, Section, Table, chart, table
+from stagegate.viewparts import (
+    MAX_ROWS,
+    Chart,
+    Context,
+    Section,
+    Table,
+    chart,
+    required_text,
+    suite_line,
+    table,
+    tests_line,
+)
 
 STAGE_TITLES = {
     "static": (1, "Static Verification Report"),
@@ -18,24 +35,6 @@ STAGE_TITLES = {
     "integration": (3, "Integration Verification Report"),
     "performance": (4, "Performance Verification Report"),
 }
-
-
-@dataclass(frozen=True)
-class Context:
-    """Facts about the whole report run."""
-
-    generated_at: str
-    commit: str
-    base: str  # what "files changed" is measured against, in words
-    changed_files: tuple[str, ...]
-    raw_dir: str
-    run_url: str = ""  # on GitHub: the run whose artifact holds the stage reports
-
-
-def report_link(name: str, ctx: Context) -> str:
-    """A link to a stage's report that works where the summary is read: the file beside it,
-    or on GitHub (job summary, pull-request comment) the run that holds the reports artifact."""
-    return f"[{name}]({ctx.run_url})" if ctx.run_url else f"[{name}]({name}.md)"
 
 
 @dataclass(frozen=True)
@@ -48,32 +47,6 @@ class StageView:
     sections: tuple[Section, ...]
     commit: str
     generated_at: str
-
-
-@dataclass(frozen=True)
-class SummaryView:
-    decision: str
-    score: int
-    generated_at: str
-    commit: str
-    banners: tuple[str, ...]
-    stages: Table
-    blocking_reasons: tuple[str, ...]
-    required_fixes: tuple[str, ...]
-    deductions: Table
-    flaky: tuple[str, ...] = ()  # "stage: test (N attempts)", one per flaky test
-    run_url: str = ""
-
-
-def _tests_line(stage: StageVerdict) -> str:
-    suite = stage.data.suite
-    if suite is None:
-        return "-"
-    parts = [f"{suite.count('passed')} passed"]
-    for outcome in ("flaky", "failed", "error", "skipped"):
-        if suite.count(outcome):
-            parts.append(f"{suite.count(outcome)} {outcome}")
-    return ", ".join(parts)
 
 
 def _record_pointer(stage: StageVerdict, ctx: Context) -> str:
@@ -115,7 +88,12 @@ def _suite_part(stage: StageVerdict, pointer: str) -> Part:
     suite = stage.data.suite
     if suite is None:
         return [("Tests", "no JUnit file: the outcome is the command's exit code")], []
-    facts = [("Results", inline(_tests_line(stage))), ("Tests run", str(suite.executed))]
+    facts = [("Results", inline(tests_line(stage))), ("Tests run", str(suite.executed))]
+    base = stage.data.base_suite
+    if base is not None:
+        facts.append(("Base branch", inline(suite_line(base))))
+    elif stage.data.base_note:
+        facts.append(("Base branch", inline(stage.data.base_note)))
     tables = []
     failed = [c for c in suite.cases if c.outcome in ("failed", "error", "flaky")]
     if failed:
@@ -224,12 +202,6 @@ def _ranges(lines: Sequence[int]) -> str:
     return ", ".join(out) or "-"
 
 
-def _required(stage: StageVerdict) -> str:
-    if not stage.required:
-        return "no"
-    return "yes, may be skipped without CUDA" if stage.skippable else "yes"
-
-
 def _exit(stage: StageVerdict) -> str:
     r = stage.data.record
     if r is None:
@@ -304,7 +276,9 @@ def _audit(stage: StageVerdict, ctx: Context) -> Section:
 
 def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
     """The view of one stage's report."""
-    number_, title = STAGE_TITLES.get(stage.name, (0, f"{stage.name.title()} Verification Report"))
+    number_, title = STAGE_TITLES.get(
+        stage.name, (0, f"{inline(stage.name.title(), 60)} Verification Report")
+    )
     critical = stage.count(Severity.CRITICAL)
     summary = Table(
         ("", ""),
@@ -314,7 +288,7 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
             ("Critical issues", str(critical)),
             ("Exit code", _exit(stage)),
             ("Duration", f"{stage.data.record.duration_s:.2f} s" if stage.data.record else "-"),
-            ("Required", _required(stage)),
+            ("Required", required_text(stage)),
         ),
     )
     sections = [
@@ -327,73 +301,12 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         sections.append(Section("Loss Curves", ("From the stage's metrics file.",), (), charts))
     sections += [_recommendation(stage), _score(stage), _audit(stage, ctx)]
     return StageView(
-        stage.name,
+        inline(stage.name, 60),
         number_,
         title,
         inline(stage.note, 400),
         summary,
         tuple(sections),
-        ctx.commit,
+        code(ctx.commit, 40),
         ctx.generated_at,
-    )
-
-
-def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
-    """The view of the summary across all stages."""
-    rows = []
-    for s in verdict.stages:
-        duration = f"{s.data.record.duration_s:.1f} s" if s.data.record else "-"
-        rows.append(
-            (
-                report_link(s.name, ctx),
-                f"**{s.status.value}**",
-                _required(s),
-                str(s.score),
-                *(str(s.count(sev)) for sev in Severity),
-                inline(_tests_line(s)),
-                duration,
-            )
-        )
-    deductions = [
-        (s.name, d.severity.value, f"-{d.points}", inline(d.title, 200))
-        for s in verdict.stages
-        for d in s.deductions
-    ]
-    banners = tuple(
-        inline(s.note, 400) for s in verdict.stages if s.status is StageStatus.NOT_VERIFIED
-    )
-    flaky = tuple(
-        f"{s.name}: {inline(c.nodeid, 200)} ({c.attempts} attempts)"
-        for s in verdict.stages
-        if s.data.suite is not None
-        for c in s.data.suite.cases
-        if c.outcome == "flaky"
-    )
-    return SummaryView(
-        decision=verdict.decision.value,
-        score=verdict.score,
-        generated_at=ctx.generated_at,
-        commit=ctx.commit,
-        banners=banners,
-        stages=table(
-            (
-                "Stage",
-                "Status",
-                "Required",
-                "Score",
-                "Critical",
-                "High",
-                "Medium",
-                "Low",
-                "Info",
-                "Tests",
-                "Duration",
-            ),
-            rows,
-        ),
-        blocking_reasons=tuple(inline(r, 300) for r in verdict.blocking_reasons[:MAX_ROWS]),
-        required_fixes=tuple(inline(f, 300) for f in verdict.required_fixes[:MAX_ROWS]),
-        deductions=table(("Stage", "Severity", "Points", "Finding"), deductions),
-        flaky=flaky[:MAX_ROWS],
-        run_url=ctx.run_url,
     )

@@ -4,7 +4,7 @@ from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
 from stagegate.collect.junit import read_junit
 from stagegate.collect.lint import LINT_TOOLS, read_lint
-from stagegate.collect.records import find_records, load_record
+from stagegate.collect.records import find_records, load_record, read_run_log
 from stagegate.collect.stage import collect_stage, read_baselines
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "read_curves",
     "read_junit",
     "read_lint",
+    "read_run_log",
     "read_warnings",
 ]

@@ -1,13 +1,74 @@
-"""Stage records: read one, or find every one in a raw directory."""
+"""Stage records: read one, find every one in a raw directory, and read the directory's run log
+(which stages ``stagegate run`` recorded there, whether or not their records are still there)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
-from stagegate.model import RECORD_FORMAT_VERSION, RECORD_KIND, STAGES, StageRecord
+from stagegate.model import (
+    RECORD_FORMAT_VERSION,
+    RECORD_KIND,
+    RUN_LOG,
+    STAGES,
+    StageRecord,
+    stage_name_problem,
+)
+
+_TEXT, _NUMBER, _INT = (str,), (int, float), (int,)
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+# field -> the JSON types it may hold (None: null allowed); anything else is refused
+_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    "stage": (_TEXT, False),
+    "command": ((list,), False),
+    "exit_code": (_INT, True),
+    "signal": (_INT, True),
+    "timed_out": ((bool,), False),
+    "start": (_TEXT, False),
+    "duration_s": (_NUMBER, False),
+    "stdout_tail": (_TEXT, False),
+    "stderr_tail": (_TEXT, False),
+    "commit": (_TEXT, True),
+    "environment": ((dict,), False),
+    "files": ((dict,), False),
+    "error": (_TEXT, True),
+    "out_dir": (_TEXT, False),
+    "sha256": ((dict,), False),
+    "runner_error": (_TEXT, True),
+}
+
+
+def _is_text_map(value: Any, nested: bool) -> bool:
+    """A dict of text keys to text values (or, with ``nested``, to such dicts)."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and (isinstance(v, str) or (nested and _is_text_map(v, nested=False)))
+        for k, v in value.items()
+    )
+
+
+def _type_problem(data: dict[str, Any]) -> str | None:
+    """The first field of a record that holds a value of the wrong type, in words."""
+    for key, (types, nullable) in _TYPES.items():
+        value = data.get(key)
+        if key not in data or (value is None and nullable):
+            continue
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{key} holds {type(value).__name__}"
+    if not all(isinstance(c, str) for c in data.get("command", [])):
+        return "command holds something that is not text"
+    if not _is_text_map(data.get("files", {}), nested=True):
+        return "files maps a kind to something that is not a path"
+    sha = data.get("sha256", {})
+    if not all(isinstance(v, str | None) for v in sha.values()):
+        return "sha256 holds something that is not a hash"
+    commit = data.get("commit")
+    if commit is not None and not _COMMIT.fullmatch(commit):
+        return f"commit {commit[:80]!r} is not a commit id (7 to 64 hex digits)"
+    return stage_name_problem(data.get("stage"))
 
 
 def load_record(path: Path) -> StageRecord:
@@ -21,6 +82,9 @@ def load_record(path: Path) -> StageRecord:
             f"stage record {path} has format_version {version!r}; this stagegate reads "
             f"{RECORD_FORMAT_VERSION}: re-run the stage with this version"
         )
+    problem = _type_problem(data)
+    if problem:
+        raise InputError(f"stage record {path} is refused: {problem}")
     known = set(StageRecord.__dataclass_fields__)
     try:
         return StageRecord(**{k: v for k, v in data.items() if k in known})
@@ -53,3 +117,21 @@ def find_records(raw_dir: Path) -> dict[str, StageRecord]:
             )
         records[record.stage] = (path, record)
     return {stage: rec for stage, (_, rec) in records.items()}
+
+
+def read_run_log(raw_dir: Path) -> dict[str, str]:
+    """Stage -> the start of its last run that ``stagegate run`` logged in ``raw_dir``; lines
+    that are not such entries are skipped (the log only tells a removed record from none)."""
+    try:
+        lines = (raw_dir / RUN_LOG).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    runs: dict[str, str] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and not stage_name_problem(entry.get("stage")):
+            runs[entry["stage"]] = str(entry.get("start", "?"))[:40]
+    return runs

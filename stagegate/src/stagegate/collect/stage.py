@@ -1,7 +1,8 @@
 """Collect the files a stage's record names into :class:`stagegate.model.StageData`.
 
-Collection reads and never decides: a file that is missing or unreadable is noted as such,
-and the judge decides what that means for the stage.
+Collection reads and never decides: a file that is missing, unreadable or refused (outside
+the raw directory, changed since the stage ended) is noted as such, and the judge decides
+what that means for the stage.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
 from stagegate.collect.junit import read_junit
 from stagegate.collect.lint import read_lint
+from stagegate.collect.locate import locate
 from stagegate.errors import InputError, MissingFileError
-from stagegate.model import Benchmark, MissingFile, StageData, StageRecord
+from stagegate.model import Benchmark, MissingFile, RefusedFile, StageData, StageRecord
 
 # kind of file in a record -> (StageData field, reader); "lint" maps tools to files
 READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
@@ -26,15 +28,6 @@ READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "benchmark": ("benchmark", read_benchmark),
     "metrics": ("curves", read_curves),
 }
-
-
-def _resolve(raw_dir: Path, value: str) -> Path:
-    # Paths are recorded relative to where the stage ran; artifacts may have moved into raw_dir.
-    path = Path(value)
-    if path.exists():
-        return path
-    moved = raw_dir / path.name
-    return moved if moved.exists() else path
 
 
 def _read(reader: Callable[[Path], Any], path: Path) -> Any:
@@ -50,15 +43,15 @@ def _read(reader: Callable[[Path], Any], path: Path) -> Any:
         ) from exc
 
 
-def _files(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] | None, str]]:
+def _readers(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] | None, str]]:
     """(kind, path, reader, field) for every file the record names; None for an unknown kind."""
     out: list[tuple[str, str, Callable[[Path], Any] | None, str]] = []
-    for kind, value in record.files.items():
+    for kind, path, label in record.named_files():
         if kind == "lint":
-            out += [(kind, path, partial(read_lint, tool), tool) for tool, path in value.items()]
+            out.append((kind, path, partial(read_lint, label.partition(":")[2]), label))
         else:
             key, reader = READERS.get(kind, ("", None))
-            out.append((kind, value, reader, key))
+            out.append((kind, path, reader, key))
     return out
 
 
@@ -67,19 +60,24 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
     found: dict[str, Any] = {"lint": {}}
     errors: list[str] = []
     missing: list[MissingFile] = []
-    for kind, value, reader, key in _files(record):
+    refused: list[RefusedFile] = []
+    for kind, value, reader, key in _readers(record):
         if reader is None:
             errors.append(f"record names an unknown kind of file {kind!r}")
             continue
+        where = locate(record, raw_dir, value)
+        if where.refused:
+            refused.append(RefusedFile(kind, value, where.refused))
+            continue
         try:
-            data = _read(reader, _resolve(raw_dir, value))
+            data = _read(reader, where.path)
         except MissingFileError as exc:
-            missing.append(MissingFile(kind, value, str(exc)))
+            missing.append(MissingFile(kind, value, str(exc), where.disappeared))
         except InputError as exc:
             errors.append(str(exc))
         else:
             if kind == "lint":
-                found["lint"][key] = data
+                found["lint"][key.partition(":")[2]] = data
             else:
                 found[key] = data
     return StageData(
@@ -92,6 +90,7 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
         lint=found["lint"],
         input_errors=tuple(errors),
         missing_files=tuple(missing),
+        refused_files=tuple(refused),
     )
 
 

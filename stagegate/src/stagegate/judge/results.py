@@ -1,4 +1,5 @@
-"""Findings from what a stage's files say: tests, coverage, warnings, lint, missing files.
+"""Findings from what a stage's files say: tests, required tests, coverage, warnings, lint, and
+the files it declared (judge/outputs.py).
 
 Each check is a hook with one signature; :data:`RESULT_CHECKS` runs them in report order.
 """
@@ -7,21 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import PurePath
 
 from stagegate.judge.findings import Findings
+from stagegate.judge.outputs import output_findings
+from stagegate.judge.required import required_test_findings, skipped_share_findings
 from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
 from stagegate.policy import Policy, check_threshold
 
 _DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
-# Files a stage may leave unwritten (their tests failed, say): noted, never an unreadable stage.
-OPTIONAL_FILES = ("metrics", "warnings")
-
-
-def unreadable(data: StageData) -> tuple[str, ...]:
-    """Why the stage's output could not be read: unreadable files and missing required ones."""
-    missing = tuple(m.message for m in data.missing_files if m.kind not in OPTIONAL_FILES)
-    return data.input_errors + missing
 
 
 def _no_test_ran(f: Findings, suite: TestSuite) -> None:
@@ -102,25 +96,6 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
         f.add("skipped_test", f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
 
 
-def missing_file_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """An optional file the stage did not write, and the likely reason why."""
-    suite = data.suite
-    if suite is None:
-        why = "the stage wrote no test results either"
-    elif suite.count("failed") + suite.count("error") + suite.count("skipped"):
-        why = "likely because tests that write it failed or were skipped (see above)"
-    else:
-        why = "though every test passed: check the code that writes it"
-    for missing in data.missing_files:
-        if missing.kind in OPTIONAL_FILES:
-            f.add(
-                "side_file_missing",
-                f"{PurePath(missing.path).name} was not written",
-                detail=why,
-                fix="its charts and figures are left out of this report",
-            )
-
-
 def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Coverage under the policy's floor."""
     if data.coverage is None:
@@ -169,7 +144,9 @@ def lint_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> N
 ResultCheck = Callable[[Findings, StageData, str, Policy], None]
 RESULT_CHECKS: tuple[ResultCheck, ...] = (
     suite_findings,
-    missing_file_findings,
+    required_test_findings,
+    skipped_share_findings,
+    output_findings,
     coverage_findings,
     warning_findings,
     lint_findings,

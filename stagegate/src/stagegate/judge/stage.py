@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.findings import Findings
-from stagegate.judge.results import RESULT_CHECKS, unreadable
+from stagegate.judge.outputs import unreadable
+from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
 from stagegate.model import (
     BaselineComparison,
@@ -24,6 +25,14 @@ from stagegate.policy import Policy
 
 def _record_findings(f: Findings, record: StageRecord) -> bool:
     """Findings about how the command ended; True when it crashed rather than merely failed."""
+    if record.runner_error:
+        f.add(
+            "stage_failed",
+            "stagegate run could not finish the stage's record",
+            detail=record.runner_error,
+            fix="run the stage again; the files it names could not be read when it ended",
+        )
+        return True
     if record.error:
         f.add(
             "stage_failed",
@@ -61,18 +70,33 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
         if policy.rerun
         else f"stagegate run {name} -- COMMAND records it"
     )
-    f.add(
-        "stage_failed",
-        f"{name} has no record: the stage did not run",
-        fix=f"run the {name} stage ({how})",
-    )
+    if data.record_gone:
+        f.add(
+            "stage_failed",
+            f"{name}'s record was removed: the stage ran (started {data.record_gone}), and its "
+            "record is gone from the raw directory",
+            detail="the raw directory's run log names the run; its record was deleted after it",
+            fix="find what deletes files under the raw directory between the stage and the "
+            f"report, then run the {name} stage again ({how})",
+        )
+    else:
+        f.add(
+            "stage_failed",
+            f"{name} has no record: the stage did not run",
+            fix=f"run the {name} stage ({how})",
+        )
     return stage_verdict(name, StageStatus.MISSING, f, data)
 
 
 def _performance(
-    f: Findings, data: StageData, policy: Policy, baselines: Sequence[Benchmark]
+    f: Findings,
+    data: StageData,
+    policy: Policy,
+    baselines: Sequence[Benchmark],
+    baseline_problem: str,
 ) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
-    """The benchmark's findings and metric outcomes, and its comparison with a baseline."""
+    """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
+    VERIFIED, never a finding, when the baseline given could not be read)."""
     bench = data.benchmark
     if bench is None:
         return (), None
@@ -84,6 +108,8 @@ def _performance(
             detail=f"the benchmark ran preset {bench.preset} on {bench.device}",
             fix="run this stage on a machine with the GPU the preset measures",
         )
+    if baseline_problem:
+        return checks, BaselineComparison(False, baseline_problem, None, "", unusable=True)
     baseline = pick_baseline(bench, baselines)
     if baseline is None:
         return checks, None
@@ -103,17 +129,21 @@ def _not_verified_note(bench: Benchmark) -> str:
 
 
 def judge_stage(
-    name: str, data: StageData, policy: Policy, baselines: Sequence[Benchmark] = ()
+    name: str,
+    data: StageData,
+    policy: Policy,
+    baselines: Sequence[Benchmark] = (),
+    baseline_problem: str = "",
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
-    one of ``baselines``."""
+    one of ``baselines``, or, with ``baseline_problem``, marked as not compared."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
     f = Findings(name, policy)
     crashed = _record_findings(f, record)
     errors = unreadable(data)
-    for error in errors:
+    for error in data.input_errors:  # missing and refused files: judge/outputs.py
         f.add(
             "stage_failed",
             f"unreadable output: {error}",
@@ -122,7 +152,7 @@ def judge_stage(
         )
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
-    checks, baseline = _performance(f, data, policy, baselines)
+    checks, baseline = _performance(f, data, policy, baselines, baseline_problem)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
             "stage_failed",

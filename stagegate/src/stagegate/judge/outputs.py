@@ -1,0 +1,89 @@
+"""The files a stage declared: not produced, gone since the stage ended, or refused.
+
+A file a stage declares (``--junit``, ``--coverage``, ``--warnings``, ``--metrics``,
+``--benchmark``, ``--lint``) is part of what it promised. Not producing it blocks a required
+stage, naming what writes it; a file that the stage wrote and that is gone at report time is
+said to be gone, not unwritten; and a file collection refused (outside the raw directory,
+changed after the stage ended) is never read and always blocks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import PurePath
+
+from stagegate.judge.findings import Findings
+from stagegate.model import MissingFile, StageData
+from stagegate.policy import Policy
+
+# Files a stage may leave unwritten without its results becoming unreadable (their tests may
+# have failed): blocking in a required stage, a note in any other.
+OPTIONAL_FILES = ("metrics", "warnings")
+PRODUCERS = {
+    "junit": "the test runner's JUnit report (pytest --junitxml)",
+    "coverage": "coverage's JSON report (--cov-report=json:FILE)",
+    "warnings": "stagegate's pytest plugin (pytest --stagegate-warnings=FILE)",
+    "metrics": 'the stage\'s own code, writing {"curves": ...}',
+    "benchmark": "the benchmark command's --out",
+    "lint": "the linter",
+}
+
+
+def unreadable(data: StageData) -> tuple[str, ...]:
+    """Why the stage's results cannot be judged: unreadable, refused or missing result files."""
+    missing = tuple(m.message for m in data.missing_files if m.kind not in OPTIONAL_FILES)
+    refused = tuple(f"{r.path} refused: {r.reason}" for r in data.refused_files)
+    return data.input_errors + refused + missing
+
+
+def _why_unwritten(data: StageData) -> str:
+    suite = data.suite
+    if suite is None:
+        return "the stage left no test results either"
+    if suite.count("failed") + suite.count("error") + suite.count("skipped"):
+        return "likely because tests that write it failed or were skipped (see above)"
+    return "though every test passed: check the code that writes it"
+
+
+def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool) -> None:
+    name = PurePath(missing.path).name
+    flag = f"--{missing.kind}"
+    command = shlex.join(data.record.command) if data.record else "the stage's command"
+    if missing.disappeared:
+        f.add(
+            "output_missing",
+            f"{name} is gone: the stage wrote it, and it was removed before the report",
+            detail=f"{missing.path} ({flag}) has a sha256 in the record; {missing.message}",
+            fix="find what deletes files under the raw directory between the stage and the "
+            "report (a test or a script cleaning it), then run the stage again",
+        )
+    elif required or missing.kind not in OPTIONAL_FILES:
+        f.add(
+            "output_missing",
+            f"{name} was not produced",
+            detail=f"{missing.path} is declared with {flag}; it is written by "
+            f"{PRODUCERS.get(missing.kind, 'the stage command')}, run by {command}; "
+            + _why_unwritten(data),
+            fix=f"make the stage write {missing.path}, or stop declaring it",
+        )
+    else:
+        f.add(
+            "side_file_missing",
+            f"{name} was not written",
+            detail=_why_unwritten(data),
+            fix="its charts and figures are left out of this report",
+        )
+
+
+def output_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """A finding for every declared file that is missing, gone or refused."""
+    for missing in data.missing_files:
+        _missing(f, data, missing, stage in policy.required)
+    for refused in data.refused_files:
+        f.add(
+            "output_refused",
+            f"{PurePath(refused.path).name} refused: {refused.reason}",
+            detail=f"{refused.path} ({refused.kind}) was not read",
+            fix="run the stage again; a record names only files under its --out-dir, and "
+            "nothing may write them after the stage ends",
+        )

@@ -1,0 +1,121 @@
+"""The tests the policy requires, and the tests the base branch ran that are skipped here.
+
+A required test is named by a node id or a pattern (``*`` matches anything, brackets are
+literal): ``tests/integration/test_fine_tuning_cpu.py::*``. It must run and pass: one that
+matches nothing, is skipped, or ran on the base branch and is gone here (deselected, removed or
+renamed) is a blocking finding that names it. Failures are already ``test_failed``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from stagegate.judge.findings import Findings
+from stagegate.model import StageData, TestCase, TestSuite
+from stagegate.policy import Policy
+
+_LISTED = 20  # tests named in one finding's detail; the stage report lists every one
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+@cache
+def _regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def canonical(case: TestCase) -> str:
+    """``path.py::Class::name`` for a pytest case named by its dotted classname (the file was
+    not in the checkout where the report ran), else the node id as read."""
+    head, sep, name = case.nodeid.partition("::")
+    if not sep or head.endswith(".py") or not _DOTTED.fullmatch(head):
+        return case.nodeid
+    parts = head.split(".")
+    split = len(parts)
+    while split > 1 and parts[split - 1][:1].isupper():
+        split -= 1
+    return "::".join(["/".join(parts[:split]) + ".py", *parts[split:], name])
+
+
+def matches(pattern: str, case: TestCase) -> bool:
+    """Whether ``case`` is named by ``pattern``, as read or in its file form."""
+    regex = _regex(pattern)
+    return any(regex.fullmatch(i) for i in {case.nodeid, canonical(case)})
+
+
+def _listed(cases: list[TestCase]) -> str:
+    shown = "; ".join(f"{c.nodeid} ({c.message or 'no reason given'})" for c in cases[:_LISTED])
+    more = len(cases) - _LISTED
+    return shown + (f"; and {more} more (see the stage report)" if more > 0 else "")
+
+
+def _gone_since_base(
+    f: Findings, suite: TestSuite, base: TestSuite, patterns: tuple[str, ...]
+) -> None:
+    here = {canonical(c) for c in suite.cases}
+    gone = [c for c in base.cases if c.executed and canonical(c) not in here]
+    for case in (c for c in gone if any(matches(p, c) for p in patterns)):
+        f.add(
+            "required_test_missing",
+            f"required test {case.nodeid} ran on the base branch and did not run here",
+            detail="deselected, removed or renamed: the policy requires it to run",
+            fix="run it again; a test the policy requires is not dropped by a change",
+        )
+
+
+def required_test_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Every required test that matched nothing, was skipped, or is gone since the base."""
+    patterns = policy.required_tests.get(stage, ())
+    if not patterns or data.suite is None:
+        if patterns and data.record is not None:
+            f.add(
+                "required_test_missing",
+                f"the tests {stage} must run cannot be checked: it left no test results",
+                detail=", ".join(patterns),
+                fix="make the stage write its JUnit file",
+            )
+        return
+    suite = data.suite
+    for pattern in patterns:
+        found = [c for c in suite.cases if matches(pattern, c)]
+        if not found:
+            f.add(
+                "required_test_missing",
+                f"required test {pattern} did not run: no test in the results matches it",
+                detail=f"{suite.source}: missing, deselected or renamed",
+                fix="run it; the policy names the tests this stage exists to run",
+            )
+        for case in (c for c in found if c.outcome == "skipped"):
+            f.add(
+                "required_test_skipped",
+                f"required test {case.nodeid} was skipped",
+                detail=case.message or "no reason given",
+                location=case.location,
+                fix="remove the skip: the policy requires this test to run and pass",
+            )
+    if data.base_suite is not None:
+        _gone_since_base(f, suite, data.base_suite, patterns)
+
+
+def _share(suite: TestSuite) -> float:
+    return 100.0 * suite.count("skipped") / len(suite.cases) if suite.cases else 0.0
+
+
+def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Tests skipped here that were not skipped on the base branch, when the share rose."""
+    suite, base = data.suite, data.base_suite
+    if suite is None or base is None:
+        return
+    skipped_before = {canonical(c) for c in base.cases if c.outcome == "skipped"}
+    newly = [
+        c for c in suite.cases if c.outcome == "skipped" and canonical(c) not in skipped_before
+    ]
+    before, now = _share(base), _share(suite)
+    if newly and now - before > policy.skip_jump_pct:
+        f.add(
+            "skipped_share_rose",
+            f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch: "
+            f"{len(newly)} test(s) newly skipped",
+            detail=_listed(newly),
+            fix="run them, or say in the change why each is skipped now",
+        )

@@ -1,0 +1,146 @@
+"""The tests the policy requires, and the tests the base branch ran that are skipped or gone."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from stagegate.errors import ConfigError
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.required import canonical, matches
+from stagegate.model import Decision, StageData, StageStatus, TestCase
+from stagegate.policy import Policy, policy_from_mapping
+
+from .builders import case, record, suite
+
+REQUIRED = Policy(required_tests={"integration": ("tests/t.py::test_fine_*",)})
+
+
+def _judge(data: StageData, policy: Policy = REQUIRED):
+    return judge_stage("integration", data, policy)
+
+
+def _kinds(verdict) -> list[tuple[str, str]]:
+    return [(f.severity.value, f.kind) for f in verdict.findings]
+
+
+def test_a_required_test_that_ran_and_passed_is_no_finding() -> None:
+    v = _judge(StageData(record(), suite=suite(case("test_fine_tuning_fp32"), case("other"))))
+    assert v.status is StageStatus.PASS and v.findings == ()
+
+
+def test_a_skipped_required_test_blocks_naming_it_and_its_reason() -> None:
+    skipped = case("test_fine_tuning_fp32", "skipped", message="flaky on shared runners")
+    v = _judge(StageData(record(), suite=suite(skipped, case("test_fine_tune_bf16"))))
+    assert ("HIGH", "required_test_skipped") in _kinds(v)
+    (finding,) = [f for f in v.findings if f.kind == "required_test_skipped"]
+    assert "tests/t.py::test_fine_tuning_fp32" in finding.title
+    assert finding.detail == "flaky on shared runners"
+    assert v.status is StageStatus.FAIL and decide([v]).decision is Decision.BLOCK
+
+
+def test_a_pattern_no_test_matches_blocks_naming_it() -> None:
+    v = _judge(StageData(record(), suite=suite(case("test_other"))))
+    (finding,) = [f for f in v.findings if f.kind == "required_test_missing"]
+    assert "tests/t.py::test_fine_*" in finding.title and finding.severity.value == "HIGH"
+    assert decide([v]).decision is Decision.BLOCK
+
+
+def test_a_stage_that_left_no_tests_cannot_show_its_required_ones() -> None:
+    v = _judge(StageData(record()))
+    (finding,) = [f for f in v.findings if f.kind == "required_test_missing"]
+    assert "tests/t.py::test_fine_*" in finding.detail
+
+
+def test_every_stage_without_required_tests_is_left_alone() -> None:
+    v = judge_stage("execution", StageData(record(), suite=suite(case("a"))), REQUIRED)
+    assert v.findings == ()
+
+
+def _named(nodeid: str, outcome: str = "passed") -> TestCase:
+    return replace(case("x", outcome), nodeid=nodeid)
+
+
+def test_a_dotted_classname_is_matched_by_the_file_pattern() -> None:
+    # Where the report runs without the checkout, pytest's classname stays dotted.
+    dotted = _named("tests.integration.test_fine_tuning_cpu::test_fine_tuning_fp32")
+    assert canonical(dotted) == "tests/integration/test_fine_tuning_cpu.py::test_fine_tuning_fp32"
+    klass = _named("tests.integration.test_combos.TestAll::test_keys[a-b]")
+    assert canonical(klass) == "tests/integration/test_combos.py::TestAll::test_keys[a-b]"
+    assert matches("tests/integration/test_combos.py::*", klass)
+    assert not matches("tests/integration/test_fine_tuning_cpu.py::*", klass)
+    assert canonical(_named("com.example.NetTest::timesOut")) != "com/example/NetTest.py"
+
+
+def test_brackets_in_a_pattern_are_literal_and_only_star_is_a_wildcard() -> None:
+    param = _named("tests/t.py::test_x[a]")
+    assert matches("tests/t.py::test_x[a]", param)
+    assert not matches("tests/t.py::test_x[ab]", _named("tests/t.py::test_xa"))
+    assert not matches("tests/t.py::test_x?", _named("tests/t.py::test_xy"))
+    assert matches("tests/*::test_x[*]", param)
+
+
+def test_a_required_test_the_base_ran_and_that_is_gone_here_blocks() -> None:
+    base = suite(case("test_fine_tuning_fp32"), case("test_fine_tune_bf16"))
+    here = suite(case("test_fine_tuning_fp32"))  # the other one deselected, removed or renamed
+    v = _judge(StageData(record(), suite=here, base_suite=base))
+    (gone,) = [f for f in v.findings if f.kind == "required_test_missing"]
+    assert "tests/t.py::test_fine_tune_bf16" in gone.title and decide([v]).decision.value == "BLOCK"
+
+
+def test_newly_skipped_tests_are_named_with_their_reasons_when_the_share_rises() -> None:
+    base = suite(case("a"), case("b"), case("c"), case("d", "skipped", message="needs CUDA"))
+    here = suite(
+        case("a", "skipped", message="flaky on shared runners"),
+        case("b", "skipped", message="slow"),
+        case("c"),
+        case("d", "skipped", message="needs CUDA"),
+    )
+    v = judge_stage("execution", StageData(record(), suite=here, base_suite=base), Policy())
+    (rose,) = [f for f in v.findings if f.kind == "skipped_share_rose"]
+    assert rose.severity.value == "MEDIUM" and "25.0% to 75.0%" in rose.title
+    assert "tests/t.py::a (flaky on shared runners)" in rose.detail
+    assert "tests/t.py::b (slow)" in rose.detail and "::d" not in rose.detail
+
+
+def test_no_rise_in_the_skipped_share_or_one_within_the_allowance_is_no_finding() -> None:
+    base = suite(case("a", "skipped", message="x"), case("b"))
+    swapped = suite(case("a"), case("b", "skipped", message="y"))  # the share did not rise
+    v = judge_stage("execution", StageData(record(), suite=swapped, base_suite=base), Policy())
+    assert "skipped_share_rose" not in {f.kind for f in v.findings}
+    rose = suite(case("a", "skipped", message="x"), case("b", "skipped", message="y"))
+    lenient = Policy(skip_jump_pct=60.0)  # 50% -> 100% is 50 points
+    v = judge_stage("execution", StageData(record(), suite=rose, base_suite=base), lenient)
+    assert "skipped_share_rose" not in {f.kind for f in v.findings}
+    v = judge_stage("execution", StageData(record(), suite=rose, base_suite=base), Policy())
+    assert "skipped_share_rose" in {f.kind for f in v.findings}
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"required_tests": {"integration": []}}, "required_tests.integration"),
+        ({"required_tests": {"integration": "tests/x.py"}}, "required_tests.integration"),
+        ({"required_tests": {"Bad Stage": ["x"]}}, "required_tests"),
+        ({"required_tests": ["x"]}, "required_tests"),
+        ({"gate_files": "pyproject.toml"}, "gate_files"),
+        ({"gate_files": [""]}, "gate_files"),
+        ({"skip_jump_pct": -1}, "skip_jump_pct"),
+    ],
+)
+def test_the_new_policy_keys_refuse_bad_values_by_name(table: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        policy_from_mapping(table)
+
+
+def test_the_new_policy_keys_are_read() -> None:
+    policy = policy_from_mapping(
+        {
+            "required_tests": {"integration": ["tests/a.py::*"]},
+            "gate_files": ["noxfile.py", ".github/*"],
+            "skip_jump_pct": 5,
+        }
+    )
+    assert policy.required_tests == {"integration": ("tests/a.py::*",)}
+    assert policy.gate_files == ("noxfile.py", ".github/*") and policy.skip_jump_pct == 5.0

@@ -1,0 +1,204 @@
+"""Real pytest runs through ``stagegate run``, judged by ``stagegate report`` under the
+repository's policy: a skip marker on a required test module, a declared output the stage did
+not write, and a suite most of whose tests fail through a deprecation the suite turns into
+errors; each is reported as what it is."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stagegate.cli import main
+from stagegate.runner import run_stage
+
+from .builders import POLICY_FILE
+
+# A project laid out like this repository: a library, its unit tests, and the integration
+# modules the policy's required_tests name.
+PROJECT = {
+    "pytest.ini": """
+        [pytest]
+        filterwarnings = error
+        markers = integration
+    """,
+    "lib/trainlib.py": """
+        import warnings
+
+        def step(x):
+            return x + 1
+    """,
+    "tests/unit/test_lib.py": """
+        import sys
+        sys.path.insert(0, "lib")
+        import pytest
+        import trainlib
+
+        @pytest.mark.parametrize("x", range(40))
+        def test_step(x):
+            assert trainlib.step(x) == x + 1
+
+        def test_other():
+            assert True
+    """,
+    "tests/integration/test_fine_tuning_cpu.py": """
+        import pytest
+        pytestmark = pytest.mark.integration
+
+        def test_fine_tuning_fp32():
+            assert True
+
+        def test_fine_tune_bf16_autocast_on_cpu():
+            assert True
+    """,
+    "tests/integration/test_fine_tuning_combinations.py": """
+        import pytest
+        pytestmark = pytest.mark.integration
+
+        class TestEveryArgumentCombination:
+            def test_trains_and_returns_every_documented_key(self):
+                assert True
+    """,
+    "tests/integration/test_readme_examples.py": """
+        import pytest
+        pytestmark = pytest.mark.integration
+
+        def test_the_library_examples_run_in_order():
+            assert True
+    """,
+}
+# The deprecation planted where every step goes: the suite's filterwarnings turns it into errors.
+DEPRECATED = """
+        def step(x):
+            warnings.warn("torch.cuda.amp.GradScaler(args...) is deprecated", FutureWarning)
+            return x + 1
+"""
+SKIP = 'pytestmark = [pytest.mark.integration, pytest.mark.skip(reason="flaky on shared runners")]'
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in PROJECT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _stage(name: str, files: dict[str, str], *pytest_args: str) -> int:
+    """One stage, as the noxfile runs it: pytest through stagegate run into reports/raw."""
+    _, code = run_stage(
+        name,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *pytest_args],
+        out_dir=Path("reports/raw"),
+        files=files,
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    return code
+
+
+def _unit() -> int:
+    return _stage(
+        "execution",
+        {"junit": "reports/raw/junit-unit.xml", "warnings": "reports/raw/warnings-unit.json"},
+        "tests/unit",
+        "--junitxml=reports/raw/junit-unit.xml",
+        "--stagegate-warnings=reports/raw/warnings-unit.json",
+    )
+
+
+def _integration(*, metrics: bool = False) -> int:
+    files = {"junit": "reports/raw/junit-integration.xml"}
+    if metrics:
+        files["metrics"] = "reports/raw/integration-metrics.json"
+    return _stage(
+        "integration", files, "tests/integration", "--junitxml=reports/raw/junit-integration.xml"
+    )
+
+
+def _report(*extra: str) -> tuple[int, str]:
+    code = main(
+        [
+            "report",
+            "reports/raw",
+            "--out",
+            "reports",
+            "--pyproject",
+            str(POLICY_FILE),
+            *extra,
+            "--only",
+            "execution",
+            "--only",
+            "integration",
+        ]
+    )
+    return code, Path("reports/summary.md").read_text()
+
+
+def test_the_clean_project_passes(project: Path) -> None:
+    assert _unit() == 0 and _integration() == 0
+    code, summary = _report()
+    assert code == 0, summary
+
+
+def test_a_skip_marker_on_a_required_test_module_blocks_naming_its_tests(project: Path) -> None:
+    module = project / "tests/integration/test_fine_tuning_cpu.py"
+    module.write_text(module.read_text().replace("pytestmark = pytest.mark.integration", SKIP))
+    assert _unit() == 0 and _integration() == 0  # pytest itself is content: 2 skipped
+    code, summary = _report()
+    assert code == 1
+    shown = summary.replace("\\_", "_")  # as the reader sees it
+    for test in ("test_fine_tuning_fp32", "test_fine_tune_bf16_autocast_on_cpu"):
+        assert f"required test tests/integration/test_fine_tuning_cpu.py::{test} was" in shown
+    assert "flaky on shared runners" in Path("reports/integration.md").read_text()
+
+
+def test_a_deselected_required_module_blocks_naming_its_pattern(project: Path) -> None:
+    assert _unit() == 0
+    assert _stage(
+        "integration",
+        {"junit": "reports/raw/junit-integration.xml"},
+        "tests/integration",
+        "--deselect=tests/integration/test_readme_examples.py::test_the_library_examples_run_in_order",
+        "--junitxml=reports/raw/junit-integration.xml",
+    ) == 0  # fmt: skip
+    code, summary = _report()
+    assert code == 1 and "test\\_readme\\_examples.py::\\*" in summary
+
+
+def test_a_declared_output_the_stage_did_not_produce_blocks(project: Path) -> None:
+    assert _unit() == 0 and _integration(metrics=True) == 0
+    code, summary = _report()
+    assert code == 1 and "integration-metrics.json was not produced" in summary
+
+
+def test_a_suite_failing_through_a_deprecation_is_failed_with_its_failures_not_missing(
+    project: Path,
+) -> None:
+    library = project / "lib/trainlib.py"
+    library.write_text(library.read_text().replace(
+        "\ndef step(x):\n    return x + 1\n", textwrap.dedent(DEPRECATED)))  # fmt: skip
+    assert _unit() == 1 and _integration() == 0
+    code, summary = _report()
+    assert code == 1
+    execution = Path("reports/execution.md").read_text()
+    assert "| [execution](execution.md) | **FAIL** |" in summary
+    assert "MISSING" not in summary and "did not run" not in summary
+    assert "1 passed, 40 failed" in summary
+    assert execution.count("FutureWarning") >= 40  # every failure is listed with its message
+    assert "lib/trainlib.py:4" in execution  # where the warning was raised
+
+
+def test_a_record_removed_after_its_stage_is_said_to_be_gone(project: Path) -> None:
+    assert _unit() == 0 and _integration() == 0
+    Path("reports/raw/execution.json").unlink()
+    code, summary = _report()
+    assert code == 1
+    assert "execution" in summary and "was removed" in summary and "did not run" not in summary
+    shutil.rmtree("reports/raw")
+    assert main(["report", "reports/raw", "--out", "reports"]) == 2  # no records at all
