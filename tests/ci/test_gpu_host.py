@@ -201,7 +201,7 @@ def test_the_gpu_judge_passes_a_real_h100_result_and_says_regression_is_not_veri
 
 
 def test_the_gpu_judge_blocks_a_cpu_result_claimed_for_the_gpu_stage(host: dict) -> None:
-    smoke = ROOT / "tests" / "fixtures" / "stagegate" / "pass-cpu" / "benchmark.json"
+    smoke = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu" / "benchmark.json"
     assert stage(host, BENCHMARK=str(smoke)).returncode == 0
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
 

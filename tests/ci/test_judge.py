@@ -18,7 +18,7 @@ from .ci_tools import HAS_CHANGED_FILES, REPO, ROOT, TOOLS, FakeApi, stagegate_f
 
 judge_records = tool("judge_records")
 
-FIXTURES = ROOT / "tests" / "fixtures" / "stagegate"
+FIXTURES = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate"
 CPU_STAGES = ["static", "execution", "integration", "performance"]
 GATE_FILES = [
     "pyproject.toml",
