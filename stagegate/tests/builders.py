@@ -12,7 +12,7 @@ from xml.sax.saxutils import quoteattr
 import pytest
 
 from stagegate.cli import main
-from stagegate.judge.stats import bootstrap_ratio_ci, ratio_of_medians
+from stagegate.judge.stats import RatioDistribution, ratio_of_medians
 from stagegate.model import (
     Benchmark,
     Comparison,
@@ -129,7 +129,7 @@ def compared(arm: PrecisionResult, base: PrecisionResult) -> Comparison:
         precision=arm.name,
         baseline=base.name,
         speedup=ratio_of_medians(top, bottom),
-        speedup_ci95=bootstrap_ratio_ci(top, bottom),
+        speedup_ci95=RatioDistribution(top, bottom).interval(),
         peak_memory_reduction_pct=reduction(arm.peak_mb, base.peak_mb),
         activation_memory_reduction_pct=reduction(arm.activation_mb, base.activation_mb),
         accuracy_diff=abs(arm.val_accuracy - base.val_accuracy),

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from stagegate.benchpolicy import PresetSpec
 from stagegate.judge import decide, judge_stage
 from stagegate.model import CheckOutcome, Decision, Location, PrecisionResult, StageStatus
-from stagegate.policy import Policy, PresetSpec
+from stagegate.policy import Policy
 
 from .builders import (
     bench,

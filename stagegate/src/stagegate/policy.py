@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stagegate.benchpolicy import BenchmarkPolicy, benchmark_policy
 from stagegate.errors import ConfigError
 from stagegate.model import STAGES, Severity
 
@@ -102,61 +103,6 @@ DEFAULT_DEDUCTION = {
     Severity.LOW: 1,
     Severity.INFO: 0,
 }
-
-
-MEASURES = ("speed", "memory", "accuracy", "syncs")
-DEVICES = ("cuda", "cpu")
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
-
-
-@dataclass(frozen=True)
-class PresetSpec:
-    """What a run of one preset must hold: the device it runs on, the precisions it measures
-    and which kinds of figure (speed, memory, accuracy, syncs)."""
-
-    device: str
-    precisions: tuple[str, ...]
-    measures: tuple[str, ...]
-
-
-DEFAULT_PRESETS = {
-    # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
-    "gpu": PresetSpec("cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES),
-    "cpu-smoke": PresetSpec("cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs")),
-}
-
-# Dense peak TFLOP/s by compute dtype, from NVIDIA's datasheets, where the tensor-core figures
-# are printed with 2:4 sparsity: halved here. H100 SXM5 and H200 SXM: FP32 67, TF32 989*,
-# BF16/FP16 1,979*. H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1,513*. H100 NVL and H200 NVL:
-# FP32 60, TF32 835*, BF16/FP16 1,671*. A100 (SXM4 and PCIe, 40 and 80 GB): FP32 19.5,
-# TF32 312*, BF16/FP16 624*. A key's words must all be words of the GPU's name; the key with
-# the most words wins ("NVIDIA H100 80GB HBM3" is the SXM5 part).
-DEFAULT_PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H100": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
-    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
-    "H200": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class BenchmarkPolicy:
-    """How benchmark evidence is checked before any threshold."""
-
-    presets: Mapping[str, PresetSpec] = field(default_factory=lambda: dict(DEFAULT_PRESETS))
-    peak_tflops: Mapping[str, Mapping[str, float]] = field(
-        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_PEAK_TFLOPS.items()}
-    )
-    min_windows: int = 5  # timed windows per precision: fewer cannot give an interval
-    # A summary figure (median, step time, throughput, speedup, reduction, difference) agrees
-    # with its recomputation from the raw figures when within this share of it.
-    summary_tolerance_pct: float = 0.1
-    # Each bound of the file's 95% interval agrees with the gate's own bootstrap when within
-    # this share of the gate's interval width (two bootstraps of the same windows drawn with
-    # different generators differ by up to 0.35 of the width: see the README).
-    interval_tolerance: float = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,6 +223,12 @@ def _severities(key: str, value: Any) -> dict[str, Severity]:
             "must be INFO; a test's duration depends on the machine's load, and the same "
             "code must get the same verdict and score"
         )
+    weak = [k for k in EVIDENCE_KINDS if not severity[k].blocks]
+    if weak:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.{weak[0]} = {value[weak[0]]!r}: must be HIGH or CRITICAL; "
+            "benchmark evidence that is missing, impossible or unchecked cannot pass"
+        )
     return severity
 
 
@@ -291,90 +243,6 @@ def _deductions(key: str, value: Any) -> dict[Severity, int]:
             "must get the same score"
         )
     return deduction
-
-
-def _fail(key: str, value: Any, need: str) -> ConfigError:
-    return ConfigError(f"[tool.stagegate] {key} = {value!r}: {need}")
-
-
-def _positive(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(key, value, "a finite number is needed")
-    if value <= 0:
-        raise _fail(key, value, "must be > 0")
-    return float(value)
-
-
-def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or any(not isinstance(v, str) or not v for v in value)
-        or (allowed is not None and any(v not in allowed for v in value))
-    ):
-        need = f"a list from {', '.join(allowed)}" if allowed else "a non-empty list of names"
-        raise _fail(key, value, need)
-    return tuple(dict.fromkeys(value))
-
-
-def _preset(key: str, spec: Any) -> PresetSpec:
-    if not isinstance(spec, dict) or set(spec) != {"device", "precisions", "measures"}:
-        raise _fail(key, spec, 'write { device = "cuda", precisions = [...], measures = [...] }')
-    if spec["device"] not in DEVICES:
-        raise _fail(f"{key}.device", spec["device"], f"one of {', '.join(DEVICES)}")
-    measures = _words(f"{key}.measures", spec["measures"], MEASURES)
-    # Speed and accuracy carry the thresholds; CUDA memory exists on cuda, and only there.
-    needed = {"speed", "accuracy", "memory"} if spec["device"] == "cuda" else {"speed", "accuracy"}
-    if not needed <= set(measures) or ("memory" in measures and spec["device"] != "cuda"):
-        raise _fail(
-            f"{key}.measures",
-            spec["measures"],
-            f"a {spec['device']} preset measures {', '.join(sorted(needed))}"
-            + (", and syncs if it counts them" if spec["device"] == "cuda" else "; not memory"),
-        )
-    return PresetSpec(spec["device"], _words(f"{key}.precisions", spec["precisions"]), measures)
-
-
-def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:
-    if not isinstance(table, dict) or not table:
-        raise _fail(key, table, "a table of GPU name patterns")
-    peaks = {}
-    for pattern, row in table.items():
-        where = f"{key}.{pattern}"
-        if not pattern.split() or not isinstance(row, dict) or set(row) != set(DTYPES):
-            raise _fail(where, row, f"a table of {', '.join(DTYPES)} in TFLOP/s")
-        peaks[pattern] = {dtype: _positive(f"{where}.{dtype}", row[dtype]) for dtype in DTYPES}
-    return peaks
-
-
-def _presets(key: str, table: Any) -> dict[str, PresetSpec]:
-    if not isinstance(table, dict) or not table:
-        raise _fail(key, table, "a table of presets")
-    return {name: _preset(f"{key}.{name}", spec) for name, spec in table.items()}
-
-
-def benchmark_policy(key: str, table: Any) -> BenchmarkPolicy:
-    """``[tool.stagegate.benchmark]`` checked; a table given replaces its default whole."""
-    if not isinstance(table, dict):
-        raise _fail(key, table, "a table is needed")
-    readers = {
-        "presets": _presets,
-        "peak_tflops": _peaks,
-        "min_windows": _positive,
-        "summary_tolerance_pct": _positive,
-        "interval_tolerance": _positive,
-    }
-    unknown = sorted(set(table) - set(readers))
-    if unknown:
-        raise ConfigError(
-            f"[tool.stagegate] {key}.{unknown[0]}: unknown key; known: {', '.join(readers)}"
-        )
-    values = {name: readers[name](f"{key}.{name}", value) for name, value in table.items()}
-    if "min_windows" in values:
-        if values["min_windows"] < 2 or values["min_windows"] != int(values["min_windows"]):
-            raise _fail(f"{key}.min_windows", table["min_windows"], "a whole number >= 2")
-        values["min_windows"] = int(values["min_windows"])
-    return BenchmarkPolicy(**values)
 
 
 # Each key of [tool.stagegate] and the function that checks and converts its value.

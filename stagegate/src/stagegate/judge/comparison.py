@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from stagegate.judge.evidence import Verified, check_summary, flag
 from stagegate.judge.findings import Findings
-from stagegate.judge.stats import bootstrap_ratio_ci, ratio_of_medians
+from stagegate.judge.stats import LEVEL, RatioDistribution, ratio_of_medians
 from stagegate.model import Benchmark, Comparison
 from stagegate.policy import Policy
 
@@ -74,36 +74,45 @@ def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) ->
 
 
 def _interval(
-    f: Findings, where: str, claimed: tuple[float, float], ours: tuple[float, float], policy: Policy
+    f: Findings, where: str, claimed: tuple[float, float], dist: RatioDistribution, tol: float
 ) -> None:
-    bp = policy.benchmark
-    slack = bp.interval_tolerance * (ours[1] - ours[0]) + bp.summary_tolerance_pct / 100 * ours[1]
+    """Each bound of the file's interval lies where the windows' bootstrap puts it: within
+    ``tol`` of the 2.5th (97.5th) percentile of the exact distribution."""
     if any(math.isnan(x) for x in claimed):
         flag(f, "evidence_missing", where, "absent or not two finite numbers")
-    elif any(abs(a - b) > slack for a, b in zip(claimed, ours, strict=True)):
-        flag(
-            f,
-            "evidence_inconsistent",
-            where,
-            f"says {claimed[0]:.4g}-{claimed[1]:.4g}, the windows give {ours[0]:.4g}-{ours[1]:.4g}",
-            detail=f"tolerance {bp.interval_tolerance:g} of the recomputed interval's width",
-        )
+        return
+    tails = ((1 - LEVEL) / 2, (1 + LEVEL) / 2)
+    spans = [(dist.share_below(x, False), dist.share_below(x, True)) for x in claimed]
+    if all(
+        below <= share + tol and upto >= share - tol
+        for (below, upto), share in zip(spans, tails, strict=True)
+    ):
+        return
+    ours = dist.interval()
+    flag(
+        f,
+        "evidence_inconsistent",
+        where,
+        f"says {claimed[0]:.4g}-{claimed[1]:.4g}, the windows give {ours[0]:.4g}-{ours[1]:.4g}",
+        detail=f"the file's bounds lie at the {(spans[0][0] + spans[0][1]) * 50:.1f}th and "
+        f"{(spans[1][0] + spans[1][1]) * 50:.1f}th percentiles of the windows' bootstrap "
+        f"distribution; each may stray {tol:g} from the 2.5th and 97.5th",
+    )
 
 
 def _speed(f: Findings, where: str, c: Comparison, v: Verified, policy: Policy, row: Row) -> None:
     top, bottom = v.windows.get(c.baseline), v.windows.get(c.precision)
+    bp = policy.benchmark
     if top is None or bottom is None:
         row.unverified["speedup"] = (
             f"the windows of {c.baseline if top is None else c.precision} were not verified"
         )
         return
-    speedup = ratio_of_medians(top, bottom)
-    ci = bootstrap_ratio_ci(top, bottom)
+    speedup, dist = ratio_of_medians(top, bottom), RatioDistribution(top, bottom)
     claimed = None if math.isnan(c.speedup) else c.speedup
-    tol = policy.benchmark.summary_tolerance_pct
-    check_summary(f, _at(where, "speedup", c), claimed, speedup, tol)
-    _interval(f, _at(where, "speedup_ci95", c), c.speedup_ci95, ci, policy)
-    row.comparison = replace(row.comparison, speedup=speedup, speedup_ci95=ci)
+    check_summary(f, _at(where, "speedup", c), claimed, speedup, bp.summary_tolerance_pct)
+    _interval(f, _at(where, "speedup_ci95", c), c.speedup_ci95, dist, bp.interval_tolerance)
+    row.comparison = replace(row.comparison, speedup=speedup, speedup_ci95=dist.interval())
     why = _ceiling(f, _at(where, "speedup", c), c.precision, speedup, v) if v.gpu else ""
     if why:
         row.unverified["speedup"] = why

@@ -14,10 +14,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median, quartiles
 from stagegate.model import Benchmark, PrecisionResult
-from stagegate.policy import BenchmarkPolicy, PresetSpec
 
 FIXES = {
     "evidence_missing": "run the benchmark again and keep the file it writes as it is: its "
@@ -122,6 +122,15 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
             "evidence_missing",
             where,
             f"{len(p.window_s)} timed windows; at least {policy.min_windows} are needed",
+        )
+        return None
+    if len(p.window_s) > policy.max_windows:
+        flag(
+            f,
+            "evidence_unchecked",
+            where,
+            f"{len(p.window_s)} timed windows; the policy checks at most {policy.max_windows}",
+            fix="raise [tool.stagegate.benchmark] max_windows, or time fewer windows",
         )
         return None
     bad = [i for i, v in enumerate(p.window_s) if v is None]
