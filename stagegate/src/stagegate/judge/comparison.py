@@ -48,10 +48,12 @@ class Row:
 def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) -> str:
     """Why the speedup is not possible on the GPU, or "".
 
-    No step runs faster than its precision's fastest arithmetic against IEEE fp32, the slowest
-    any precision falls back to: TF32 mode lets matmuls use tensor cores but leaves attention
-    and other kernels in fp32 (on an H100, bf16-mixed ran 2.70x faster than 32-tf32 while their
-    tensor-core peaks differ 2x), so fp32 is the baseline's floor whatever its name.
+    Each kernel of a step does the same work in either precision: a compute-bound one runs at
+    most as much faster as the precision's peak outruns the baseline's arithmetic, a
+    memory-bound one at most 2x (half the bytes), so the step can speed up no more than the
+    ratio of peaks. The baseline's arithmetic is taken as IEEE fp32 whatever its name: TF32
+    mode lets matmuls use tensor cores but leaves attention and other kernels in fp32 (on an
+    H100, bf16-mixed ran 2.70x faster than 32-tf32, whose tensor-core peaks differ 2x).
     """
     if v.peaks is None:
         return v.peaks_why
