@@ -68,9 +68,7 @@ def test_the_interval_is_where_a_long_bootstrap_puts_it(
     for share in (0.025, 0.975):
         drawn = ratios[int(share * len(ratios))]
         assert (
-            dist.share_below(drawn, False) - 0.008
-            <= share
-            <= dist.share_below(drawn, True) + 0.008
+            dist.share_below(drawn, False) - 0.008 <= share <= dist.share_below(drawn, True) + 0.008
         )
     low, high = dist.interval()
     assert low <= ratio_of_medians(top, bottom) <= high
