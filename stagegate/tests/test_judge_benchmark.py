@@ -213,3 +213,93 @@ def test_a_failed_precision_is_critical() -> None:
     assert failed.detail == "CUDA out of memory"
     # its comparisons are absent, as the benchmark leaves them: no second finding for them
     assert not [f for f in v.findings if f.kind.startswith("evidence_")]
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "fix"),
+    [
+        ("oom", "CUDA out of memory", "batch size"),
+        ("nonfinite", "non-finite training loss at timed step 3", "loss curve"),
+        ("error", "RuntimeError: boom", "traceback"),
+        ("error", None, "traceback"),
+    ],
+)
+def test_a_failed_precision_says_how_to_fix_what_failed(
+    status: str, error: str | None, fix: str
+) -> None:
+    failed = PrecisionResult("16-mixed", status, error, "16-mixed")
+    v = judge_stage("performance", performance(with_precisions(bench(), failed)), POLICY)
+    (finding,) = [f for f in v.findings if f.kind == "benchmark_failed"]
+    assert fix in finding.fix and finding.detail == (error or "")
+
+
+def test_a_failed_precision_leaves_the_others_judged() -> None:
+    """The health checks go on past a failed precision to every one after it."""
+    b = bench(syncs_per_step=1.0)
+    failed = PrecisionResult("32-tf32", "error", "boom", "32-tf32")
+    ordered = replace(b, precisions=(failed, *[p for p in b.precisions if p.name != "32-tf32"]))
+    v = judge_stage("performance", performance(ordered), POLICY)
+    assert [f.title for f in v.findings if f.kind == "host_sync"] == [
+        "bf16-mixed: 1 host-device syncs per training step"
+    ]
+
+
+def test_a_host_sync_names_its_first_five_places_and_the_first_as_location() -> None:
+    places = [{"location": f"src/m{i}.py:{i + 1}", "count": i + 1} for i in range(6)]
+    v = judge_stage(
+        "performance",
+        performance(bench(syncs_per_step=2.0, sync_locations=tuple(places))),
+        POLICY,
+    )
+    (sync,) = [f for f in v.findings if f.kind == "host_sync"]
+    assert sync.detail == ", ".join(f"src/m{i}.py:{i + 1} x{i + 1}" for i in range(5))
+    assert sync.location == Location("src/m0.py", 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "location"),
+    [
+        ("C:/work/src/engine.py:120", Location("C:/work/src/engine.py", 120)),
+        ("src/engine.py", Location("src/engine.py")),
+        ("src/engine.py:abc", Location("src/engine.py:abc")),
+        (":12", Location(":12")),
+    ],
+)
+def test_a_sync_place_becomes_a_location(text: str, location: Location) -> None:
+    b = bench(syncs_per_step=1.0, sync_locations=({"location": text, "count": 1},))
+    (sync,) = [
+        f
+        for f in judge_stage("performance", performance(b), POLICY).findings
+        if f.kind == "host_sync"
+    ]
+    assert sync.location == location
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "seen"),
+    [({"float32": 9, "bfloat16": 2}, "2 in bfloat16, 9 in float32"), ({}, "none")],
+)
+def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used(dtypes: dict, seen: str) -> None:
+    b = bench(matmul_dtypes=dtypes, matmul_dtype_expected="bfloat16")
+    v = judge_stage("performance", performance(b), POLICY)
+    (wrong,) = [f for f in v.findings if f.kind == "autocast_mismatch"]
+    assert wrong.detail.endswith(f": {seen}") and "autocast" in wrong.fix
+
+
+def test_every_outcome_carries_its_target_and_its_figure() -> None:
+    """A row of the performance table: the policy's target, the judge's figure, and for a
+    miss its reason."""
+    b = bench(speedup=1.2)
+    kept = tuple(c for c in b.comparisons if (c.precision, c.baseline) != ("bf16-mixed", "32-true"))
+    v = judge_stage("performance", performance(replace(b, comparisons=kept)), POLICY)
+    for check in v.checks:
+        assert check.target == str(POLICY.thresholds[check.metric])
+        if check.outcome in (CheckOutcome.REPORTED, CheckOutcome.MET, CheckOutcome.MISSED):
+            assert check.value is not None
+        if check.outcome is CheckOutcome.MISSED:
+            assert check.metric in check.why
+    assert {c.outcome for c in v.checks} >= {
+        CheckOutcome.REPORTED,
+        CheckOutcome.MISSED,
+        CheckOutcome.NOT_VERIFIED,  # the comparison left out: absent from the file
+    }
