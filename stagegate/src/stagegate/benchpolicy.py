@@ -73,24 +73,14 @@ def _fail(key: str, value: Any, need: str) -> ConfigError:
     return ConfigError(f"[tool.stagegate] {key} = {value!r}: {need}")
 
 
-def _within(low: float, high: float, whole: bool = False) -> Callable[[str, Any], float]:
-    """A reader of a number above ``low`` and at most ``high`` (a whole one if ``whole``)."""
-
-    def read(key: str, value: Any) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise _fail(key, value, "a finite number is needed")
-        number = float(value)
-        if not low < number <= high or (whole and number != int(number)):
-            raise _fail(
-                key, value, f"{'a whole number' if whole else 'a number'} in ({low:g}, {high:g}]"
-            )
-        return int(number) if whole else number
-
-    return read
+def _within(key: str, value: Any, low: float, high: float, whole: bool = False) -> float:
+    """``value`` as a number strictly between ``low`` and ``high`` (a whole one if ``whole``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(key, value, "a finite number is needed")
+    if not low < value < high or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise _fail(key, value, f"{kind} above {low:g} and below {high:g}")
+    return int(value) if whole else float(value)
 
 
 def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -128,7 +118,7 @@ def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:
         where = f"{key}.{pattern}"
         if not pattern.split() or not isinstance(row, dict) or set(row) != set(DTYPES):
             raise _fail(where, row, f"a table of {', '.join(DTYPES)} in TFLOP/s")
-        peaks[pattern] = {d: _within(0, math.inf)(f"{where}.{d}", row[d]) for d in DTYPES}
+        peaks[pattern] = {d: _within(f"{where}.{d}", row[d], 0, math.inf) for d in DTYPES}
     return peaks
 
 
@@ -138,27 +128,33 @@ def _presets(key: str, table: Any) -> dict[str, PresetSpec]:
     return {name: _preset(f"{key}.{name}", spec) for name, spec in table.items()}
 
 
-_BENCHMARK_KEYS: dict[str, Callable[[str, Any], Any]] = {
-    "presets": _presets,
-    "peak_tflops": _peaks,
-    "min_windows": _within(1, MAX_WINDOWS, whole=True),
-    "max_windows": _within(1, MAX_WINDOWS, whole=True),
-    "summary_tolerance_pct": _within(0, 100),
-    # at 0.025 or more, a bound could sit anywhere in the tail
-    "interval_tolerance": _within(0, 0.025 - 1e-9),
+_TABLES: dict[str, Callable[[str, Any], Any]] = {"presets": _presets, "peak_tflops": _peaks}
+# The numbers of [tool.stagegate.benchmark]: (above, below, whole)
+_NUMBERS = {
+    "min_windows": (1, MAX_WINDOWS + 1, True),
+    "max_windows": (1, MAX_WINDOWS + 1, True),
+    "summary_tolerance_pct": (0, 100, False),
+    "interval_tolerance": (0, 0.025, False),  # at 0.025 a bound could sit anywhere in the tail
 }
+
+
+def _read(key: str, name: str, value: Any) -> Any:
+    if name in _TABLES:
+        return _TABLES[name](f"{key}.{name}", value)
+    return _within(f"{key}.{name}", value, *_NUMBERS[name])
 
 
 def benchmark_policy(key: str, table: Any) -> BenchmarkPolicy:
     """``[tool.stagegate.benchmark]`` checked; a table given replaces its default whole."""
     if not isinstance(table, dict):
         raise _fail(key, table, "a table is needed")
-    unknown = sorted(set(table) - set(_BENCHMARK_KEYS))
+    known = [*_TABLES, *_NUMBERS]
+    unknown = sorted(set(table) - set(known))
     if unknown:
         raise ConfigError(
-            f"[tool.stagegate] {key}.{unknown[0]}: unknown key; known: {', '.join(_BENCHMARK_KEYS)}"
+            f"[tool.stagegate] {key}.{unknown[0]}: unknown key; known: {', '.join(known)}"
         )
-    policy = BenchmarkPolicy(**{k: _BENCHMARK_KEYS[k](f"{key}.{k}", v) for k, v in table.items()})
+    policy = BenchmarkPolicy(**{name: _read(key, name, value) for name, value in table.items()})
     if policy.min_windows > policy.max_windows:
         raise _fail(f"{key}.min_windows", policy.min_windows, "must not exceed max_windows")
     return policy
