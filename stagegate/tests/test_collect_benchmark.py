@@ -44,9 +44,9 @@ MISSING = [
     (lambda d: _bf16(d).pop("health"), "precisions.bf16-mixed has no 'health'"),
     (lambda d: _bf16(d).pop("window_s"), "precisions.bf16-mixed has no 'window_s'"),
     (lambda d: d["precisions"].update(x=["status"]), "precisions.x has no 'status'"),
-    (lambda d: d["comparisons"][0].pop("speedup"), "a comparison has no 'speedup'"),
-    (lambda d: d["comparisons"][0].pop("precision"), "a comparison has no 'precision'"),
-    (lambda d: d["comparisons"][0].pop("baseline"), "a comparison has no 'baseline'"),
+    (lambda d: d["comparisons"][0].pop("speedup"), "comparisons[0] has no 'speedup'"),
+    (lambda d: d["comparisons"][0].pop("precision"), "comparisons[0] has no 'precision'"),
+    (lambda d: d["comparisons"][0].pop("baseline"), "comparisons[0] has no 'baseline'"),
 ]
 
 
@@ -107,7 +107,8 @@ def test_optional_keys_take_their_defaults(tmp_path: Path) -> None:
     assert (bench.preset, bench.device) == ("?", "?")
     bf16 = {p.name: p for p in bench.precisions}["bf16-mixed"]
     assert bf16.precision_used == "bf16-mixed" and bf16.iqr_ms is None
-    assert bf16.window_s == (0.5, 0.25)  # not measured (null, infinite, zero) is left out
+    # every window keeps its place: what is not a finite number reads as None, for the judge
+    assert bf16.window_s == (0.5, None, None, 0.0, 0.25)
     assert math.isnan(bench.comparisons[0].speedup)
 
 
@@ -135,3 +136,92 @@ def test_a_failed_precision_keeps_its_error_and_a_nonfinite_one_its_figures(
     assert nonfinite.status == "nonfinite" and nonfinite.step_time_ms is None  # NaN: not measured
     assert nonfinite.mfu is None
     assert nonfinite.tokens_per_second == _bf16(REAL)["tokens_per_second"]
+
+
+def test_a_missing_key_is_named_in_its_place(tmp_path: Path) -> None:
+    """The place and the key together, as one phrase: "precisions.bf16-mixed has no 'stats'"."""
+    for change, message in MISSING:
+        with pytest.raises(InputError) as caught:
+            read_benchmark(_write(tmp_path, _altered(change)))
+        assert message in str(caught.value)
+
+
+WRONG_SHAPE = [
+    (lambda d: _bf16(d)["health"].update(syncs_in_step="x"), "health.syncs_in_step"),
+    (lambda d: _bf16(d)["health"].update(matmul_dtypes=3), "health.matmul_dtypes"),
+    (lambda d: _bf16(d)["health"]["matmul_dtypes"].update(observed=[]), "matmul_dtypes.observed"),
+    (
+        lambda d: _bf16(d)["health"]["matmul_dtypes"].update(observed={"float32": 1.5}),
+        "matmul_dtypes.observed",
+    ),
+    (lambda d: _bf16(d)["health"].update(live_tensors=[]), "health.live_tensors"),
+    (lambda d: _bf16(d)["health"].update(inference_latency_ms="x"), "inference_latency_ms"),
+    (lambda d: _bf16(d)["health"]["syncs_in_step"].update(locations={}), "syncs_in_step.locations"),
+    (
+        lambda d: _bf16(d)["health"]["syncs_in_step"].update(locations=["x"]),
+        "syncs_in_step.locations",
+    ),
+    (
+        lambda d: _bf16(d)["health"]["syncs_in_step"].update(locations=[{"location": "a.py:1"}]),
+        "syncs_in_step.locations",
+    ),
+    (
+        lambda d: _bf16(d)["health"]["syncs_in_step"].update(locations=[{"count": 1}]),
+        "syncs_in_step.locations",
+    ),
+    (lambda d: _bf16(d).update(health=None), "precisions.bf16-mixed.health"),
+    (lambda d: _bf16(d).update(stats=[]), "precisions.bf16-mixed.stats"),
+    (lambda d: _bf16(d).update(memory=[]), "precisions.bf16-mixed.memory"),
+    (lambda d: _bf16(d).update(window_s=None), "precisions.bf16-mixed.window_s"),
+    (lambda d: _bf16(d).update(loss_curve={}), "precisions.bf16-mixed.loss_curve"),
+    (lambda d: d.update(comparisons={}), "the document.comparisons"),
+    (lambda d: d.update(settings=[]), "the document.settings"),
+    (lambda d: d.update(commit_info="abc"), "the document.commit_info"),
+    (lambda d: d.update(machine_info=None), "the document.machine_info"),
+    (lambda d: d.update(preset="gpu"), "the document.preset"),
+    (lambda d: d["comparisons"][0].update(precision=5), "comparisons[0]"),
+    (lambda d: d["comparisons"][0].update(baseline=None), "comparisons[0]"),
+]
+
+
+@pytest.mark.parametrize(("change", "place"), WRONG_SHAPE)
+def test_a_value_of_the_wrong_shape_names_the_file_and_its_place(
+    tmp_path: Path, change, place: str
+) -> None:
+    path = _write(tmp_path, _altered(change))
+    with pytest.raises(InputError) as caught:
+        read_benchmark(path)
+    assert str(path) in str(caught.value) and place in str(caught.value)
+
+
+def test_an_absent_or_null_optional_part_reads_as_empty(tmp_path: Path) -> None:
+    def strip(d: dict) -> None:
+        for key in ("comparisons", "settings", "commit_info", "datetime"):
+            d.pop(key)
+        _bf16(d).pop("memory")
+        _bf16(d).pop("loss_curve")
+        _bf16(d)["health"].pop("syncs_in_step")
+        d["precisions"]["32-true"].update(memory=None, loss_curve=None)
+
+    bench = read_benchmark(_write(tmp_path, _altered(strip)))
+    assert bench.comparisons == () and bench.settings == {} and bench.commit is None
+    assert bench.datetime == ""
+    for p in bench.precisions:
+        assert p.loss_curve == () and not p.memory_measured and p.peak_mb is None
+    assert not {p.name: p for p in bench.precisions}["bf16-mixed"].syncs_measured
+
+
+def test_what_a_precision_ran_as_is_read_as_written() -> None:
+    path = SOURCE.parent / "benchmark-h100-80gb-hbm3.json"
+    h100 = read_benchmark(path)
+    by_name = {p.name: p for p in h100.precisions}
+    assert by_name["32-tf32"].precision_used == "32-true"  # TF32 is fp32 with tensor cores
+    assert by_name["bf16-mixed"].precision_used == "bf16-mixed"
+    assert h100.commit == json.loads(path.read_text())["commit_info"]["id"]
+
+
+def test_a_file_that_is_not_json_is_named_a_benchmark_file(tmp_path: Path) -> None:
+    path = tmp_path / "benchmark.json"
+    path.write_text("{")
+    with pytest.raises(InputError, match="benchmark file"):
+        read_benchmark(path)

@@ -12,14 +12,14 @@ from stagegate.judge.baseline import compare_to_baseline, pick_baseline
 from stagegate.model import StageData
 from stagegate.policy import Policy
 
-from .builders import bench, performance, precision, record, sealed
+from .builders import bench, performance, record, sealed
 
 POLICY = Policy()
 
 
 def test_a_regression_beyond_the_noise_is_high() -> None:
     base = bench()
-    slower = replace(base, precisions=(precision("32-true", 400.0), precision("bf16-mixed", 150.0)))
+    slower = bench(step_ms={"bf16-mixed": 150.0})
     v = judge_stage("performance", performance(slower), POLICY, baselines=[base])
     regressions = {f.title.split(" ")[1]: f for f in v.findings if f.kind == "regression"}
     assert set(regressions) == {"step_time_ms", "tokens_per_second"}  # bf16 only
@@ -30,16 +30,16 @@ def test_a_regression_beyond_the_noise_is_high() -> None:
 
 def test_a_change_within_the_margin_is_noise_and_an_improvement_is_info() -> None:
     base = bench()
-    noisy = replace(base, precisions=(precision("32-true", 430.0), precision("bf16-mixed", 100.0)))
+    noisy = bench(step_ms={"32-true": 430.0})
     assert compare_to_baseline(noisy, base, 10.0).regressions == ()  # +7.5% within 10%
-    faster = replace(base, precisions=(precision("32-true", 300.0), precision("bf16-mixed", 100.0)))
+    faster = bench(step_ms={"32-true": 300.0})
     v = judge_stage("performance", performance(faster), POLICY, baselines=[base])
     assert {f.kind for f in v.findings} == {"improvement"} and not v.blocking
 
 
 def test_another_gpu_is_not_comparable_and_never_a_regression() -> None:
     base = bench()
-    slower = replace(base, precisions=(precision("32-true", 900.0), precision("bf16-mixed", 900.0)))
+    slower = bench(step_ms={"32-true": 900.0, "bf16-mixed": 900.0})
     other = replace(slower, gpu_name="NVIDIA A100-SXM4-80GB")
     cmp = compare_to_baseline(other, base, 10.0)
     assert not cmp.comparable and "GPU" in cmp.reason and cmp.changes == ()

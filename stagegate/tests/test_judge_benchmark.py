@@ -3,16 +3,24 @@ health checks, and failed precisions."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 
+from stagegate.benchpolicy import PresetSpec
 from stagegate.judge import decide, judge_stage
 from stagegate.model import CheckOutcome, Decision, Location, PrecisionResult, StageStatus
 from stagegate.policy import Policy
 
-from .builders import bench, comparison, cpu_bench, performance
+from .builders import (
+    bench,
+    compare_all,
+    compared,
+    cpu_bench,
+    performance,
+    precision,
+    with_precisions,
+)
 
 POLICY = Policy()
 GPU_TARGETS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduction_pct")
@@ -31,8 +39,14 @@ def outcomes(verdict) -> dict[tuple[str, str, str], CheckOutcome]:
 def test_gpu_targets_met_pass_with_every_metric_checked() -> None:
     v = judge_stage("performance", performance(bench()), POLICY)
     assert v.status is StageStatus.PASS, v.findings
-    assert [c.metric for c in v.checks] == [*GPU_TARGETS, "accuracy_diff"]
-    assert {c.outcome for c in v.checks} == {CheckOutcome.MET}
+    judged = {k: o for k, o in outcomes(v).items() if k[1] == "32-true"}
+    for amp in ("16-mixed", "bf16-mixed"):
+        assert {m: o for (p, _, m), o in judged.items() if p == amp} == dict.fromkeys(
+            (*GPU_TARGETS, "accuracy_diff"), CheckOutcome.MET
+        )
+    assert {o for (_, base, _), o in outcomes(v).items() if base == "32-tf32"} == {
+        CheckOutcome.REPORTED
+    }
     assert {c.target for c in v.checks} >= {">= 1.5x", "< 0.01"}
 
 
@@ -42,53 +56,82 @@ def test_gpu_targets_met_pass_with_every_metric_checked() -> None:
         ({"speedup": 1.2}, "speedup"),
         ({"mem": 12.0}, "peak_memory_reduction_pct"),
         ({"acc": 0.02}, "accuracy_diff"),
-        ({"speedup": math.nan}, "speedup"),
     ],
 )
 def test_a_missed_gpu_target_is_high_and_its_outcome_a_miss(kw: dict, metric: str) -> None:
     v = judge_stage("performance", performance(bench(**kw)), POLICY)
     assert ("HIGH", "threshold_missed") in kinds(v) and v.status is StageStatus.FAIL
-    missed = next(c for c in v.checks if c.metric == metric)
-    assert missed.outcome is CheckOutcome.MISSED and metric in missed.why
+    missed = outcomes(v)[("bf16-mixed", "32-true", metric)]
+    assert missed is CheckOutcome.MISSED
     assert any(metric in f.detail for f in v.findings if f.kind == "threshold_missed")
+    assert not [f for f in v.findings if f.kind.startswith("evidence_")]  # sound, just slow
+
+
+def test_the_targets_are_judged_on_the_figures_recomputed_from_the_raw_ones() -> None:
+    """A file whose summaries claim the targets while its windows and memory miss them."""
+    b = bench(speedup=1.2, mem=12.0)
+    claims = tuple(
+        replace(c, speedup=4.0, speedup_ci95=(3.9, 4.1), peak_memory_reduction_pct=50.0)
+        for c in b.comparisons
+    )
+    v = judge_stage("performance", performance(replace(b, comparisons=claims)), POLICY)
+    check = {(c.comparison.precision, c.comparison.baseline, c.metric): c for c in v.checks}
+    speedup = check[("bf16-mixed", "32-true", "speedup")]
+    assert speedup.outcome is CheckOutcome.MISSED and speedup.value == pytest.approx(1.2)
+    assert speedup.comparison.speedup_ci95[1] < 1.5  # the interval shown is the gate's own
+    assert check[("bf16-mixed", "32-true", "peak_memory_reduction_pct")].value == pytest.approx(12)
+    wrong = {f.title for f in v.findings if f.kind == "evidence_inconsistent"}
+    assert any("comparisons[" in t and ".speedup of bf16-mixed" in t for t in wrong)
+    assert any(".speedup_ci95" in t for t in wrong)
+    assert any(".peak_memory_reduction_pct" in t for t in wrong)
 
 
 def test_tf32_is_held_to_accuracy_parity_not_to_the_amp_targets() -> None:
-    b = bench()
-    tf32 = comparison("32-tf32", speedup=1.0, peak_memory_reduction_pct=0.0)
-    v = judge_stage(
-        "performance", performance(replace(b, comparisons=(*b.comparisons, tf32))), POLICY
-    )
+    b = bench(step_ms={"32-tf32": 400.0})  # no faster than fp32: no target says it must be
+    v = judge_stage("performance", performance(b), POLICY)
     assert v.status is StageStatus.PASS, v.findings
     tf32_outcomes = {m: o for (p, _, m), o in outcomes(v).items() if p == "32-tf32"}
     assert tf32_outcomes == {
         **dict.fromkeys(GPU_TARGETS, CheckOutcome.REPORTED),
         "accuracy_diff": CheckOutcome.MET,
     }
-    off = replace(tf32, accuracy_diff=0.2)
-    v = judge_stage("performance", performance(replace(b, comparisons=(off,))), POLICY)
-    (missed,) = v.findings
-    assert "32-tf32" in missed.title and "accuracy_diff" in missed.title
+    off = precision("32-tf32", 160.0, accuracy=0.7)
+    v = judge_stage("performance", performance(with_precisions(b, off)), POLICY)
+    missed = [f.title for f in v.findings if f.kind == "threshold_missed"]
+    assert any("32-tf32 vs 32-true" in t and "accuracy_diff" in t for t in missed)
+
+
+def _only(*precisions: str) -> Policy:
+    """The default policy, its gpu preset measuring ``precisions`` only."""
+    spec = PresetSpec("cuda", precisions, ("speed", "memory", "accuracy", "syncs"))
+    presets = {**POLICY.benchmark.presets, "gpu": spec}
+    return replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
 
 
 @pytest.mark.parametrize("name", ["16-mixed", "bf16-mixed", "16-true", "bf16-true"])
 def test_every_16_bit_precision_is_held_to_the_amp_targets(name: str) -> None:
-    slow = comparison(
-        name, speedup=1.0, peak_memory_reduction_pct=0.0, activation_memory_reduction_pct=0.0
+    slow = precision(name, 400.0)  # as fast as fp32, with as much memory
+    b = bench()
+    b = replace(
+        b, precisions=(b.precisions[0], slow), comparisons=compare_all((b.precisions[0], slow))
     )
-    v = judge_stage("performance", performance(replace(bench(), comparisons=(slow,))), POLICY)
+    v = judge_stage("performance", performance(b), _only("32-true", name))
     missed = sorted(c.metric for c in v.checks if c.outcome is CheckOutcome.MISSED)
     assert missed == sorted(GPU_TARGETS)
-    assert sorted(f.title.split(": ")[1].split(" ")[0] for f in v.findings) == missed
+    titles = [f.title for f in v.findings if f.kind == "threshold_missed"]
+    assert sorted(t.split(": ")[1].split(" ")[0] for t in titles) == missed
+    assert not [f for f in v.findings if f.kind.startswith("evidence_")]
 
 
 def test_a_comparison_against_another_baseline_is_reported_never_judged() -> None:
-    other = comparison("bf16-mixed", speedup=0.5, baseline="16-mixed", accuracy_diff=0.5)
     b = bench()
-    v = judge_stage(
-        "performance", performance(replace(b, comparisons=(*b.comparisons, other))), POLICY
-    )
-    assert v.status is StageStatus.PASS and not v.findings
+    fp32, fp16, bf16 = (b.precision(n) for n in ("32-true", "16-mixed", "bf16-mixed"))
+    assert fp32 and bf16
+    fp16 = precision("16-mixed", 50.0, accuracy=0.3)  # much faster, far less accurate
+    other = compared(bf16, fp16)
+    b = replace(b, precisions=(fp32, fp16, bf16), comparisons=(compared(bf16, fp32), other))
+    v = judge_stage("performance", performance(b), _only("32-true", "bf16-mixed"))
+    assert v.status is StageStatus.PASS and not v.findings, v.findings
     assert {o for (_, base, _), o in outcomes(v).items() if base == "16-mixed"} == {
         CheckOutcome.REPORTED
     }
@@ -99,22 +142,18 @@ def test_on_a_cpu_the_gpu_targets_are_not_verified_and_accuracy_is_judged() -> N
     assert v.status is StageStatus.NOT_VERIFIED and decide([v]).decision is Decision.PASS
     for check in v.checks:
         if check.metric in GPU_TARGETS:
-            assert check.outcome is CheckOutcome.NOT_VERIFIED and check.why  # never a miss
+            assert check.outcome is CheckOutcome.NOT_VERIFIED and "no GPU" in check.why
         else:
             assert check.outcome is CheckOutcome.MET
-    b = cpu_bench()
-    b = replace(b, comparisons=(replace(b.comparisons[0], accuracy_diff=0.2),))
-    v = judge_stage("performance", performance(b), POLICY)
+    v = judge_stage("performance", performance(cpu_bench(val_accuracy=0.7)), POLICY)
     assert [f.title for f in v.findings if f.kind == "threshold_missed"] == [
         "bf16-mixed vs 32-true: accuracy_diff misses its target"
     ]
 
 
 def test_every_miss_has_its_blocking_finding_and_nothing_else_is_a_miss() -> None:
-    b = bench(speedup=1.1, acc=0.5)
-    tf32 = comparison("32-tf32", speedup=0.9, accuracy_diff=0.0)
     for data in (
-        performance(replace(b, comparisons=(*b.comparisons, tf32))),
+        performance(bench(speedup=1.1, acc=0.5, step_ms={"32-tf32": 450.0})),
         performance(cpu_bench()),
     ):
         v = judge_stage("performance", data, POLICY)
@@ -167,9 +206,100 @@ def test_the_cpu_run_judges_what_it_measured(fault: dict, kind: str, said: str) 
 
 
 def test_a_failed_precision_is_critical() -> None:
-    b = bench()
     oom = PrecisionResult("16-mixed", "oom", "CUDA out of memory", "16-mixed")
-    v = judge_stage("performance", performance(replace(b, precisions=(*b.precisions, oom))), POLICY)
+    v = judge_stage("performance", performance(with_precisions(bench(), oom)), POLICY)
     (failed,) = [f for f in v.findings if f.kind == "benchmark_failed"]
     assert failed.severity.value == "CRITICAL" and "16-mixed" in failed.title
     assert failed.detail == "CUDA out of memory"
+    # its comparisons are absent, as the benchmark leaves them: no second finding for them
+    assert not [f for f in v.findings if f.kind.startswith("evidence_")]
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "fix"),
+    [
+        ("oom", "CUDA out of memory", "batch size"),
+        ("nonfinite", "non-finite training loss at timed step 3", "loss curve"),
+        ("error", "RuntimeError: boom", "traceback"),
+        ("error", None, "traceback"),
+    ],
+)
+def test_a_failed_precision_says_how_to_fix_what_failed(
+    status: str, error: str | None, fix: str
+) -> None:
+    failed = PrecisionResult("16-mixed", status, error, "16-mixed")
+    v = judge_stage("performance", performance(with_precisions(bench(), failed)), POLICY)
+    (finding,) = [f for f in v.findings if f.kind == "benchmark_failed"]
+    assert fix in finding.fix and finding.detail == (error or "")
+
+
+def test_a_failed_precision_leaves_the_others_judged() -> None:
+    """The health checks go on past a failed precision to every one after it."""
+    b = bench(syncs_per_step=1.0)
+    failed = PrecisionResult("32-tf32", "error", "boom", "32-tf32")
+    ordered = replace(b, precisions=(failed, *[p for p in b.precisions if p.name != "32-tf32"]))
+    v = judge_stage("performance", performance(ordered), POLICY)
+    assert [f.title for f in v.findings if f.kind == "host_sync"] == [
+        "bf16-mixed: 1 host-device syncs per training step"
+    ]
+
+
+def test_a_host_sync_names_its_first_five_places_and_the_first_as_location() -> None:
+    places = [{"location": f"src/m{i}.py:{i + 1}", "count": i + 1} for i in range(6)]
+    v = judge_stage(
+        "performance",
+        performance(bench(syncs_per_step=2.0, sync_locations=tuple(places))),
+        POLICY,
+    )
+    (sync,) = [f for f in v.findings if f.kind == "host_sync"]
+    assert sync.detail == ", ".join(f"src/m{i}.py:{i + 1} x{i + 1}" for i in range(5))
+    assert sync.location == Location("src/m0.py", 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "location"),
+    [
+        ("C:/work/src/engine.py:120", Location("C:/work/src/engine.py", 120)),
+        ("src/engine.py", Location("src/engine.py")),
+        ("src/engine.py:abc", Location("src/engine.py:abc")),
+        (":12", Location(":12")),
+    ],
+)
+def test_a_sync_place_becomes_a_location(text: str, location: Location) -> None:
+    b = bench(syncs_per_step=1.0, sync_locations=({"location": text, "count": 1},))
+    (sync,) = [
+        f
+        for f in judge_stage("performance", performance(b), POLICY).findings
+        if f.kind == "host_sync"
+    ]
+    assert sync.location == location
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "seen"),
+    [({"float32": 9, "bfloat16": 2}, "2 in bfloat16, 9 in float32"), ({}, "none")],
+)
+def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used(dtypes: dict, seen: str) -> None:
+    b = bench(matmul_dtypes=dtypes, matmul_dtype_expected="bfloat16")
+    v = judge_stage("performance", performance(b), POLICY)
+    (wrong,) = [f for f in v.findings if f.kind == "autocast_mismatch"]
+    assert wrong.detail.endswith(f": {seen}") and "autocast" in wrong.fix
+
+
+def test_every_outcome_carries_its_target_and_its_figure() -> None:
+    """A row of the performance table: the policy's target, the judge's figure, and for a
+    miss its reason."""
+    b = bench(speedup=1.2)
+    kept = tuple(c for c in b.comparisons if (c.precision, c.baseline) != ("bf16-mixed", "32-true"))
+    v = judge_stage("performance", performance(replace(b, comparisons=kept)), POLICY)
+    for check in v.checks:
+        assert check.target == str(POLICY.thresholds[check.metric])
+        if check.outcome in (CheckOutcome.REPORTED, CheckOutcome.MET, CheckOutcome.MISSED):
+            assert check.value is not None
+        if check.outcome is CheckOutcome.MISSED:
+            assert check.metric in check.why
+    assert {c.outcome for c in v.checks} >= {
+        CheckOutcome.REPORTED,
+        CheckOutcome.MISSED,
+        CheckOutcome.NOT_VERIFIED,  # the comparison left out: absent from the file
+    }

@@ -13,9 +13,18 @@ import pytest
 
 from amptrain.benchmark.presets import PRESETS
 from stagegate.collect.benchmark import read_benchmark
+from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
+from stagegate.model import StageData, StageRecord, StageStatus
+from stagegate.policy import load_policy
 
-BASELINES = Path(__file__).resolve().parents[2] / "reports" / "baseline"
+ROOT = Path(__file__).resolve().parents[2]
+BASELINES = ROOT / "reports" / "baseline"
+POLICY = load_policy(ROOT / "pyproject.toml")
+# stagegate's own tests judge this copy (they read nothing outside stagegate/)
+GATE_COPY = (
+    ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "benchmark-h100-80gb-hbm3.json"
+)
 SCHEMA = json.loads(
     resources.files("amptrain.benchmark").joinpath("benchmark.schema.json").read_text()
 )
@@ -52,3 +61,23 @@ def test_the_gate_reads_a_baseline_and_finds_it_comparable_with_itself(path: Pat
     )
     low, high = bf16.speedup_ci95
     assert (high - low) / 2 <= 0.03 * bf16.speedup
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(path: Path) -> None:
+    record = StageRecord(stage="performance", command=["x"], exit_code=0, start="", duration_s=1)
+    stage = judge_stage("performance", StageData(record, benchmark=read_benchmark(path)), POLICY)
+    assert stage.status is StageStatus.PASS and stage.findings == (), stage.findings
+
+
+def test_stagegates_copy_of_the_h100_baseline_is_the_committed_one() -> None:
+    assert GATE_COPY.read_bytes() == (BASELINES / GATE_COPY.name).read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_policy_declares_each_preset_as_the_benchmark_runs_it(name: str) -> None:
+    """What the gate requires of a preset's file is what the benchmark writes for it."""
+    declared = POLICY.benchmark.presets[name]
+    assert declared.precisions == PRESETS[name].precisions
+    assert declared.device == ("cuda" if PRESETS[name].needs_cuda else "cpu")
+    assert ("memory" in declared.measures) == PRESETS[name].needs_cuda

@@ -258,7 +258,12 @@ class PrecisionResult:
     precision_used: str
     step_time_ms: float | None = None
     iqr_ms: float | None = None
-    window_s: tuple[float, ...] = ()
+    # The raw timed windows, as written: None for an entry that is not a finite number.
+    window_s: tuple[float | None, ...] = ()
+    steps_per_window: float | None = None
+    window_median_s: float | None = None  # the file's own summary of window_s
+    window_count: float | None = None
+    memory_measured: bool = False
     tokens_per_second: float | None = None
     mfu: float | None = None
     peak_mb: float | None = None
@@ -311,6 +316,9 @@ class Benchmark:
     precisions: tuple[PrecisionResult, ...]
     comparisons: tuple[Comparison, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    # The sizes the file says its preset ran with (window_steps, batch_size, seq_len, ...);
+    # what the preset must measure comes from the policy, never from here.
+    preset_spec: dict[str, Any] = field(default_factory=dict)
 
     def precision(self, name: str) -> PrecisionResult | None:
         """The result for ``name``, if it ran."""

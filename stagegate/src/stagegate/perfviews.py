@@ -21,6 +21,9 @@ NOT_MEASURED = Section(
 
 
 def _shown(check: MetricCheck) -> str:
+    """The judge's figure: recomputed from the raw ones (the speedup's interval too)."""
+    if number(check.value) == "-":
+        return "-"
     if check.metric == "speedup":
         low, high = check.comparison.speedup_ci95
         return f"{number(check.value)}x (95% CI {number(low)}-{number(high)})"

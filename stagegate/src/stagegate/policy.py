@@ -10,10 +10,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stagegate.benchpolicy import BenchmarkPolicy, benchmark_policy
 from stagegate.errors import ConfigError
 from stagegate.model import STAGES, Severity, stage_name_problem
 
-__all__ = ["STAGES", "Policy", "Threshold", "check_threshold", "load_policy"]
+__all__ = ["STAGES", "BenchmarkPolicy", "Policy", "Threshold", "check_threshold", "load_policy"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
@@ -62,6 +63,13 @@ DEFAULT_SEVERITY = {
     "stage_failed": Severity.CRITICAL,
     "integration_raised": Severity.CRITICAL,
     "benchmark_failed": Severity.CRITICAL,
+    # Benchmark evidence, checked before any threshold: a figure that is absent or not finite,
+    # one no run can produce, a summary the raw figures contradict, or one the policy gives no
+    # way to check (an undeclared preset, a GPU without peak figures). Never below HIGH.
+    "evidence_missing": Severity.CRITICAL,
+    "evidence_impossible": Severity.CRITICAL,
+    "evidence_inconsistent": Severity.HIGH,
+    "evidence_unchecked": Severity.HIGH,
     "threshold_missed": Severity.HIGH,
     "regression": Severity.HIGH,
     "memory_growth": Severity.HIGH,
@@ -85,6 +93,13 @@ DEFAULT_SEVERITY = {
     "slow_test": Severity.INFO,  # durations depend on the machine's load: never scored
     "improvement": Severity.INFO,
 }
+
+EVIDENCE_KINDS = (
+    "evidence_missing",
+    "evidence_impossible",
+    "evidence_inconsistent",
+    "evidence_unchecked",
+)
 
 DEFAULT_DEDUCTION = {
     Severity.CRITICAL: 40,
@@ -120,6 +135,7 @@ class Policy:
     # A finding when a stage's skipped share rises more than this (percentage points) over the
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
+    benchmark: BenchmarkPolicy = field(default_factory=BenchmarkPolicy)
 
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
@@ -220,6 +236,12 @@ def _severities(key: str, value: Any) -> dict[str, Severity]:
             "must be INFO; a test's duration depends on the machine's load, and the same "
             "code must get the same verdict and score"
         )
+    weak = [k for k in EVIDENCE_KINDS if not severity[k].blocks]
+    if weak:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.{weak[0]} = {value[weak[0]]!r}: must be HIGH or CRITICAL; "
+            "benchmark evidence that is missing, impossible or unchecked cannot pass"
+        )
     return severity
 
 
@@ -269,6 +291,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required_tests": _required_tests,
     "gate_files": _texts,
     "skip_jump_pct": _number,
+    "benchmark": benchmark_policy,
 }
 
 

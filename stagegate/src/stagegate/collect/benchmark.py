@@ -1,4 +1,9 @@
-"""amptrain's benchmark JSON (format version 1) into :class:`stagegate.model.Benchmark`."""
+"""amptrain's benchmark JSON (format version 1) into :class:`stagegate.model.Benchmark`.
+
+Reading only: a value of the wrong shape (text where an object belongs) is an InputError that
+names it; a figure that is absent, null or not finite is read as None (or NaN), and the judge
+decides what its absence means.
+"""
 
 from __future__ import annotations
 
@@ -20,37 +25,119 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _whole(value: Any) -> int | None:
+    """A whole number (a count), or None."""
+    number = _num(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _get(data: dict[str, Any], key: str, path: Path, where: str) -> Any:
     if not isinstance(data, dict) or key not in data:
         raise InputError(f"benchmark file {path}: {where} has no {key!r}")
     return data[key]
 
 
-def _precision(name: str, r: dict[str, Any], path: Path) -> PrecisionResult:
+def _obj(
+    data: dict[str, Any], key: str, path: Path, where: str, required: bool = False
+) -> dict[str, Any]:
+    """``data[key]`` as an object; absent or null reads as empty unless ``required``, any other
+    shape is an error."""
+    value = _get(data, key, path, where) if required else data.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"benchmark file {path}: {where}.{key} is not an object")
+    return value
+
+
+def _list(
+    data: dict[str, Any], key: str, path: Path, where: str, required: bool = False
+) -> list[Any]:
+    """``data[key]`` as a list; absent or null reads as empty unless ``required``, any other
+    shape is an error."""
+    value = _get(data, key, path, where) if required else data.get(key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"benchmark file {path}: {where}.{key} is not a list")
+    return value
+
+
+def _sync_locations(syncs: dict[str, Any], path: Path, where: str) -> tuple[dict[str, Any], ...]:
+    found = _list(syncs, "locations", path, where)
+    if any(
+        not isinstance(s, dict)
+        or _text(s.get("location")) is None
+        or _whole(s.get("count")) is None
+        for s in found
+    ):
+        raise InputError(
+            f"benchmark file {path}: {where}.locations: each needs a location and a count"
+        )
+    return tuple(found)
+
+
+def _dtype_counts(dtypes: dict[str, Any], path: Path, where: str) -> dict[str, int]:
+    observed = _obj(dtypes, "observed", path, where)
+    counts = {str(k): _whole(v) for k, v in observed.items()}
+    if any(v is None for v in counts.values()):
+        raise InputError(f"benchmark file {path}: {where}.observed: counts must be whole numbers")
+    return {k: v for k, v in counts.items() if v is not None}
+
+
+def _health(r: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
+    """The health figures of one precision, as PrecisionResult fields."""
+    health = _obj(r, "health", path, where, required=True)
+    where = f"{where}.health"
+    syncs = _obj(health, "syncs_in_step", path, where)
+    dtypes = _obj(health, "matmul_dtypes", path, where)
+    live = _obj(health, "live_tensors", path, where)
+    latency = _obj(health, "inference_latency_ms", path, where)
+    return {
+        "memory_growth_mb_per_window": _num(health.get("memory_growth_mb_per_window")),
+        "memory_source": _text(health.get("memory_source")),
+        "data_wait_share": _num(health.get("data_wait_share")),
+        "syncs_measured": syncs.get("measured") is True,
+        "sync_method": _text(syncs.get("method")) or "cuda",
+        "syncs_per_step": _num(syncs.get("per_step")),
+        "sync_locations": _sync_locations(syncs, path, f"{where}.syncs_in_step"),
+        "matmul_dtypes": _dtype_counts(dtypes, path, f"{where}.matmul_dtypes"),
+        "matmul_dtype_expected": _text(dtypes.get("expected")),
+        "live_graph_tensors": _whole(live.get("graph_attached_added_max")),
+        "live_growth_pct_per_window": _num(live.get("growth_pct_per_window")),
+        "latency_p50_ms": _num(latency.get("p50")),
+        "latency_p95_ms": _num(latency.get("p95")),
+    }
+
+
+def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
     where = f"precisions.{name}"
     status = _get(r, "status", path, where)
     base = {
         "name": name,
-        "status": status,
-        "error": r.get("error"),
-        "precision_used": r.get("precision_used", name),
+        "status": str(status),
+        "error": None if r.get("error") is None else str(r["error"]),
+        "precision_used": str(r.get("precision_used", name)),
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)
-    stats = _get(r, "stats", path, where)
-    steps = _get(r, "steps_per_window", path, where)
-    memory = r.get("memory") or {}
-    health = _get(r, "health", path, where)
-    syncs = health.get("syncs_in_step") or {}
-    dtypes = health.get("matmul_dtypes") or {}
-    live = health.get("live_tensors") or {}
-    latency = health.get("inference_latency_ms") or {}
+    stats = _obj(r, "stats", path, where, required=True)
+    steps = _num(_get(r, "steps_per_window", path, where))
+    memory = _obj(r, "memory", path, where)
     iqr = _num(stats.get("iqr"))
     return PrecisionResult(
         **base,
         step_time_ms=_num(r.get("step_time_ms")),
         iqr_ms=iqr / steps * 1e3 if iqr is not None and steps else None,
-        window_s=tuple(v for v in (_num(x) for x in _get(r, "window_s", path, where)) if v),
+        window_s=tuple(_num(x) for x in _list(r, "window_s", path, where, required=True)),
+        steps_per_window=steps,
+        window_median_s=_num(stats.get("median")),
+        window_count=_num(stats.get("n")),
+        memory_measured=memory.get("measured") is True,
         tokens_per_second=_num(r.get("tokens_per_second")),
         mfu=_num(r.get("mfu")),
         peak_mb=_num(memory.get("peak_allocated_mb")),
@@ -58,32 +145,29 @@ def _precision(name: str, r: dict[str, Any], path: Path) -> PrecisionResult:
         activation_mb=_num(memory.get("activation_mb")),
         val_loss=_num(r.get("val_loss")),
         val_accuracy=_num(r.get("val_accuracy")),
-        overflow_steps=r.get("overflow_steps"),
-        loss_curve=tuple(_num(v) for v in r.get("loss_curve") or ()),
-        memory_growth_mb_per_window=_num(health.get("memory_growth_mb_per_window")),
-        memory_source=health.get("memory_source"),
-        data_wait_share=_num(health.get("data_wait_share")),
-        syncs_measured=bool(syncs.get("measured")),
-        sync_method=str(syncs.get("method") or "cuda"),
-        syncs_per_step=_num(syncs.get("per_step")),
-        matmul_dtypes={str(k): int(v) for k, v in (dtypes.get("observed") or {}).items()},
-        matmul_dtype_expected=dtypes.get("expected"),
-        live_graph_tensors=live.get("graph_attached_added_max"),
-        live_growth_pct_per_window=_num(live.get("growth_pct_per_window")),
-        sync_locations=tuple(syncs.get("locations") or ()),
-        latency_p50_ms=_num(latency.get("p50")),
-        latency_p95_ms=_num(latency.get("p95")),
+        overflow_steps=_whole(r.get("overflow_steps")),
+        loss_curve=tuple(_num(v) for v in _list(r, "loss_curve", path, where)),
+        **_health(r, path, where),
     )
 
 
-def _comparison(c: dict[str, Any], path: Path) -> Comparison:
-    ci = c.get("speedup_ci95") or [math.nan, math.nan]
-    speedup = _num(_get(c, "speedup", path, "a comparison"))
+def _or_nan(value: Any) -> float:
+    number = _num(value)
+    return math.nan if number is None else number
+
+
+def _comparison(i: int, c: Any, path: Path) -> Comparison:
+    where = f"comparisons[{i}]"
+    names = [_text(_get(c, key, path, where)) for key in ("precision", "baseline")]
+    if names[0] is None or names[1] is None:
+        raise InputError(f"benchmark file {path}: {where} names its precisions with text")
+    ci = c.get("speedup_ci95")
+    low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
     return Comparison(
-        precision=_get(c, "precision", path, "a comparison"),
-        baseline=_get(c, "baseline", path, "a comparison"),
-        speedup=speedup if speedup is not None else math.nan,
-        speedup_ci95=(_num(ci[0]) or math.nan, _num(ci[1]) or math.nan),
+        precision=names[0],
+        baseline=names[1],
+        speedup=_or_nan(_get(c, "speedup", path, where)),
+        speedup_ci95=(_or_nan(low), _or_nan(high)),
         peak_memory_reduction_pct=_num(c.get("peak_memory_reduction_pct")),
         activation_memory_reduction_pct=_num(c.get("activation_memory_reduction_pct")),
         accuracy_diff=_num(c.get("accuracy_diff")),
@@ -92,7 +176,7 @@ def _comparison(c: dict[str, Any], path: Path) -> Comparison:
 
 
 def read_benchmark(path: Path) -> Benchmark:
-    """Read and check a benchmark document; wrong versions and missing keys are InputErrors."""
+    """Read and check a benchmark document; wrong versions and shapes are InputErrors."""
     data = load_json(path, "benchmark file")
     if not isinstance(data, dict) or data.get("kind") != "amptrain-benchmark":
         raise InputError(f"benchmark file {path} is not an amptrain benchmark result")
@@ -101,21 +185,26 @@ def read_benchmark(path: Path) -> Benchmark:
             f"benchmark file {path} has format_version {data.get('format_version')!r}; "
             f"this stagegate reads {SUPPORTED_VERSION}"
         )
-    machine = _get(data, "machine_info", path, "the document")
+    machine = _obj(data, "machine_info", path, "the document", required=True)
+    preset = _obj(data, "preset", path, "the document", required=True)
     precisions = _get(data, "precisions", path, "the document")
     if not isinstance(precisions, dict) or not precisions:
         raise InputError(f"benchmark file {path} measured no precision")
     return Benchmark(
-        preset=_get(data, "preset", path, "the document").get("name", "?"),
+        preset=str(preset.get("name", "?")),
         device=str(data.get("device", "?")),
-        gpu_verified=bool(data.get("gpu_verified")),
-        gpu_name=machine.get("gpu_name"),
-        torch=machine.get("torch"),
-        cuda=machine.get("cuda"),
-        driver=machine.get("driver"),
+        gpu_verified=data.get("gpu_verified") is True,
+        gpu_name=_text(machine.get("gpu_name")),
+        torch=_text(machine.get("torch")),
+        cuda=_text(machine.get("cuda")),
+        driver=_text(machine.get("driver")),
         datetime=str(data.get("datetime", "")),
-        commit=(data.get("commit_info") or {}).get("id"),
+        commit=_text(_obj(data, "commit_info", path, "the document").get("id")),
         precisions=tuple(_precision(n, r, path) for n, r in precisions.items()),
-        comparisons=tuple(_comparison(c, path) for c in data.get("comparisons") or ()),
-        settings=data.get("settings") or {},
+        comparisons=tuple(
+            _comparison(i, c, path)
+            for i, c in enumerate(_list(data, "comparisons", path, "the document"))
+        ),
+        settings=_obj(data, "settings", path, "the document"),
+        preset_spec=preset,
     )

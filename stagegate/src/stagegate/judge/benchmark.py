@@ -1,10 +1,14 @@
-"""Benchmark findings: failed precisions, per-precision health checks, and each comparison's
-metrics against their targets, with the outcome of every one (the performance view shows it)."""
+"""Benchmark findings: first the evidence (complete, possible, consistent: see ``evidence`` and
+``comparison``), then failed precisions, per-precision health checks, and each comparison's
+recomputed metrics against their targets, with the outcome of every one (the performance view
+shows it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from stagegate.judge.comparison import METRICS, Row, recompute
+from stagegate.judge.evidence import Verified, check_evidence
 from stagegate.judge.findings import Findings
 from stagegate.model import (
     Benchmark,
@@ -37,8 +41,6 @@ def _memory_checks(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) 
         ("live_tensor_growth_pct_per_window", p.live_growth_pct_per_window, "tensors pile up"),
     )
     for metric, value, what in checks:
-        if value is None and metric != "memory_growth_mb_per_window":
-            continue  # a benchmark from before this check: nothing to judge
         reason = check_threshold(t[metric], value)
         if reason:
             f.add(
@@ -50,6 +52,8 @@ def _memory_checks(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) 
 
 
 def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    if p.syncs_per_step is None:
+        return  # a count that is not there is an evidence finding
     if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
         where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
         f.add(
@@ -99,38 +103,43 @@ def _values(c: Comparison) -> dict[str, float | None]:
     }
 
 
-def _check(
-    f: Findings, c: Comparison, metric: str, value: float | None, policy: Policy, gpu: bool
-) -> MetricCheck:
-    """The outcome of one metric of one comparison; a miss is a finding."""
-    threshold = policy.thresholds[metric]
+def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> MetricCheck:
+    """The outcome of one recomputed metric of one comparison; a miss is a finding. What could
+    not be checked is NOT VERIFIED, saying why: beside a blocking evidence finding, or, for the
+    GPU targets of a run the policy lets go without a GPU, alone."""
+    c = row.comparison
+    value = _values(c)[metric]
+    target = str(policy.thresholds[metric])
+    if metric in row.unverified:
+        return MetricCheck(
+            c, metric, value, target, CheckOutcome.NOT_VERIFIED, row.unverified[metric]
+        )
     amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
     if c.baseline != policy.judged_baseline or (metric in GPU_TARGETS and not amp):
-        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.REPORTED)
-    if metric in GPU_TARGETS and not gpu:
-        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.NOT_VERIFIED, "no GPU")
-    reason = check_threshold(threshold, value)
+        return MetricCheck(c, metric, value, target, CheckOutcome.REPORTED)
+    if metric in GPU_TARGETS and not v.gpu:
+        return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, v.gpu_why)
+    reason = check_threshold(policy.thresholds[metric], value)
     if reason is None:
-        return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MET)
+        return MetricCheck(c, metric, value, target, CheckOutcome.MET)
     f.add(
         "threshold_missed",
         f"{c.precision} vs {c.baseline}: {metric} misses its target",
         detail=reason,
         fix="profile the step; see the memory and sync sections",
     )
-    return MetricCheck(c, metric, value, str(threshold), CheckOutcome.MISSED, reason)
+    return MetricCheck(c, metric, value, target, CheckOutcome.MISSED, reason)
 
 
 def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[MetricCheck, ...]:
-    """Findings about every precision and comparison; the outcome of every comparison metric."""
+    """Findings about the evidence, every precision and comparison; the outcome of every
+    comparison metric, recomputed from the raw figures."""
+    verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
+    rows = recompute(f, bench, verified, policy)
     for p in bench.precisions:
         if p.status != "ok":
             _failed_precision(f, p)
             continue
         for check in PRECISION_CHECKS:
             check(f, p, policy.thresholds)
-    return tuple(
-        _check(f, c, metric, value, policy, bench.gpu_verified)
-        for c in bench.comparisons
-        for metric, value in _values(c).items()
-    )
+    return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)

@@ -1,0 +1,160 @@
+"""The benchmark part of the policy (``[tool.stagegate.benchmark]``): what each preset must
+measure and where, each GPU's peak throughput, and how closely a file's summaries must agree
+with the raw figures. The benchmark file only names its preset and its GPU: everything the judge
+expects of them comes from here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stagegate.errors import ConfigError
+
+MEASURES = ("speed", "memory", "accuracy", "syncs")
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+MAX_WINDOWS = 500  # the exact bootstrap of 500 windows a side takes seconds
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    """What a run of one preset must hold: the device it runs on, the precisions it measures
+    and which kinds of figure (speed, memory, accuracy, syncs)."""
+
+    device: str
+    precisions: tuple[str, ...]
+    measures: tuple[str, ...]
+
+
+DEFAULT_PRESETS = {
+    # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
+    "gpu": PresetSpec("cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES),
+    "cpu-smoke": PresetSpec("cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs")),
+}
+
+# Dense peak TFLOP/s by compute dtype, from NVIDIA's datasheets, where the tensor-core figures
+# are printed with 2:4 sparsity: halved here. H100 SXM5 and H200 SXM: FP32 67, TF32 989*,
+# BF16/FP16 1,979*. H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1,513*. H100 NVL and H200 NVL:
+# FP32 60, TF32 835*, BF16/FP16 1,671*. A100 (SXM4 and PCIe, 40 and 80 GB): FP32 19.5,
+# TF32 312*, BF16/FP16 624*. A key's words must all be words of the GPU's name; the key with
+# the most words wins ("NVIDIA H100 80GB HBM3" is the SXM5 part).
+DEFAULT_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H100": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
+    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
+    "H200": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
+    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchmarkPolicy:
+    """How benchmark evidence is checked before any threshold."""
+
+    presets: Mapping[str, PresetSpec] = field(default_factory=lambda: dict(DEFAULT_PRESETS))
+    peak_tflops: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_PEAK_TFLOPS.items()}
+    )
+    min_windows: int = 5  # timed windows per precision: fewer cannot give an interval
+    # The most the judge computes the exact bootstrap for (its time grows with the square).
+    max_windows: int = 100
+    # A summary figure (median, step time, throughput, speedup, reduction, difference) agrees
+    # with its recomputation from the raw figures when within this share of it.
+    summary_tolerance_pct: float = 0.1
+    # Each bound of the file's 95% interval lies within this share of the 2.5th (97.5th)
+    # percentile of the windows' exact bootstrap distribution: a percentile of 2000 resamples
+    # strays 0.0035 as one standard error, so 0.02 is more than five of them.
+    interval_tolerance: float = 0.02
+
+
+def _fail(key: str, value: Any, need: str) -> ConfigError:
+    return ConfigError(f"[tool.stagegate] {key} = {value!r}: {need}")
+
+
+def _within(key: str, value: Any, low: float, high: float, whole: bool = False) -> float:
+    """``value`` as a number strictly between ``low`` and ``high`` (a whole one if ``whole``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(key, value, "a finite number is needed")
+    if not low < value < high or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise _fail(key, value, f"{kind} above {low:g} and below {high:g}")
+    return int(value) if whole else float(value)
+
+
+def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(not isinstance(v, str) or not v for v in value)
+        or (allowed is not None and any(v not in allowed for v in value))
+    ):
+        raise _fail(
+            key, value, f"a list from {', '.join(allowed)}" if allowed else "a list of names"
+        )
+    return tuple(dict.fromkeys(value))
+
+
+def _preset(key: str, spec: Any) -> PresetSpec:
+    if not isinstance(spec, dict) or set(spec) != {"device", "precisions", "measures"}:
+        raise _fail(key, spec, 'write { device = "cuda", precisions = [...], measures = [...] }')
+    device = spec["device"]
+    if device not in ("cuda", "cpu"):
+        raise _fail(f"{key}.device", device, "cuda or cpu")
+    measures = _words(f"{key}.measures", spec["measures"], MEASURES)
+    # Speed and accuracy carry the thresholds; CUDA memory exists on cuda, and only there.
+    if {"speed", "accuracy"} - set(measures) or ("memory" in measures) != (device == "cuda"):
+        need = "speed, accuracy" + (", memory" if device == "cuda" else " and never memory")
+        raise _fail(f"{key}.measures", spec["measures"], f"a {device} preset measures {need}")
+    return PresetSpec(device, _words(f"{key}.precisions", spec["precisions"]), measures)
+
+
+def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(table, dict) or not table:
+        raise _fail(key, table, "a table of GPU name patterns")
+    peaks = {}
+    for pattern, row in table.items():
+        where = f"{key}.{pattern}"
+        if not pattern.split() or not isinstance(row, dict) or set(row) != set(DTYPES):
+            raise _fail(where, row, f"a table of {', '.join(DTYPES)} in TFLOP/s")
+        peaks[pattern] = {d: _within(f"{where}.{d}", row[d], 0, math.inf) for d in DTYPES}
+    return peaks
+
+
+def _presets(key: str, table: Any) -> dict[str, PresetSpec]:
+    if not isinstance(table, dict) or not table:
+        raise _fail(key, table, "a table of presets")
+    return {name: _preset(f"{key}.{name}", spec) for name, spec in table.items()}
+
+
+_TABLES: dict[str, Callable[[str, Any], Any]] = {"presets": _presets, "peak_tflops": _peaks}
+# The numbers of [tool.stagegate.benchmark]: (above, below, whole)
+_NUMBERS = {
+    "min_windows": (1, MAX_WINDOWS + 1, True),
+    "max_windows": (1, MAX_WINDOWS + 1, True),
+    "summary_tolerance_pct": (0, 100, False),
+    "interval_tolerance": (0, 0.025, False),  # at 0.025 a bound could sit anywhere in the tail
+}
+
+
+def _read(key: str, name: str, value: Any) -> Any:
+    if name in _TABLES:
+        return _TABLES[name](f"{key}.{name}", value)
+    return _within(f"{key}.{name}", value, *_NUMBERS[name])
+
+
+def benchmark_policy(key: str, table: Any) -> BenchmarkPolicy:
+    """``[tool.stagegate.benchmark]`` checked; a table given replaces its default whole."""
+    if not isinstance(table, dict):
+        raise _fail(key, table, "a table is needed")
+    known = [*_TABLES, *_NUMBERS]
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.{unknown[0]}: unknown key; known: {', '.join(known)}"
+        )
+    policy = BenchmarkPolicy(**{name: _read(key, name, value) for name, value in table.items()})
+    if policy.min_windows > policy.max_windows:
+        raise _fail(f"{key}.min_windows", policy.min_windows, "must not exceed max_windows")
+    return policy

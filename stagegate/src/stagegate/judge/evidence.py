@@ -1,0 +1,352 @@
+"""Benchmark evidence, checked before any threshold: the preset the file names is one the policy
+declares and ran on its device, every precision the preset requires is there, and each
+precision's raw figures are present, finite, possible, and agree with the summaries beside them.
+
+The benchmark file is untrusted: what a preset must hold comes from the policy, and every figure
+the judge uses later is recomputed from the raw ones here, which are handed on in
+:class:`Verified`. A figure that fails is a finding naming its field, never a quiet gap.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec
+from stagegate.judge.findings import Findings
+from stagegate.judge.stats import median, quartiles
+from stagegate.model import Benchmark, PrecisionResult
+
+FIXES = {
+    "evidence_missing": "run the benchmark again and keep the file it writes as it is: its "
+    "producer always writes this figure",
+    "evidence_impossible": "no run of this preset on this device gives this figure: run the "
+    "benchmark again and keep the file it writes as it is",
+    "evidence_inconsistent": "a summary disagrees with the raw figures it is computed from: run "
+    "the benchmark again and never edit its file",
+}
+
+
+def flag(f: Findings, kind: str, where: str, problem: str, detail: str = "", fix: str = "") -> None:
+    """A finding about the benchmark field ``where``."""
+    f.add(kind, f"benchmark {where}: {problem}", detail=detail, fix=fix or FIXES.get(kind, ""))
+
+
+def agrees(claimed: float | None, actual: float, tolerance_pct: float, scale: float = 0.0) -> bool:
+    """``claimed`` is within ``tolerance_pct`` of ``actual`` (or of ``scale``, when larger)."""
+    if claimed is None or not math.isfinite(claimed) or not math.isfinite(actual):
+        return False  # a recomputation that overflowed agrees with nothing
+    return abs(claimed - actual) <= tolerance_pct / 100 * max(abs(actual), scale)
+
+
+@dataclass
+class Verified:
+    """What the evidence checks let through: the raw figures the judge recomputes from."""
+
+    gpu: bool = False  # the preset runs on cuda, and so did the file
+    gpu_why: str = ""  # why the GPU targets are not verified here
+    spec: PresetSpec | None = None
+    windows: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # peak, activation MB
+    accuracy: dict[str, tuple[float, float]] = field(default_factory=dict)  # accuracy, loss
+    peaks: Mapping[str, float] | None = None  # the GPU's peak TFLOP/s by compute dtype
+    peaks_why: str = ""  # why there are none
+
+
+def _device_type(device: str) -> str:
+    return device.split(":", 1)[0].strip().lower()
+
+
+def _preset(f: Findings, bench: Benchmark, policy: BenchmarkPolicy) -> Verified:
+    """The policy's preset for the file, and whether the file ran where that preset runs."""
+    spec = policy.presets.get(bench.preset)
+    if spec is None:
+        flag(
+            f,
+            "evidence_unchecked",
+            "preset",
+            f"preset {bench.preset!r} is not declared in the policy",
+            fix=f"declare it under [tool.stagegate.benchmark.presets.{bench.preset}] (its "
+            "device, precisions and measures), or run a declared preset",
+        )
+        return Verified(gpu_why=f"preset {bench.preset!r} is not declared in the policy")
+    device = _device_type(bench.device)
+    if device != spec.device:
+        flag(
+            f,
+            "evidence_impossible",
+            "device",
+            f"preset {bench.preset} runs on {spec.device}, the file says {bench.device!r}",
+            fix=f"run the {bench.preset} preset on a {spec.device} device",
+        )
+    gpu = device == spec.device == "cuda"
+    if bench.gpu_verified != gpu:
+        flag(
+            f,
+            "evidence_inconsistent",
+            "gpu_verified",
+            f"is {str(bench.gpu_verified).lower()}, but preset {bench.preset} ran on "
+            f"{bench.device!r}",
+        )
+    why = "" if gpu else f"no GPU: preset {bench.preset} ran on {bench.device}"
+    return Verified(gpu=gpu, gpu_why=why, spec=spec)
+
+
+def _required(f: Findings, bench: Benchmark, spec: PresetSpec, judged: str) -> None:
+    if judged not in spec.precisions:
+        flag(
+            f,
+            "evidence_unchecked",
+            "preset",
+            f"the policy's preset {bench.preset} does not measure {judged}, the judged baseline",
+            fix=f"add {judged} to [tool.stagegate.benchmark.presets.{bench.preset}] precisions",
+        )
+    for name in spec.precisions:
+        if bench.precision(name) is None:
+            flag(
+                f,
+                "evidence_missing",
+                f"precisions.{name}",
+                f"absent; preset {bench.preset} measures {', '.join(spec.precisions)}",
+            )
+
+
+def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[float, ...] | None:
+    """The precision's timed windows when every one is a positive finite number."""
+    where = f"precisions.{p.name}.window_s"
+    if len(p.window_s) < policy.min_windows:
+        flag(
+            f,
+            "evidence_missing",
+            where,
+            f"{len(p.window_s)} timed windows; at least {policy.min_windows} are needed",
+        )
+        return None
+    if len(p.window_s) > policy.max_windows:
+        flag(
+            f,
+            "evidence_unchecked",
+            where,
+            f"{len(p.window_s)} timed windows; the policy checks at most {policy.max_windows}",
+            fix="raise [tool.stagegate.benchmark] max_windows, or time fewer windows",
+        )
+        return None
+    bad = [i for i, v in enumerate(p.window_s) if v is None]
+    if bad:
+        flag(f, "evidence_missing", f"{where}[{bad[0]}]", "is not a finite number")
+        return None
+    windows = tuple(v for v in p.window_s if v is not None)
+    low = min(range(len(windows)), key=windows.__getitem__)
+    if windows[low] <= 0:
+        flag(f, "evidence_impossible", f"{where}[{low}]", f"a window of {windows[low]:g} s")
+        return None
+    return windows
+
+
+def check_summary(
+    f: Findings, where: str, claimed: float | None, actual: float, tol: float, scale: float = 0.0
+) -> None:
+    """A finding when a summary figure is absent or disagrees with its recomputation."""
+    if claimed is None:
+        flag(f, "evidence_missing", where, "absent or not a finite number")
+    elif not agrees(claimed, actual, tol, scale):
+        flag(
+            f,
+            "evidence_inconsistent",
+            where,
+            f"says {claimed:.6g}, the raw figures give {actual:.6g}",
+            detail=f"tolerance {tol:g}% of the recomputed figure",
+        )
+
+
+SIZES = ("windows", "window_steps", "batch_size", "seq_len")
+
+
+def _sizes(f: Findings, bench: Benchmark) -> dict[str, int] | None:
+    """The preset sizes the file states, each a positive whole number, or None."""
+    sizes = {k: bench.preset_spec.get(k) for k in SIZES}
+    bad = [k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    for key in bad:
+        flag(f, "evidence_missing", f"preset.{key}", "is not a positive whole number")
+    return None if bad else sizes  # type: ignore[return-value]
+
+
+def _speed(
+    f: Findings, p: PrecisionResult, policy: BenchmarkPolicy, sizes: dict[str, int] | None
+) -> tuple[float, ...] | None:
+    """The precision's windows, once every summary of them the judge or the baseline comparison
+    uses is checked against them; None when the windows themselves are unusable."""
+    windows = _windows(f, p, policy)
+    if windows is None:
+        return None
+    where, tol = f"precisions.{p.name}", policy.summary_tolerance_pct
+    mid = median(windows)
+    if sizes is not None and sizes["windows"] != len(windows):
+        flag(
+            f,
+            "evidence_inconsistent",
+            f"{where}.window_s",
+            f"{len(windows)} windows, not {sizes['windows']}",
+        )
+    if p.window_count is None:
+        flag(f, "evidence_missing", f"{where}.stats.n", "absent or not a finite number")
+    elif p.window_count != len(windows):
+        flag(f, "evidence_inconsistent", f"{where}.stats.n", f"is not {len(windows)}")
+    check_summary(f, f"{where}.stats.median", p.window_median_s, mid, tol)
+    steps = p.steps_per_window
+    if steps is None or steps <= 0 or steps != int(steps):
+        flag(f, "evidence_missing", f"{where}.steps_per_window", "is not a positive whole number")
+        return windows
+    if sizes is not None and steps != sizes["window_steps"]:
+        flag(
+            f,
+            "evidence_inconsistent",
+            f"{where}.steps_per_window",
+            f"is not {sizes['window_steps']}",
+        )
+    step_ms = mid / steps * 1e3
+    q1, q3 = quartiles(windows)
+    check_summary(f, f"{where}.stats.iqr", p.iqr_ms, (q3 - q1) / steps * 1e3, tol, step_ms)
+    check_summary(f, f"{where}.step_time_ms", p.step_time_ms, step_ms, tol)
+    if sizes is not None:
+        tokens = steps * sizes["batch_size"] * sizes["seq_len"]
+        check_summary(f, f"{where}.tokens_per_second", p.tokens_per_second, tokens / mid, tol)
+    return windows
+
+
+def _positive(f: Findings, where: str, value: float | None) -> float | None:
+    if value is None:
+        flag(f, "evidence_missing", where, "absent or not a finite number")
+        return None
+    if value <= 0:
+        flag(f, "evidence_impossible", where, f"{value:g} MB")
+        return None
+    return value
+
+
+def _memory(f: Findings, p: PrecisionResult, tol: float) -> tuple[float, float] | None:
+    """Peak and activation memory, when measured, positive, and activation = peak - static."""
+    where = f"precisions.{p.name}.memory"
+    if not p.memory_measured:
+        flag(f, "evidence_missing", f"{where}.measured", "is not true on a preset that measures it")
+        return None
+    peak = _positive(f, f"{where}.peak_allocated_mb", p.peak_mb)
+    static = _positive(f, f"{where}.static_mb", p.static_mb)
+    activation = _positive(f, f"{where}.activation_mb", p.activation_mb)
+    if peak is None or static is None or activation is None:
+        return None
+    if static > peak:
+        flag(f, "evidence_impossible", f"{where}.static_mb", f"{static:g} MB is above the peak")
+        return None
+    check_summary(f, f"{where}.activation_mb", activation, peak - static, tol, peak)
+    return peak, activation
+
+
+def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
+    where = f"precisions.{p.name}"
+    if p.val_accuracy is None or p.val_loss is None:
+        missing = "val_accuracy" if p.val_accuracy is None else "val_loss"
+        flag(f, "evidence_missing", f"{where}.{missing}", "absent or not a finite number")
+        return None
+    if not 0 <= p.val_accuracy <= 1:
+        flag(f, "evidence_impossible", f"{where}.val_accuracy", f"{p.val_accuracy:g}")
+        return None
+    return p.val_accuracy, p.val_loss
+
+
+def _losses(f: Findings, p: PrecisionResult) -> None:
+    """A precision whose status is ok trained on finite losses, and says so."""
+    where = f"precisions.{p.name}.loss_curve"
+    if not p.loss_curve:
+        flag(f, "evidence_missing", where, "empty: no timed step's loss was recorded")
+        return
+    bad = next((i for i, v in enumerate(p.loss_curve) if v is None), None)
+    if bad is not None:
+        flag(
+            f,
+            "evidence_impossible",
+            f"{where}[{bad}]",
+            f"a non-finite training loss beside status {p.status!r}",
+            fix="a run with a non-finite loss did not converge: find its first non-finite step",
+        )
+
+
+def _syncs(f: Findings, p: PrecisionResult) -> None:
+    where = f"precisions.{p.name}.health.syncs_in_step"
+    if not p.syncs_measured:
+        flag(f, "evidence_missing", where, "host syncs were not counted; the preset counts them")
+    elif p.syncs_per_step is None:
+        flag(f, "evidence_missing", f"{where}.per_step", "absent or not a finite number")
+    elif p.syncs_per_step < 0:
+        flag(f, "evidence_impossible", f"{where}.per_step", f"{p.syncs_per_step:g}")
+
+
+def _ranges(f: Findings, p: PrecisionResult) -> None:
+    """Shares within their range and counts not below zero, wherever the file states them."""
+    figures = (
+        ("mfu", p.mfu, lambda x: 0 < x <= 1),  # a share of the GPU's peak
+        ("health.data_wait_share", p.data_wait_share, lambda x: 0 <= x <= 1),
+        ("overflow_steps", p.overflow_steps, lambda x: x >= 0),
+        ("health.live_tensors.graph_attached_added_max", p.live_graph_tensors, lambda x: x >= 0),
+    )
+    for name, value, possible in figures:
+        if value is not None and not possible(value):
+            flag(f, "evidence_impossible", f"precisions.{p.name}.{name}", f"{value:g}")
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _peaks(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, v: Verified) -> None:
+    """The GPU's row of the policy's peak table: the pattern with the most words, all of them
+    words of the GPU's name."""
+    name = bench.gpu_name or ""
+    fits = [(len(k.split()), k) for k in policy.peak_tflops if _words(k) <= _words(name)]
+    best = [k for n, k in fits if n == max(fits)[0]] if fits else []
+    if len({tuple(sorted(policy.peak_tflops[k].items())) for k in best}) == 1:
+        v.peaks = policy.peak_tflops[best[0]]
+        return
+    v.peaks_why = f"no peak figures for GPU {name!r} in the policy"
+    if not name:
+        flag(f, "evidence_missing", "machine_info.gpu_name", "absent on a cuda run")
+        return
+    flag(
+        f,
+        "evidence_unchecked",
+        "machine_info.gpu_name",
+        f"{v.peaks_why}; its speedup cannot be bounded"
+        if not best
+        else f"{name!r} fits {' and '.join(best)}, whose figures differ",
+        fix="add the GPU's dense peak TFLOP/s (fp32, tf32, fp16, bf16) from its datasheet "
+        "under [tool.stagegate.benchmark.peak_tflops]",
+    )
+
+
+def check_evidence(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, judged: str) -> Verified:
+    """Findings about the file's preset, device and each precision's raw figures (``judged``:
+    the baseline precision every other is compared with); what passed them."""
+    v = _preset(f, bench, policy)
+    if v.spec is None:
+        return v
+    _required(f, bench, v.spec, judged)
+    if v.gpu:
+        _peaks(f, bench, policy, v)
+    tol, sizes = policy.summary_tolerance_pct, _sizes(f, bench)
+    for p in bench.precisions:
+        if p.status != "ok":
+            continue  # a failed precision is a finding of its own
+        _losses(f, p)
+        _ranges(f, p)
+        windows = _speed(f, p, policy, sizes)
+        if windows is not None:
+            v.windows[p.name] = windows
+        if "memory" in v.spec.measures and (memory := _memory(f, p, tol)) is not None:
+            v.memory[p.name] = memory
+        if (accuracy := _accuracy(f, p)) is not None:
+            v.accuracy[p.name] = accuracy
+        if "syncs" in v.spec.measures:
+            _syncs(f, p)
+    return v
