@@ -15,13 +15,15 @@ import pytest
 import torch
 
 from amptrain import TinyGPT, fine_tune, synthetic_token_data
+from amptrain.adapters import lm_loss
 from amptrain.benchmark.health import count_syncs
 from amptrain.benchmark.presets import PRESETS
 from amptrain.benchmark.run import run_benchmark
-from amptrain.engine import TrainStep, lm_loss
+from amptrain.config import TrainConfig
+from amptrain.engine import TrainStep
 from amptrain.metrics import gpu_utilization
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 pytestmark = [
     pytest.mark.cuda,
@@ -66,7 +68,7 @@ def _params(step: TrainStep) -> list[torch.Tensor]:
 def test_fused_adamw_is_used_and_skips_a_non_finite_step_on_the_device() -> None:
     flag = [False]
     step = _step("bf16-mixed", _poisoned(flag))
-    assert step.optimizer.defaults["fused"] and step._device_skip
+    assert step.optimizer.defaults["fused"] and step.device_skip
     assert not step.scaler.is_enabled()
     step(*_batch(0))
     before = _params(step)

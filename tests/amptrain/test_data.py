@@ -6,14 +6,13 @@ import pytest
 import torch
 
 from amptrain import make_dataloader, synthetic_token_data
+from amptrain.adapters import batch_inputs, unpack_batch
 from amptrain.data import (
     IGNORE_INDEX,
     EpochShuffle,
     PadCollate,
     _SequenceDataset,
-    batch_inputs,
     seed_everything,
-    unpack_batch,
 )
 
 CPU = torch.device("cpu")

@@ -144,7 +144,7 @@ class _HubStyle(nn.Module):
 
 
 def test_the_vocabulary_is_the_input_embedding_the_model_names() -> None:
-    from amptrain.engine import vocabulary_size
+    from amptrain.adapters import vocabulary_size
 
     assert vocabulary_size(_HubStyle()) == 50
     assert vocabulary_size(nn.Sequential(nn.Embedding(7, 2), nn.Linear(2, 7))) == 7
@@ -164,7 +164,7 @@ def test_the_vocabulary_is_the_input_embedding_the_model_names() -> None:
 def test_the_position_count_is_read_from_the_model_or_its_config(
     own: int | None, config: dict[str, int], positions: int | None
 ) -> None:
-    from amptrain.engine import position_count
+    from amptrain.adapters import position_count
 
     model = _HubStyle(**config)
     if own is not None:
@@ -173,7 +173,7 @@ def test_the_position_count_is_read_from_the_model_or_its_config(
 
 
 def test_ids_and_lengths_outside_the_model_are_named_exactly() -> None:
-    from amptrain.engine import check_data_fits
+    from amptrain.adapters import check_ids as check_data_fits
 
     model = _HubStyle(n_positions=32)  # 50 ids
     check_data_fits(model, 49, 0, 32)  # the last id and the whole length fit
@@ -228,7 +228,7 @@ _COMPILE_IMPORT = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` i
 def test_the_users_model_is_found_inside_ddp_and_compile_wrappers(one_rank_group: None) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    from amptrain.engine import unwrap
+    from amptrain.adapters import unwrap
 
     model = nn.Linear(2, 2)
     ddp = DistributedDataParallel(model)
@@ -250,7 +250,7 @@ def test_no_sync_is_ddps_found_through_any_wrapper_or_nothing(one_rank_group: No
 
     from torch.nn.parallel import DistributedDataParallel
 
-    from amptrain.engine import _no_sync
+    from amptrain.adapters import no_sync_of as _no_sync
 
     model = nn.Linear(2, 2)
     ddp = DistributedDataParallel(model)
@@ -271,7 +271,7 @@ class _TakesAll(nn.Module):
 
 
 def test_a_model_gets_only_the_inputs_its_forward_takes() -> None:
-    from amptrain.engine import forward_inputs
+    from amptrain.adapters import forward_inputs
 
     inputs = {"attention_mask": 1, "token_type_ids": 2}
     assert forward_inputs(_Masked())(inputs) == {"attention_mask": 1}

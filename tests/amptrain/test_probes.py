@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from amptrain import TinyGPT, fine_tune, probes, synthetic_token_data
+from amptrain.adapters import MicroBatch, lm_loss
 from amptrain.benchmark import PRESETS
 from amptrain.benchmark.run import _live_tensor_summary, build_arm, run_arms
-from amptrain.engine import MicroBatch, StepOutput, TrainStep, lm_loss
+from amptrain.config import TrainConfig
+from amptrain.engine import StepOutput, TrainStep
 from amptrain.metrics import MetricsTracker
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 CPU = torch.device("cpu")
 SMOKE = PRESETS["cpu-smoke"]
@@ -120,10 +122,11 @@ class _Watcher(MetricsTracker):
         super().__init__()
         self.seen: list[dict[str, float]] = []
 
-    def log_step(self, loss: float, grad_norm: float, **extra: float) -> None:
-        super().log_step(loss, grad_norm, **extra)
+    def record_step(self, loss: float, grad_norm: float, **extra: float) -> dict[str, Any]:
+        record = super().record_step(loss, grad_norm, **extra)
         if self.step % 8 == 0:
             self.seen.append(probes.live_tensors())
+        return record
 
 
 def _watched_run() -> list[dict[str, float]]:

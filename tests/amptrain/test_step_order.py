@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from amptrain import TinyGPT, probes
-from amptrain.engine import TrainStep, lm_loss
+from amptrain.adapters import lm_loss
+from amptrain.config import TrainConfig
+from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import PrecisionPlan
-from amptrain.trainer import TrainConfig, build_optimizer
 
 CPU = torch.device("cpu")
 SCALED = PrecisionPlan(  # fp16's protocol on CPU: fp32 compute, an enabled loss scaler

@@ -251,7 +251,7 @@ def test_a_wrong_type_is_named_with_every_type_the_setting_takes() -> None:
 def test_types_the_check_does_not_know_are_left_to_the_caller_and_the_rest_checked() -> None:
     import dataclasses
 
-    from amptrain.trainer import _check_types
+    from amptrain.config import check_types as _check_types
 
     @dataclasses.dataclass
     class _Settings:
@@ -714,7 +714,7 @@ def _left_padded() -> list[dict[str, torch.Tensor]]:
 
 
 def test_attention_mask_reaches_the_model_and_padding_is_not_scored() -> None:
-    from amptrain.engine import lm_loss
+    from amptrain.adapters import lm_loss
     from amptrain.metrics import MetricsTracker
 
     model, tracker = _MaskAware(), MetricsTracker()
@@ -738,7 +738,7 @@ def test_labels_in_a_batch_are_honoured() -> None:
     tracker = MetricsTracker()
     loader = DataLoader([{"input_ids": ids, "labels": labels}], batch_size=None)
     fine_tune(_model(), loader, epochs=1, tracker=tracker, learning_rate=1e-9)
-    from amptrain.engine import lm_loss
+    from amptrain.adapters import lm_loss
 
     assert tracker.history[0]["train/loss"] == pytest.approx(
         lm_loss(_model()(ids), labels).item(), rel=1e-5

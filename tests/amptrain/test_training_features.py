@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from amptrain import Callback, EarlyStopping, TinyGPT, TrainState, fine_tune, synthetic_token_data
+from amptrain.adapters import lm_loss
 from amptrain.checkpoint import checkpoints
-from amptrain.engine import TrainStep, lm_loss
+from amptrain.config import TrainConfig
+from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import PrecisionPlan
-from amptrain.trainer import TrainConfig, build_optimizer
 
 VOCAB, SEQ = 24, 12
 CPU = torch.device("cpu")

@@ -13,10 +13,11 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
 from amptrain import TinyGPT, fine_tune, synthetic_token_data
+from amptrain.config import TrainConfig
 from amptrain.data import PadCollate
 from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 VOCAB, SEQ, ROWS = 24, 12, 40
 
