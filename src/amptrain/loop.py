@@ -1,11 +1,12 @@
 """The training loop of :func:`~amptrain.trainer.fine_tune`, top to bottom.
 
-:meth:`Loop.run` trains epoch after epoch; an epoch draws each step's micro-batches (as many as
-:class:`~amptrain.config.Layout` says) and :meth:`Loop.train_step` trains on them, then calls
-the step hooks. Everything else a run does hangs on those hooks, in this order: reading the
-loss back every ``log_every`` steps, the user's callbacks, validation every ``eval_every``
-steps, a checkpoint every ``checkpoint_every`` steps (and one at the end). Which of them a run
-has is decided once, when the loop is built; the step itself has no branch for any of them.
+:meth:`Loop.run` is the whole loop: epoch after epoch, it draws each step's micro-batches (as
+many as :class:`~amptrain.config.Layout` says) and :meth:`Loop.train_step` trains on them with
+the :class:`~amptrain.engine.TrainStep`, then calls the step hooks. Everything else a run does
+hangs on those hooks, in this order: reading the loss back every ``log_every`` steps, the
+user's callbacks, validation every ``eval_every`` steps, a checkpoint every
+``checkpoint_every`` steps (and one at the end). Which of them a run has is decided once, when
+the loop is built; the step itself has no branch for any of them.
 """
 
 from __future__ import annotations
@@ -151,29 +152,17 @@ class Loop:
         """Train from the current position to the last epoch, or until a callback stops it."""
         self.hooks("on_train_start", self.state)
         while self.state.epoch <= self.layout.epochs and not self.state.should_stop:
-            self.train_epoch()
+            batches = self._start_epoch()
+            try:
+                while not self.state.should_stop and (micro := self._draw(batches)):
+                    self.train_step(micro)
+                self.read_back()
+            finally:
+                self.progress.close()
+            self._end_epoch()
             self.state.epoch += 1
             self.counters = EpochCounters(overflows_before=self.step.overflow_steps)
         self.hooks("on_train_end", self.state)
-
-    def train_epoch(self) -> None:
-        """The epoch's steps (from where a resumed run stopped), then its validation and
-        metrics."""
-        reset_peak_memory(self.device)
-        batches = self._batches()
-        self.progress.open(
-            f"epoch {self.state.epoch}/{self.layout.epochs}",
-            total=self.layout.steps_per_epoch,
-            done=self.layout.steps_after(self.counters.batches),
-        )
-        self._mark = time.perf_counter()
-        try:
-            while not self.state.should_stop and (micro := self._draw(batches)):
-                self.train_step(micro)
-            self.read_back()
-        finally:
-            self.progress.close()
-        self._end_epoch()
 
     def train_step(self, micro: list[Any]) -> None:
         """One optimizer step on ``micro`` (the loader's batches), then the step hooks."""
@@ -187,6 +176,18 @@ class Loop:
         self.hooks("on_step_end", self.state)
 
     # --- data --------------------------------------------------------------------------------
+
+    def _start_epoch(self) -> Iterator[Any]:
+        """The epoch's batches (from where a resumed run stopped), its bar and its clock."""
+        reset_peak_memory(self.device)
+        batches = self._batches()
+        self.progress.open(
+            f"epoch {self.state.epoch}/{self.layout.epochs}",
+            total=self.layout.steps_per_epoch,
+            done=self.layout.steps_after(self.counters.batches),
+        )
+        self._mark = time.perf_counter()
+        return batches
 
     def _batches(self) -> Iterator[Any]:
         """This epoch's batches, past those a resumed run already trained on."""
