@@ -3,6 +3,7 @@ weights, and a run that is interrupted and resumed from its checkpoint."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +55,18 @@ def tokens() -> Callable[..., torch.Tensor]:
         return synthetic_token_data(n, seq, vocab, seed=seed)
 
     return make
+
+
+@pytest.fixture
+def names() -> Callable[..., bool]:
+    """``names(message, *parts)``: whether each part appears in ``message`` as written and as
+    a whole (not run into a longer word): what an error names (the field, the value, the
+    remedy), not the sentence around them."""
+
+    def check(message: str, *parts: str) -> bool:
+        return all(re.search(rf"(?<!\w){re.escape(part)}(?!\w)", message) for part in parts)
+
+    return check
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from amptrain import MetricsTracker, TinyGPT, extract_logits, fine_tune, lm_loss
 from amptrain.adapters import (
     ModelAdapter,
     batch_inputs,
+    check_ids,
     counted_tokens,
     forward_inputs,
     no_sync_of,
@@ -111,12 +112,13 @@ def test_logits_are_found_in_every_output_shape(wrap: object) -> None:
     assert extract_logits(wrap(t)) is t  # type: ignore[operator]
 
 
-def test_output_without_logits_is_a_clear_error() -> None:
-    with pytest.raises(KeyError, match="logits"):
+def test_output_without_logits_is_a_clear_error(names: Callable[..., bool]) -> None:
+    with pytest.raises(KeyError) as missing:
         extract_logits({"hidden": torch.zeros(1)})
+    assert names(str(missing.value), "'logits'", "['hidden']")
     with pytest.raises(TypeError) as raised:
         extract_logits(42)
-    assert "int" in str(raised.value) and "'logits'" in str(raised.value)
+    assert names(str(raised.value), "int", "tensor", "tuple", "'logits' field")
 
 
 class _Wrapped(nn.Module):
@@ -317,9 +319,24 @@ def test_no_sync_is_ddps_found_through_any_wrapper_or_nothing(one_rank_group: No
         assert no_sync_of(wrapped) == ddp.no_sync
     for plain in (model, torch.compile(model), _Holder(model)):
         assert no_sync_of(plain) is contextlib.nullcontext
+    # what the step enters for every micro-batch but the last
+    assert ModelAdapter(ddp).no_sync == ddp.no_sync
+    assert ModelAdapter(model).no_sync is contextlib.nullcontext
 
 
 # --- the first batch's checks ----------------------------------------------------------------
+
+
+def test_ids_are_checked_against_the_sizes_the_model_gives(names: Callable[..., bool]) -> None:
+    model = _HubStyle(n_positions=32)  # 50 ids, 32 positions
+    check_ids(model, 49, 0, 32)
+    with pytest.raises(ValueError) as raised:
+        check_ids(model, 50, 0, 8)
+    assert names(str(raised.value), "50", "vocabulary of 50")
+    with pytest.raises(ValueError) as raised:
+        check_ids(model, 10, 0, 33)
+    assert names(str(raised.value), "33 tokens", "32 positions")
+    check_ids(nn.Linear(2, 2), 10**6, -1, 10**6)  # a model that gives no sizes: nothing to check
 
 
 def test_the_first_batch_alone_is_checked_with_one_forward_in_eval_mode(

@@ -13,6 +13,7 @@ from amptrain import Callback, EarlyStopping, TinyGPT, TrainState, fine_tune
 from amptrain.callbacks import AtEnd, Every, Hooks
 
 Tokens = Callable[..., torch.Tensor]
+Names = Callable[..., bool]
 
 
 class _Calls(Callback):
@@ -84,12 +85,17 @@ def test_early_stopping_runs_on_while_the_loss_improves(model: TinyGPT, tokens: 
     assert result.stop_reason is None and len(result.epochs) == 2
 
 
-def test_early_stopping_without_validation_data_says_so(model: TinyGPT, tokens: Tokens) -> None:
-    with pytest.raises(ValueError, match="val_data"):
+def test_early_stopping_without_validation_data_says_so(
+    model: TinyGPT, tokens: Tokens, names: Names
+) -> None:
+    with pytest.raises(ValueError) as raised:
         fine_tune(model, tokens(), epochs=1, num_workers=0, callbacks=[EarlyStopping()])
+    assert names(str(raised.value), "EarlyStopping", "validation metrics", "pass val_data")
 
 
-def test_early_stopping_counts_evaluations_without_gain_and_takes_back_its_state() -> None:
+def test_early_stopping_counts_evaluations_without_gain_and_takes_back_its_state(
+    names: Names,
+) -> None:
     stop, state = EarlyStopping("val/accuracy", mode="max", patience=2, min_delta=0.1), TrainState()
     for value in (0.5, 0.55, 0.7, float("nan"), 0.75):  # gains of 0.05, 0.2, none, 0.05
         stop.on_eval_end(state, {"val/accuracy": value})
@@ -98,16 +104,49 @@ def test_early_stopping_counts_evaluations_without_gain_and_takes_back_its_state
     again = EarlyStopping("val/accuracy", mode="max")
     again.load_state_dict(stop.state_dict())
     assert (again.best, again.bad_evals) == (0.7, 2)
-    with pytest.raises(KeyError, match="val/accuracy"):
+    with pytest.raises(KeyError) as missing:
         again.on_eval_end(TrainState(), {"val/loss": 1.0})
-    for bad in ({"mode": "up"}, {"patience": 0}, {"min_delta": -1.0}):
-        with pytest.raises(ValueError):
+    assert names(str(missing.value), "'val/accuracy'", "['val/loss']", "pass val_data")
+    for bad, named in [
+        ({"mode": "up"}, ["'min'", "'max'", "'up'"]),
+        ({"patience": 0}, ["patience >= 1", "min_delta >= 0"]),
+        ({"min_delta": -1.0}, ["EarlyStopping", "min_delta >= 0"]),
+    ]:
+        with pytest.raises(ValueError) as raised:
             EarlyStopping(**bad)  # type: ignore[arg-type]
+        assert names(str(raised.value), *named)
 
 
-def test_callbacks_must_be_callbacks(model: TinyGPT, tokens: Tokens) -> None:
-    with pytest.raises(TypeError, match=r"amptrain\.Callback"):
+def test_callbacks_must_be_callbacks(model: TinyGPT, tokens: Tokens, names: Names) -> None:
+    with pytest.raises(TypeError) as raised:
         fine_tune(model, tokens(), epochs=1, callbacks=[print])  # type: ignore[list-item]
+    assert names(str(raised.value), "amptrain.Callback", "builtin_function_or_method")
+
+
+def test_early_stopping_watches_the_validation_loss_by_default() -> None:
+    stop = EarlyStopping()
+    assert (stop.monitor, stop.mode, stop.patience, stop.min_delta) == ("val/loss", "min", 3, 0.0)
+    state, counts = TrainState(), []
+    for value in (float("nan"), 2.0, 2.0, 2.0):  # no gain at the first, nor at an equal value
+        stop.on_eval_end(state, {"val/loss": value})
+        counts.append(stop.bad_evals)
+    assert counts == [1, 0, 1, 2] and stop.best == 2.0 and not state.should_stop
+    stop.on_eval_end(state, {"val/loss": 2.0})
+    assert state.should_stop
+
+
+def test_a_gain_must_exceed_min_delta_in_either_mode() -> None:
+    lower = EarlyStopping(patience=5, min_delta=0.5)
+    higher = EarlyStopping("val/accuracy", mode="max", patience=5, min_delta=0.5)
+    state = TrainState()
+    for stop, values in ((lower, (3.0, 2.5, 1.5)), (higher, (0.0, 0.5, 1.5))):
+        for value in values:  # the first sets the best; a gain of exactly min_delta is none
+            stop.on_eval_end(state, {stop.monitor: value})
+        assert (stop.best, stop.bad_evals) == (values[2], 0)
+    assert (lower.best, higher.best) == (1.5, 1.5)
+    lower.on_eval_end(state, {"val/loss": 1.0})  # exactly 0.5 lower: no gain
+    higher.on_eval_end(state, {"val/accuracy": 2.0})
+    assert (lower.bad_evals, higher.bad_evals) == (1, 1)
 
 
 def test_every_calls_its_action_on_each_multiple_of_its_steps() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from amptrain.config import (
 )
 
 Tokens = Callable[..., torch.Tensor]
+Names = Callable[..., bool]
 
 # --- settings --------------------------------------------------------------------------------
 
@@ -103,11 +103,10 @@ def test_wandb_dryrun_mode_is_offline_and_breaks_nothing(
     assert result.steps > 0
 
 
-def test_checkpoint_every_needs_a_checkpoint_dir() -> None:
+def test_checkpoint_every_needs_a_checkpoint_dir(names: Names) -> None:
     with pytest.raises(ValueError) as raised:
         TrainConfig(checkpoint_every=5)
-    assert "TrainConfig.checkpoint_every" in str(raised.value)
-    assert "checkpoint_dir" in str(raised.value)
+    assert names(str(raised.value), "TrainConfig.checkpoint_every", "checkpoint_dir")
     assert TrainConfig(checkpoint_every=5, checkpoint_dir="d").checkpoint_every == 5
 
 
@@ -120,12 +119,12 @@ def test_wrong_types_are_reported_by_field_name(field: str, value: object) -> No
         TrainConfig(**{field: value})
 
 
-def test_a_wrong_type_is_named_with_every_type_the_setting_takes() -> None:
+def test_a_wrong_type_is_named_with_every_type_the_setting_takes(
+    names: Names,
+) -> None:
     with pytest.raises(ValueError) as raised:
         TrainConfig(max_steps_per_epoch="3")
-    message = str(raised.value)
-    assert "TrainConfig.max_steps_per_epoch" in message
-    assert re.search(r"\bint\b.*\bNone\b", message) and "str" in message and "'3'" in message
+    assert names(str(raised.value), "TrainConfig.max_steps_per_epoch", "int or None", "str", "'3'")
 
 
 def test_types_the_check_does_not_know_are_left_to_the_caller_and_the_rest_checked() -> None:
@@ -138,6 +137,7 @@ def test_types_the_check_does_not_know_are_left_to_the_caller_and_the_rest_check
     with pytest.raises(ValueError) as raised:
         check_types(_Settings(where=Path("."), steps="x"))
     assert "TrainConfig.steps" in str(raised.value) and "'x'" in str(raised.value)
+    assert "None" not in str(raised.value)  # a setting that cannot be None says int alone
 
 
 def test_an_unknown_setting_is_rejected(model: TinyGPT, tokens: Tokens) -> None:
@@ -158,7 +158,10 @@ def test_the_layout_counts_steps_with_a_short_last_one(
     shape = Layout(epochs=3, batches_per_epoch=batches, grad_accum_steps=accum)
     assert shape.steps_per_epoch == steps and shape.total_steps == 3 * steps
     sizes, done = [], 0
-    while size := shape.next_step_size(done):
+    for _ in range(batches + 1):  # as the loop draws: a step of no batch ends the epoch
+        size = shape.next_step_size(done)
+        if size <= 0:
+            break
         sizes.append(size)
         done += size
     assert len(sizes) == steps and sizes[-1] == last_step and sum(sizes) == batches
@@ -166,16 +169,20 @@ def test_the_layout_counts_steps_with_a_short_last_one(
     assert [shape.steps_after(sum(sizes[:k])) for k in range(steps + 1)] == list(range(steps + 1))
 
 
-def test_the_layout_takes_the_loaders_length_or_the_stated_epoch() -> None:
+def test_the_layout_takes_the_loaders_length_or_the_stated_epoch(
+    names: Names,
+) -> None:
     cfg = TrainConfig(epochs=2, grad_accum_steps=2)
     assert layout(cfg, 7) == Layout(2, 7, 2)
     capped = dataclasses.replace(cfg, max_steps_per_epoch=3)
     assert layout(capped, 7) == Layout(2, 6, 2) and layout(capped, 5) == Layout(2, 5, 2)
     assert layout(capped, None) == Layout(2, 6, 2)  # a stream: the stated size
-    with pytest.raises(ValueError, match="max_steps_per_epoch"):
+    with pytest.raises(ValueError) as raised:
         layout(cfg, None)
-    with pytest.raises(ValueError, match="no batch"):
+    assert names(str(raised.value), "IterableDataset", "pass max_steps_per_epoch")
+    with pytest.raises(ValueError) as raised:
         layout(cfg, 0)
+    assert names(str(raised.value), "the training data", "no batch", "empty?")
 
 
 class _Stream(torch.utils.data.IterableDataset):
@@ -187,12 +194,12 @@ class _Stream(torch.utils.data.IterableDataset):
 
 
 def test_an_iterable_dataset_needs_a_stated_epoch_size(
-    make_model: Callable[..., TinyGPT], tokens: Tokens
+    make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
 ) -> None:
     loader = DataLoader(_Stream(tokens(64)), batch_size=8)
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), loader, epochs=1)
-    assert "no length" in str(raised.value) and "max_steps_per_epoch" in str(raised.value)
+    assert names(str(raised.value), "no length", "max_steps_per_epoch")
     result = fine_tune(make_model(), loader, epochs=2, max_steps_per_epoch=3)
     assert result.steps == 6 and result.train_samples == 0
     # a step of 2 micro-batches: the epoch is 3 steps of 2, from the stream or a sized loader
@@ -204,57 +211,61 @@ def test_an_iterable_dataset_needs_a_stated_epoch_size(
         )
 
 
-def test_an_empty_training_loader_is_a_clear_error(model: TinyGPT) -> None:
+def test_an_empty_training_loader_is_a_clear_error(model: TinyGPT, names: Names) -> None:
     empty = DataLoader(torch.empty(0, 12, dtype=torch.long), batch_size=4)
     with pytest.raises(ValueError) as raised:
         fine_tune(model, empty, epochs=1)
-    assert "training data" in str(raised.value) and "no batch" in str(raised.value)
+    assert names(str(raised.value), "training data", "no batch")
 
 
-def test_an_empty_validation_loader_is_a_clear_error(model: TinyGPT, tokens: Tokens) -> None:
+def test_an_empty_validation_loader_is_a_clear_error(
+    model: TinyGPT, tokens: Tokens, names: Names
+) -> None:
     empty = DataLoader(torch.empty(0, 12, dtype=torch.long), batch_size=4)
     with pytest.raises(ValueError) as raised:
         fine_tune(model, tokens(), empty, epochs=1, num_workers=0)
-    assert "val_data" in str(raised.value) and "no batch" in str(raised.value)
+    assert names(str(raised.value), "val_data", "no batch", "validation rows")
 
 
 # --- the device and the model ----------------------------------------------------------------
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
-def test_asking_for_cuda_without_it_is_a_clear_error(model: TinyGPT, tokens: Tokens) -> None:
+def test_asking_for_cuda_without_it_is_a_clear_error(
+    model: TinyGPT, tokens: Tokens, names: Names
+) -> None:
     with pytest.raises(ValueError) as raised:
         fine_tune(model, tokens(), epochs=1, device="cuda", num_workers=0)
-    message = str(raised.value)
-    assert "TrainConfig.device" in message and "'cuda'" in message and "CUDA" in message
+    assert names(str(raised.value), "TrainConfig.device", "'cuda'", "device unset", "CPU")
 
 
-def test_a_model_without_weights_is_a_clear_error(tokens: Tokens) -> None:
+def test_a_model_without_weights_is_a_clear_error(tokens: Tokens, names: Names) -> None:
     class _NoWeights(nn.Module):
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             return torch.zeros(*ids.shape, 24)
 
-    with pytest.raises(ValueError, match="no floating-point parameters"):
+    with pytest.raises(ValueError) as raised:
         fine_tune(_NoWeights(), tokens(), epochs=1)
+    assert names(str(raised.value), "no floating-point parameters", "nothing to train")
 
 
 # --- the data against the model --------------------------------------------------------------
 
 
-def test_ids_and_lengths_are_checked_against_the_models_sizes() -> None:
+def test_ids_and_lengths_are_checked_against_the_models_sizes(names: Names) -> None:
     check_ids(49, 0, 32, vocab=50, positions=32)  # the last id and the whole length fit
     check_ids(10**6, -5, 10**6, vocab=None, positions=None)  # a model that does not say
     for args, named in [
-        ((50, 0, 8), ["50", "vocabulary of 50"]),
+        ((50, 0, 8), ["50", "vocabulary of 50", "ids 0 to 49"]),
         ((10, -1, 8), ["-1", "vocabulary of 50"]),
-        ((50, -1, 8), ["token id 50 "]),  # the id above the vocabulary is named first
+        ((50, -1, 8), ["token id 50"]),  # the id above the vocabulary is named first
     ]:
         with pytest.raises(ValueError) as raised:
             check_ids(*args, vocab=50, positions=32)
-        assert all(part in str(raised.value) for part in named), str(raised.value)
+        assert names(str(raised.value), *named), str(raised.value)
     with pytest.raises(ValueError) as raised:
         check_ids(10, 0, 33, vocab=50, positions=32)
-    assert "33 tokens" in str(raised.value) and "32 positions" in str(raised.value)
+    assert names(str(raised.value), "33 tokens", "32 positions", "more positions")
 
 
 def test_token_ids_outside_the_vocabulary_are_a_clear_error(model: TinyGPT, tokens: Tokens) -> None:
@@ -295,17 +306,19 @@ class _HiddenStates(nn.Module):
         return self.proj(self.embed(input_ids))  # [B, T, 16]: not logits over the vocabulary
 
 
-def test_a_model_that_returns_hidden_states_is_a_clear_error(tokens: Tokens) -> None:
+def test_a_model_that_returns_hidden_states_is_a_clear_error(tokens: Tokens, names: Names) -> None:
     with pytest.raises(ValueError) as raised:
         fine_tune(_HiddenStates(), tokens(), epochs=1, num_workers=0)
-    assert re.search(r"\b16\b", str(raised.value)) and "vocabulary (24)" in str(raised.value)
+    assert names(str(raised.value), "16", "vocabulary (24)", "logits", "hidden states")
     check_logits_width(24, 24)
 
 
 # --- a checkpoint's settings -----------------------------------------------------------------
 
 
-def test_resume_compares_the_settings_that_fix_the_data_position() -> None:
+def test_resume_compares_the_settings_that_fix_the_data_position(
+    names: Names,
+) -> None:
     cfg = TrainConfig(batch_size=4)
     saved = resume_settings(cfg)
     assert set(saved) == {"batch_size", "grad_accum_steps", "max_steps_per_epoch", "seed"}
@@ -314,23 +327,25 @@ def test_resume_compares_the_settings_that_fix_the_data_position() -> None:
     for key, value in [("batch_size", 8), ("grad_accum_steps", 2), ("max_steps_per_epoch", 3)]:
         with pytest.raises(ValueError, match=key):
             check_resume(dataclasses.replace(cfg, **{key: value}), saved, 1, 1)
-    with pytest.raises(ValueError, match="seed"):
-        check_resume(dataclasses.replace(cfg, seed=1), saved, 1, 1)
+    with pytest.raises(ValueError) as raised:
+        check_resume(dataclasses.replace(cfg, seed=1, batch_size=2), saved, 2, 1)
+    message = str(raised.value)
+    assert names(message, "(batch_size, seed, world size (2 processes))", "the data position")
+    assert names(message, "resume with the settings")
 
 
 def test_resume_names_every_setting_that_differs_and_another_world_size(
-    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
 ) -> None:
     args = {"epochs": 1, "batch_size": 4, "num_workers": 0}
     fine_tune(make_model(), tokens(40), checkpoint_dir=str(tmp_path), **args)
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(40), **{**args, "batch_size": 8, "seed": 3},
                   resume_from="latest", checkpoint_dir=str(tmp_path))  # fmt: skip
-    assert "batch_size" in str(raised.value) and "seed" in str(raised.value)
-    assert "grad_accum_steps" not in str(raised.value)
+    assert names(str(raised.value), "(batch_size, seed)")  # those two, and no other
     path = checkpoints(tmp_path)[-1]
     state = torch.load(path, weights_only=True)
     torch.save({**state, "world_size": 2}, path)  # as written by two torchrun processes
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(40), resume_from=str(path), **args)
-    assert "world size (2 processes)" in str(raised.value)
+    assert names(str(raised.value), "(world size (2 processes))")
