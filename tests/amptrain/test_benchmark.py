@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import mmap
 import warnings
 from collections.abc import Callable
 from importlib import resources
@@ -130,7 +131,10 @@ def test_leak_check_catches_a_planted_growing_list_of_tensors(
     inner = leaky.step
 
     def leaking_step(input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
-        hoard.append(torch.ones(2**20))  # 4 MiB kept alive per step
+        # 4 MiB kept alive per step, on pages of its own: the allocator cannot place it in
+        # memory that earlier tests freed (resident already, so the process would not grow)
+        pages = mmap.mmap(-1, 2**22)
+        hoard.append(torch.frombuffer(pages, dtype=torch.float32).fill_(1.0))
         return inner(input_ids, labels)
 
     leaky.step = leaking_step
