@@ -28,13 +28,15 @@ from typing import Any
 import torch
 
 from amptrain import fine_tune
+from amptrain.adapters import unpack_batch
 from amptrain.benchmark.environment import machine_info
 from amptrain.benchmark.presets import PRESETS, Preset
 from amptrain.benchmark.run import preset_model
-from amptrain.data import make_dataloader, synthetic_token_data, unpack_batch
+from amptrain.config import TrainConfig
+from amptrain.data import make_dataloader, synthetic_token_data
 from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 TARGET = 0.97  # fine_tune's tokens/s over TrainStep's, at the default log_every
 

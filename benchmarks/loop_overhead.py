@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from amptrain import TinyGPT, fine_tune, make_dataloader, resolve_precision, synthetic_token_data
-from amptrain.engine import extract_logits, lm_loss
-from amptrain.trainer import TrainConfig, build_optimizer, build_schedule
+from amptrain.adapters import extract_logits, lm_loss
+from amptrain.config import TrainConfig
+from amptrain.optim import build_optimizer, build_schedule
 
 VOCAB, SEQ, BATCH = 512, 64, 16
 Loader = torch.utils.data.DataLoader

@@ -29,10 +29,11 @@ from amptrain import TinyGPT
 from amptrain.benchmark.environment import machine_info, peak_tflops
 from amptrain.benchmark.presets import PRESETS, Preset
 from amptrain.benchmark.run import preset_model
+from amptrain.config import TrainConfig
 from amptrain.data import synthetic_token_data
 from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 # Kernel name fragments, checked in order; the first that matches names the kind.
 KINDS = (

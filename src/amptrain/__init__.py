@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from amptrain.adapters import extract_logits, lm_loss, token_hits
 from amptrain.callbacks import Callback, EarlyStopping, TrainState
+from amptrain.config import TrainConfig
 from amptrain.data import make_dataloader, seed_everything, synthetic_token_data
-from amptrain.engine import TrainStep, evaluate, extract_logits, lm_loss, token_hits
+from amptrain.engine import TrainStep, evaluate
 from amptrain.legacy import detect_vocab_size, test_fine_tuning
+from amptrain.loop import SkippedStepsWarning, TrainingDivergedError
 from amptrain.metrics import ConsoleSink, JsonlSink, MetricsTracker, RunningStats, WandbSink
 from amptrain.model import TinyGPT
 from amptrain.precision import (
@@ -18,14 +21,8 @@ from amptrain.precision import (
     compute_effective_precision,
     resolve_precision,
 )
-from amptrain.trainer import (
-    EpochMetrics,
-    FineTuneResult,
-    SkippedStepsWarning,
-    TrainConfig,
-    TrainingDivergedError,
-    fine_tune,
-)
+from amptrain.results import EpochMetrics, FineTuneResult
+from amptrain.trainer import fine_tune
 
 __version__ = "0.1.0"
 

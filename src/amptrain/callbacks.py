@@ -1,9 +1,11 @@
-"""Callbacks: a small set of hooks ``fine_tune`` calls, any of which can stop the run."""
+"""Callbacks: a small set of hooks ``fine_tune`` calls, any of which can stop the run. The
+loop's own periodic work (reading the loss back, validation, checkpoints) hangs on the same
+hooks, as :class:`Every` and :class:`AtEnd`."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,9 @@ class Callback:
     (plain values and tensors) and takes it back in :meth:`load_state_dict`.
     """
 
+    def on_train_start(self, state: TrainState) -> None:
+        """Before the first step of the run (of a resumed run too, at its position)."""
+
     def on_step_end(self, state: TrainState) -> None:
         """After every optimizer step."""
 
@@ -45,25 +50,56 @@ class Callback:
         """After every validation pass (``eval_every`` steps and each epoch's end)."""
 
     def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
-        """After each epoch, with its :class:`~amptrain.trainer.EpochMetrics`."""
+        """After each epoch, with its :class:`~amptrain.results.EpochMetrics`."""
+
+    def on_train_end(self, state: TrainState) -> None:
+        """After the last epoch, or the step a callback stopped the run at."""
 
     def state_dict(self) -> dict[str, Any]:
+        """What this callback needs back after a resume (nothing by default)."""
         return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        pass
+        """Take back what :meth:`state_dict` gave."""
+
+
+def checked(callbacks: Iterable[Any]) -> list[Callback]:
+    """The callbacks as a list, each a :class:`Callback`, or a TypeError naming what it is."""
+    callbacks = list(callbacks)
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(
+                f"callbacks must be amptrain.Callback instances, got {type(cb).__name__}"
+            )
+    return callbacks
+
+
+class Every(Callback):
+    """Calls ``action()`` after every ``steps``-th optimizer step of the run."""
+
+    def __init__(self, steps: int, action: Callable[[], object]) -> None:
+        self.steps, self.action = steps, action
+
+    def on_step_end(self, state: TrainState) -> None:
+        if state.step % self.steps == 0:
+            self.action()
+
+
+class AtEnd(Callback):
+    """Calls ``action()`` once the run has trained its last step."""
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action = action
+
+    def on_train_end(self, state: TrainState) -> None:
+        self.action()
 
 
 class Hooks:
     """Calls a hook on every callback, in order."""
 
     def __init__(self, callbacks: Iterable[Callback]) -> None:
-        self.callbacks = list(callbacks)
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(
-                    f"callbacks must be amptrain.Callback instances, got {type(cb).__name__}"
-                )
+        self.callbacks = checked(callbacks)
 
     def __call__(self, hook: str, state: TrainState, *args: Any) -> None:
         for cb in self.callbacks:

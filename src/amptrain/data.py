@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
@@ -198,42 +197,6 @@ def make_dataloader(
         worker_init_fn=_seed_worker if workers else None,
         generator=generator,
     )
-
-
-def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, labels)`` from a tensor, a tuple/list, or a mapping with ``input_ids``.
-
-    Without labels, the labels are the input ids (next-token prediction is shifted later).
-    """
-    labels = None
-    if isinstance(batch, torch.Tensor):
-        input_ids = batch
-    elif isinstance(batch, Mapping):
-        if "input_ids" not in batch:
-            raise KeyError(f"batch mapping has no 'input_ids' (keys: {sorted(batch)})")
-        input_ids, labels = batch["input_ids"], batch.get("labels")
-    elif isinstance(batch, list | tuple) and batch:
-        input_ids = batch[0]
-        labels = batch[1] if len(batch) > 1 else None
-    else:
-        raise TypeError(f"cannot read token ids from a batch of type {type(batch).__name__}")
-    return input_ids, input_ids if labels is None else labels
-
-
-def batch_inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """``(input_ids, labels, inputs)``: the ids, the labels, and what else the model takes.
-
-    A mapping's ``attention_mask`` is passed on to the model; without ``labels``, the
-    positions it masks (padding, left or right) are not scored.
-    """
-    input_ids, labels = unpack_batch(batch)
-    inputs: dict[str, torch.Tensor] = {}
-    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
-    if mask is not None:
-        inputs["attention_mask"] = mask
-        if batch.get("labels") is None:
-            labels = input_ids.masked_fill(mask == 0, IGNORE_INDEX)
-    return input_ids, labels, inputs
 
 
 def synthetic_token_data(

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from amptrain.adapters import vocabulary_size
 from amptrain.data import TokenData, synthetic_token_data
-from amptrain.engine import vocabulary_size
 from amptrain.precision import PrecisionFallbackWarning, compute_effective_precision
 from amptrain.trainer import fine_tune
 

@@ -1,5 +1,13 @@
-"""The epoch loop of :func:`~amptrain.trainer.fine_tune`: micro-batches into optimizer steps,
-host reads every ``log_every`` steps, evaluation, callbacks and checkpoints."""
+"""The training loop of :func:`~amptrain.trainer.fine_tune`, top to bottom.
+
+:meth:`Loop.run` is the whole loop: epoch after epoch, it draws each step's micro-batches (as
+many as :class:`~amptrain.config.Layout` says) and :meth:`Loop.train_step` trains on them with
+the :class:`~amptrain.engine.TrainStep`, then calls the step hooks. Everything else a run does
+hangs on those hooks, in this order: reading the loss back every ``log_every`` steps, the
+user's callbacks, validation every ``eval_every`` steps, a checkpoint every
+``checkpoint_every`` steps (and one at the end). Which of them a run has is decided once, when
+the loop is built; the step itself has no branch for any of them.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,21 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
-from tqdm.auto import tqdm
 
 from amptrain import checkpoint
 from amptrain._stack import outside_stacklevel
-from amptrain.callbacks import Hooks, TrainState
-from amptrain.data import IGNORE_INDEX, batch_inputs
+from amptrain.adapters import MicroBatch, batch_inputs, counted_tokens, to_device
+from amptrain.callbacks import AtEnd, Callback, Every, Hooks, TrainState
+from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
 from amptrain.distributed import World
-from amptrain.engine import MicroBatch, TrainStep, check_data_fits, check_outputs_logits, evaluate
-from amptrain.metrics import MetricsTracker, gpu_utilization, peak_memory_mb, reset_peak_memory
+from amptrain.engine import TrainStep, evaluate
+from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
+from amptrain.precision import PrecisionPlan
 from amptrain.results import EpochMetrics
 
 
@@ -66,9 +74,11 @@ class SkipGuard:
             )
 
     def state_dict(self) -> dict[str, Any]:
+        """The count and flags, for a checkpoint."""
         return {"in_a_row": self.in_a_row, "warned": self.warned, "calibrating": self.calibrating}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`state_dict` gave."""
         self.in_a_row, self.warned = int(state["in_a_row"]), bool(state["warned"])
         self.calibrating = bool(state["calibrating"])
 
@@ -85,87 +95,105 @@ class EpochCounters:
     lr: float = math.nan  # the rate of the latest step
 
 
-# What must match between a checkpoint and the run resuming it: the data position depends on it.
-RESUME_KEYS = ("batch_size", "grad_accum_steps", "max_steps_per_epoch", "seed")
-
-
-@dataclass
+@dataclass(kw_only=True)
 class Loop:
-    """One run's moving parts; :meth:`run` trains and returns what the result needs."""
+    """One run's moving parts, built once by the trainer; :meth:`run` trains.
 
-    cfg: Any  # TrainConfig
-    module: nn.Module  # the caller's model (no DDP or compile wrapper): checks, eval, state
+    ``writes`` says whether this process writes checkpoints (rank 0 under torchrun): the
+    trainer decides it once, with the sinks and the progress bar that only that rank has."""
+
+    cfg: TrainConfig
     step: TrainStep
+    layout: Layout
     device: torch.device
     world: World
+    writes: bool
     train_loader: Any
     val_loader: Any
-    batches_per_epoch: int
-    tracker: MetricsTracker
-    hooks: Hooks
-    show_progress: bool
+    log: RunLog
+    progress: ProgressBar
+    callbacks: Sequence[Callback] = ()
     state: TrainState = field(default_factory=TrainState)
     epochs: list[EpochMetrics] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     last_checkpoint: str | None = None
 
     def __post_init__(self) -> None:
-        self.state.is_main = self.world.is_main
+        self.state.is_main = self.writes
+        self.adapter = self.step.adapter
+        self.module = self.adapter.module  # the caller's model: evaluated and saved
         self.guard = SkipGuard(self.cfg.max_consecutive_skips, calibrating=self.plan.scaler_enabled)
         self.counters = EpochCounters()
+        self.hooks = Hooks(self._features(self.callbacks))
         self._pending: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._resume_rng: dict[str, Any] | None = None
-        self._checked = False
         self._mark = time.perf_counter()
 
-    @property
-    def plan(self) -> Any:
-        return self.step.plan
+    def _features(self, callbacks: Sequence[Callback]) -> list[Callback]:
+        """The run's features as callbacks around the user's, in the order they run."""
+        cfg = self.cfg
+        features = [Every(cfg.log_every, self.read_back), *callbacks]
+        if cfg.eval_every:
+            features.append(Every(cfg.eval_every, self._validate_mid_epoch))
+        if cfg.checkpoint_every:  # TrainConfig has made sure of a checkpoint_dir
+            features.append(Every(cfg.checkpoint_every, lambda: self._paused(self.save_checkpoint)))
+        if cfg.checkpoint_dir:
+            features.append(AtEnd(self.save_checkpoint))
+        return features
 
     @property
-    def steps_per_epoch(self) -> int:
-        return -(-self.batches_per_epoch // self.cfg.grad_accum_steps)
+    def plan(self) -> PrecisionPlan:
+        """The precision the run trains in."""
+        return self.step.plan
+
+    # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
         """Train from the current position to the last epoch, or until a callback stops it."""
-        while self.state.epoch <= self.cfg.epochs and not self.state.should_stop:
-            self._run_epoch()
+        self.hooks("on_train_start", self.state)
+        while self.state.epoch <= self.layout.epochs and not self.state.should_stop:
+            batches = self._start_epoch()
+            try:
+                while not self.state.should_stop and (micro := self._draw(batches)):
+                    self.train_step(micro)
+                self.read_back()
+            finally:
+                self.progress.close()
+            self._end_epoch()
             self.state.epoch += 1
             self.counters = EpochCounters(overflows_before=self.step.overflow_steps)
-        if self.cfg.checkpoint_dir:
-            self.save_checkpoint()
+        self.hooks("on_train_end", self.state)
 
-    def _run_epoch(self) -> None:
+    def train_step(self, micro: list[Any]) -> None:
+        """One optimizer step on ``micro`` (the loader's batches), then the step hooks."""
+        lr = self.step.learning_rate  # the rate this step uses
+        out = self.step.run([self._prepare(batch) for batch in micro])
+        self._pending.append((out.loss, out.grad_norm, lr))
+        self.counters.batches += len(micro)
+        self.counters.lr = lr
+        self.state.step += 1
+        self.progress.advance()
+        self.hooks("on_step_end", self.state)
+
+    # --- data --------------------------------------------------------------------------------
+
+    def _start_epoch(self) -> Iterator[Any]:
+        """The epoch's batches (from where a resumed run stopped), its bar and its clock."""
         reset_peak_memory(self.device)
-        sampler = getattr(self.train_loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
-            sampler.set_epoch(self.state.epoch)
         batches = self._batches()
-        bar = tqdm(
-            total=self.steps_per_epoch,
-            initial=-(-self.counters.batches // self.cfg.grad_accum_steps),
-            desc=f"epoch {self.state.epoch}/{self.cfg.epochs}",
-            leave=False,
-            disable=not self.show_progress,
-            unit="step",
+        self.progress.open(
+            f"epoch {self.state.epoch}/{self.layout.epochs}",
+            total=self.layout.steps_per_epoch,
+            done=self.layout.steps_after(self.counters.batches),
         )
         self._mark = time.perf_counter()
-        try:
-            while self.counters.batches < self.batches_per_epoch and not self.state.should_stop:
-                want = min(
-                    self.cfg.grad_accum_steps, self.batches_per_epoch - self.counters.batches
-                )
-                micro = [b for _, b in zip(range(want), batches, strict=False)]
-                if not micro:  # a loader shorter than its stated size: the epoch ends here
-                    break
-                self._train_step(micro, bar)
-            self.flush(bar)
-        finally:
-            bar.close()
-        self._end_epoch()
+        return batches
 
     def _batches(self) -> Iterator[Any]:
         """This epoch's batches, past those a resumed run already trained on."""
+        sampler = getattr(self.train_loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
+            sampler.set_epoch(self.state.epoch)
         batches = iter(self.train_loader)
         for _ in range(self.counters.batches):
             next(batches)
@@ -174,41 +202,65 @@ class Loop:
             self._resume_rng = None
         return batches
 
-    def _to_device(self, batch: Any) -> MicroBatch:
-        input_ids, labels, inputs = batch_inputs(batch)
-        if not self._checked:  # once: ids inside the model, the output logits over its vocabulary
-            ids = input_ids.to(self.device)
-            check_data_fits(self.module, int(ids.max()), int(ids.min()), ids.shape[1])
-            check_outputs_logits(self.module, ids, self.plan)
-            self._checked = True
-        self.counters.samples += input_ids.shape[0]
-        self.counters.tokens += (
-            int(labels.ne(IGNORE_INDEX).sum()) if labels.device.type == "cpu" else labels.numel()
-        )
-        move = {"device": self.device, "non_blocking": True}
-        return (
-            input_ids.to(**move),
-            labels.to(**move),
-            {k: v.to(**move) for k, v in inputs.items()},
-        )
+    def _draw(self, batches: Iterator[Any]) -> list[Any]:
+        """The next step's batches: none once the epoch has all of its own, or the loader (a
+        stream shorter than its stated size) has run dry."""
+        want = self.layout.next_step_size(self.counters.batches)
+        return [b for _, b in zip(range(want), batches, strict=False)]
 
-    def _train_step(self, micro: list[Any], bar: Any) -> None:
-        lr = self.step.optimizer.param_groups[0]["lr"]  # the rate this step uses
-        out = self.step.run([self._to_device(b) for b in micro])
-        self._pending.append((out.loss, out.grad_norm, lr))
-        self.counters.batches += len(micro)
-        self.counters.lr = lr
-        self.state.step += 1
-        bar.update()
-        cfg, step = self.cfg, self.state.step
-        if step % cfg.log_every == 0:
-            self.flush(bar)
-        self.hooks("on_step_end", self.state)
-        epoch_goes_on = self.counters.batches < self.batches_per_epoch
-        if cfg.eval_every and step % cfg.eval_every == 0 and epoch_goes_on:
+    def _prepare(self, batch: Any) -> MicroBatch:
+        """A loader's batch as the step takes it, on the device; counted for throughput."""
+        micro = batch_inputs(batch)
+        input_ids, labels, _ = micro
+        self.counters.samples += input_ids.shape[0]
+        self.counters.tokens += counted_tokens(labels)
+        micro = to_device(micro, self.device)
+        self.adapter.check_batch(micro[0], self.plan)
+        return micro
+
+    # --- features on the hooks ---------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Read the pending steps' loss and gradient norm in one host transfer (their mean
+        over ranks) and hand them to the log and the skip guard; whether there were any."""
+        if not self._pending:
+            return False
+        values = torch.stack(
+            [torch.stack([loss.float(), norm.float()]) for loss, norm, _ in self._pending]
+        )
+        rows = self.world.mean(values).tolist()
+        first = self.state.step - len(self._pending) + 1
+        for i, ((loss, norm), (_, _, lr)) in enumerate(zip(rows, self._pending, strict=True)):
+            self.log.step(loss, norm, **{"train/lr": lr})
+            where = f" (epoch {self.state.epoch}, step {first + i})"
+            self.guard.update(finite=math.isfinite(norm), where=where)
+        self._pending.clear()
+        self.state.last_step = {"train/loss": loss, "train/grad_norm": norm, "train/lr": lr}
+        return True
+
+    def read_back(self) -> None:
+        """:meth:`flush`, and show the latest loss and the token rate on the progress bar."""
+        if self.flush():
+            seconds = self.counters.elapsed + time.perf_counter() - self._mark
+            tokens_per_second = self.counters.tokens / seconds
+            self.progress.show(self.state.last_step["train/loss"], tokens_per_second)
+
+    def _validate_mid_epoch(self) -> None:
+        if self.counters.batches < self.layout.batches_per_epoch:  # the epoch's end validates
             self._paused(self.validate)
-        if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            self._paused(self.save_checkpoint)
+
+    def validate(self) -> dict[str, float]:
+        """One validation pass over every rank's shard; the record goes to sinks and callbacks."""
+        self.flush()
+        if self.val_loader is None:
+            return {}
+        val = evaluate(self.module, self.val_loader, self.plan, self.device, reduce=self.world.sum)
+        record = {f"val/{k}": v for k, v in val.items()}
+        self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
+        self.log.eval(record)
+        self.state.last_eval = record
+        self.hooks("on_eval_end", self.state, record)
+        return val
 
     def _paused(self, action: Callable[[], Any]) -> None:
         """Run ``action`` with the epoch's training clock stopped."""
@@ -221,38 +273,7 @@ class Loop:
         self.counters.elapsed += now - self._mark
         self._mark = now
 
-    def flush(self, bar: Any = None) -> None:
-        """Read the pending steps' loss and gradient norm in one host transfer (their mean
-        over ranks) and hand them to the tracker and the skip guard."""
-        if not self._pending:
-            return
-        values = torch.stack(
-            [torch.stack([loss.float(), norm.float()]) for loss, norm, _ in self._pending]
-        )
-        rows = self.world.mean(values).tolist()
-        first = self.state.step - len(self._pending) + 1
-        for i, ((loss, norm), (_, _, lr)) in enumerate(zip(rows, self._pending, strict=True)):
-            self.tracker.log_step(loss, norm, **{"train/lr": lr})
-            where = f" (epoch {self.state.epoch}, step {first + i})"
-            self.guard.update(finite=math.isfinite(norm), where=where)
-        self._pending.clear()
-        self.state.last_step = {"train/loss": loss, "train/grad_norm": norm, "train/lr": lr}
-        if bar is not None and self.show_progress:
-            seconds = self.counters.elapsed + time.perf_counter() - self._mark
-            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{self.counters.tokens / seconds:.0f}")
-
-    def validate(self) -> dict[str, float]:
-        """One validation pass over every rank's shard; the record goes to sinks and callbacks."""
-        self.flush()
-        if self.val_loader is None:
-            return {}
-        val = evaluate(self.module, self.val_loader, self.plan, self.device, reduce=self.world.sum)
-        record = {f"val/{k}": v for k, v in val.items()}
-        self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
-        self.tracker.log(record)
-        self.state.last_eval = record
-        self.hooks("on_eval_end", self.state, record)
-        return val
+    # --- the epoch's end ---------------------------------------------------------------------
 
     def _end_epoch(self) -> None:
         self._clock()
@@ -261,11 +282,12 @@ class Loop:
         samples, tokens = self.world.sum(counts).tolist()
         metrics = self._epoch_metrics(val, samples, tokens)
         self.epochs.append(metrics)
-        self.tracker.end_epoch(metrics.log_record(self.plan.name))
+        self.log.epoch(metrics.log_record(self.plan.name))
         self.hooks("on_epoch_end", self.state, metrics)
 
     def _epoch_metrics(self, val: dict[str, float], samples: float, tokens: float) -> EpochMetrics:
-        loss, grad = self.tracker.epoch_loss, self.tracker.epoch_grad_norm.summary()
+        tracker = self.log.tracker
+        loss, grad = tracker.epoch_loss, tracker.epoch_grad_norm.summary()
         elapsed = self.counters.elapsed or math.nan
         return EpochMetrics(
             epoch=self.state.epoch,
@@ -288,13 +310,15 @@ class Loop:
             wall_time_s=self.counters.elapsed,
         )
 
+    # --- checkpoints -------------------------------------------------------------------------
+
     def save_checkpoint(self) -> None:
-        """Every rank's generators gathered; rank 0 writes; all wait for the file."""
+        """Every rank's generators gathered; the writing rank writes; all wait for the file."""
         self.flush()
         rngs = self.world.gather(checkpoint.rng_state())
-        if self.world.is_main:
+        if self.writes:
             path = checkpoint.save(
-                self.cfg.checkpoint_dir,
+                self.cfg.checkpoint_dir,  # type: ignore[arg-type]  # a feature only with one
                 self.state.step,
                 self.state_dict(rngs),
                 self.cfg.keep_checkpoints,
@@ -304,52 +328,32 @@ class Loop:
 
     def state_dict(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
         """What a resumed run needs to go on as if it had never stopped."""
-        step = self.step
         return {
             "model": self.module.state_dict(),
-            "optimizer": step.optimizer.state_dict(),
-            "scheduler": step.scheduler.state_dict() if step.scheduler is not None else None,
-            "scaler": step.scaler.state_dict(),
-            "overflows": step._overflows,
+            **self.step.state_dict(),
             "rng": rngs,
             "world_size": self.world.size,
             "position": {"epoch": self.state.epoch, "step": self.state.step},
             "counters": dataclasses.asdict(self.counters),
-            "tracker": self.tracker.state_dict(),
+            "tracker": self.log.tracker.state_dict(),
             "guard": self.guard.state_dict(),
             "epochs": [dataclasses.asdict(e) for e in self.epochs],
             "evals": self.evals,
             "callbacks": self.hooks.state_dict(),
-            "config": {key: getattr(self.cfg, key) for key in RESUME_KEYS},
+            "config": resume_settings(self.cfg),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take a checkpoint's state; the generators are set when the epoch's batches start."""
-        self._check_compatible(state)
-        step = self.step
+        check_resume(self.cfg, state["config"], state["world_size"], self.world.size)
         self.module.load_state_dict(state["model"])
-        step.optimizer.load_state_dict(state["optimizer"])
-        if step.scheduler is not None and state["scheduler"] is not None:
-            step.scheduler.load_state_dict(state["scheduler"])
-        step.scaler.load_state_dict(state["scaler"])
-        step._overflows.copy_(state["overflows"])
+        self.step.load_state_dict(state)
         self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
         self.state.epoch = int(state["position"]["epoch"])
         self.state.step = int(state["position"]["step"])
         self.counters = EpochCounters(**state["counters"])
-        self.tracker.load_state_dict(state["tracker"])
+        self.log.tracker.load_state_dict(state["tracker"])
         self.guard.load_state_dict(state["guard"])
         self.epochs = [EpochMetrics(**e) for e in state["epochs"]]
         self.evals = list(state["evals"])
         self.hooks.load_state_dict(state["callbacks"])
-
-    def _check_compatible(self, state: dict[str, Any]) -> None:
-        saved = state["config"]
-        differ = [k for k in RESUME_KEYS if saved.get(k) != getattr(self.cfg, k)]
-        if state["world_size"] != self.world.size:
-            differ.append(f"world size ({state['world_size']} processes)")
-        if differ:
-            raise ValueError(
-                f"the checkpoint was written with other settings ({', '.join(differ)}): the data "
-                "position would not be the same; resume with the settings it was written with"
-            )

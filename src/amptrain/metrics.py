@@ -1,4 +1,5 @@
-"""Metrics in bounded memory, device memory through torch, and sinks (console, JSON lines, W&B)."""
+"""Metrics in bounded memory, device memory through torch, sinks (console, JSON lines, W&B),
+one run's log over them, and its progress bar."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 import torch
+from tqdm.auto import tqdm
 
 Scalar = float | int | str | bool
 WANDB_MODES = ("offline", "online", "disabled")
@@ -176,6 +178,11 @@ class WandbSink:
         self.run.finish()
 
 
+def present(record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
+    """The record without its ``None`` values (figures this run does not have)."""
+    return {k: v for k, v in record.items() if v is not None}
+
+
 class MetricsTracker:
     """Per-step and per-epoch metrics in bounded memory, fanned out to sinks.
 
@@ -192,21 +199,28 @@ class MetricsTracker:
         self.epoch_loss = RunningStats()
         self.epoch_grad_norm = RunningStats()
 
-    def log_step(self, loss: float, grad_norm: float, **extra: Scalar) -> None:
-        """Record one optimizer step (skipped steps included: their norm is not finite)."""
+    def record_step(self, loss: float, grad_norm: float, **extra: Scalar) -> dict[str, Scalar]:
+        """Count one optimizer step (skipped steps included: their norm is not finite) into the
+        epoch's aggregates and the history; the record, for the sinks."""
         self.step += 1
         self.epoch_loss.update(loss)
         self.epoch_grad_norm.update(grad_norm)
         record: dict[str, Scalar] = {"train/loss": loss, "train/grad_norm": grad_norm, **extra}
         self.history.append(record)
-        for sink in self.sinks:
-            sink.log(record, self.step)
+        return record
+
+    def log_step(self, loss: float, grad_norm: float, **extra: Scalar) -> None:
+        """Record one optimizer step and send it to the sinks."""
+        self.write(self.record_step(loss, grad_norm, **extra))
 
     def log(self, record: Mapping[str, Scalar | None]) -> None:
         """Send a record (a validation pass's) to the sinks at the current step."""
-        clean = {k: v for k, v in record.items() if v is not None}
+        self.write(present(record))
+
+    def write(self, record: Mapping[str, Scalar]) -> None:
+        """Send a record to every sink, at the current step."""
         for sink in self.sinks:
-            sink.log(clean, self.step)
+            sink.log(record, self.step)
 
     def state_dict(self) -> dict[str, Any]:
         """The step count, this epoch's aggregates and the epoch records (for a checkpoint)."""
@@ -223,17 +237,88 @@ class MetricsTracker:
         self.epoch_grad_norm.load_state_dict(state["epoch_grad_norm"])
         self.epochs = list(state["epochs"])
 
-    def end_epoch(self, record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
-        """Send an epoch record (``None`` values dropped) to the sinks and reset the aggregates."""
-        clean = {k: v for k, v in record.items() if v is not None}
+    def record_epoch(self, record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
+        """Keep an epoch record (``None`` values dropped) and reset the aggregates; the record
+        kept, for the sinks."""
+        clean = present(record)
         self.epochs.append(clean)
-        for sink in self.sinks:
-            sink.log(clean, self.step)
         self.epoch_loss = RunningStats()
         self.epoch_grad_norm = RunningStats()
+        return clean
+
+    def end_epoch(self, record: Mapping[str, Scalar | None]) -> dict[str, Scalar]:
+        """Keep an epoch record (``None`` values dropped), send it to the sinks and reset the
+        aggregates."""
+        clean = self.record_epoch(record)
+        self.write(clean)
         return clean
 
     def close(self) -> None:
         """Flush and close every sink."""
         for sink in self.sinks:
             sink.close()
+
+
+class RunLog:
+    """Where one run's records go. The caller's tracker counts every one, on every process
+    (the epoch's aggregates come from it); ``writers`` get them: on the process that writes,
+    the tracker's sinks and the run's own; on the others, none. The tracker's own list of
+    sinks is left as the caller made it."""
+
+    def __init__(self, tracker: MetricsTracker, writers: Iterable[Sink]) -> None:
+        self.tracker = tracker
+        self.writers = list(writers)
+
+    def step(self, loss: float, grad_norm: float, **extra: Scalar) -> None:
+        """One optimizer step's record."""
+        self._write(self.tracker.record_step(loss, grad_norm, **extra))
+
+    def eval(self, record: Mapping[str, Scalar | None]) -> None:
+        """A validation pass's record, at the current step."""
+        self._write(present(record))
+
+    def epoch(self, record: Mapping[str, Scalar | None]) -> None:
+        """An epoch's record; the tracker starts the next epoch's aggregates."""
+        self._write(self.tracker.record_epoch(record))
+
+    def _write(self, record: Mapping[str, Scalar]) -> None:
+        for sink in self.writers:
+            sink.log(record, self.tracker.step)
+
+    def close(self) -> None:
+        """Flush and close every writer."""
+        for sink in self.writers:
+            sink.close()
+
+
+class ProgressBar:
+    """An epoch's progress bar on stderr, drawn only where ``shown`` (decided once for the run:
+    the process that writes, on a terminal unless told otherwise)."""
+
+    def __init__(self, shown: bool) -> None:
+        self.shown = shown
+        self.bar: Any = None
+
+    def open(self, description: str, total: int, done: int) -> None:
+        """A new bar of ``total`` steps, ``done`` of them already (a resumed epoch's)."""
+        self.bar = tqdm(
+            total=total,
+            initial=done,
+            desc=description,
+            leave=False,
+            disable=not self.shown,
+            unit="step",
+        )
+
+    def advance(self) -> None:
+        """One more step done."""
+        self.bar.update()
+
+    def show(self, loss: float, tokens_per_second: float) -> None:
+        """The latest loss and the token rate so far, beside the bar."""
+        if self.shown:
+            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_second:.0f}")
+
+    def close(self) -> None:
+        """Clear the bar (the epoch's figures go to the sinks)."""
+        self.bar.close()

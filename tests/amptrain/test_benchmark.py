@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import mmap
 import warnings
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -18,10 +21,11 @@ from amptrain.benchmark.environment import peak_tflops
 from amptrain.benchmark.health import count_syncs, group_sync_warnings, memory_growth
 from amptrain.benchmark.run import build_arm, run_arms
 from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, slope, summarize
-from amptrain.data import synthetic_token_data
 from amptrain.engine import StepOutput
 from amptrain.model import TinyGPT
 
+Models = Callable[..., TinyGPT]
+Tokens = Callable[..., torch.Tensor]
 SMOKE = PRESETS["cpu-smoke"]
 CPU = torch.device("cpu")
 SCHEMA = json.loads(
@@ -103,9 +107,10 @@ def test_slope_measures_growth_per_window() -> None:
     assert slope([5.0]) == 0.0
 
 
-def test_every_precision_starts_from_the_same_weights_and_batches() -> None:
-    base = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    data = synthetic_token_data(32, 8, 32)
+def test_every_precision_starts_from_the_same_weights_and_batches(
+    make_model: Models, tokens: Tokens
+) -> None:
+    base, data = make_model(vocab=32, seq=8, d_model=16), tokens(32, vocab=32, seq=8)
     a = build_arm("32-true", base, SMOKE, data, CPU)
     b = build_arm("bf16-mixed", base, SMOKE, data, CPU)
     for (name, pa), (_, pb) in zip(
@@ -116,16 +121,20 @@ def test_every_precision_starts_from_the_same_weights_and_batches() -> None:
     assert torch.equal(next(a.batches)[0], next(b.batches)[0])
 
 
-def test_leak_check_catches_a_planted_growing_list_of_tensors() -> None:
-    base = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    data = synthetic_token_data(64, 8, 32)
+def test_leak_check_catches_a_planted_growing_list_of_tensors(
+    make_model: Models, tokens: Tokens
+) -> None:
+    base, data = make_model(vocab=32, seq=8, d_model=16), tokens(64, vocab=32, seq=8)
     clean = build_arm("32-true", base, SMOKE, data, CPU)
     leaky = build_arm("bf16-mixed", base, SMOKE, data, CPU)
     hoard: list[torch.Tensor] = []
     inner = leaky.step
 
     def leaking_step(input_ids: torch.Tensor, labels: torch.Tensor) -> StepOutput:
-        hoard.append(torch.ones(2**20))  # 4 MiB kept alive per step
+        # 4 MiB kept alive per step, on pages of its own: the allocator cannot place it in
+        # memory that earlier tests freed (resident already, so the process would not grow)
+        pages = mmap.mmap(-1, 2**22)
+        hoard.append(torch.frombuffer(pages, dtype=torch.float32).fill_(1.0))
         return inner(input_ids, labels)
 
     leaky.step = leaking_step
@@ -260,3 +269,32 @@ def test_benchmark_summary_is_logged_to_wandb_offline(
         "bf16-mixed/val_accuracy",
         "bf16-mixed/speedup_vs_32-true",
     } <= summary
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_benchmark_measures_the_gpu_paths_on_a_small_model() -> None:
+    preset = dataclasses.replace(
+        PRESETS["cpu-smoke"],
+        precisions=("32-true", "32-tf32", "16-mixed", "bf16-mixed"),
+        needs_cuda=True,
+        num_workers=0,
+    )
+    doc = run_benchmark(preset, list(preset.precisions), torch.device("cuda"))
+    assert doc["gpu_verified"] and doc["settings"]["timer"] == "cuda events"
+    assert doc["machine_info"]["gpu_name"] and doc["machine_info"]["driver"]
+    for name, r in doc["precisions"].items():
+        assert r["status"] == "ok", (name, r["error"])
+        assert len(r["window_s"]) == preset.windows and min(r["window_s"]) > 0
+        memory = r["memory"]
+        assert memory["measured"] and 0 < memory["static_mb"] < memory["peak_allocated_mb"]
+        assert memory["activation_mb"] > 0
+        health = r["health"]
+        assert health["syncs_in_step"]["measured"] and health["syncs_in_step"]["count"] == 0
+        assert health["matmul_dtypes"]["expected"] in health["matmul_dtypes"]["observed"]
+        assert health["memory_source"] == "cuda_allocated"
+        assert 0 < health["inference_latency_ms"]["p50"] <= health["inference_latency_ms"]["p95"]
+        if "H100" in doc["machine_info"]["gpu_name"] or "H200" in doc["machine_info"]["gpu_name"]:
+            assert r["peak_tflops"] and 0 < r["mfu"] < 1
+    speedups = {(c["precision"], c["baseline"]) for c in doc["comparisons"]}
+    assert ("bf16-mixed", "32-true") in speedups and ("bf16-mixed", "32-tf32") in speedups

@@ -1,63 +1,29 @@
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
 
-from amptrain import make_dataloader, synthetic_token_data
+from amptrain import TinyGPT, fine_tune, make_dataloader, synthetic_token_data
 from amptrain.data import (
     IGNORE_INDEX,
     EpochShuffle,
     PadCollate,
     _SequenceDataset,
-    batch_inputs,
     seed_everything,
-    unpack_batch,
 )
 
 CPU = torch.device("cpu")
+Tokens = Callable[..., torch.Tensor]
 
 
 def test_padding_is_ignored_in_labels() -> None:
     ids, labels = PadCollate()([torch.tensor([5, 6, 7]), torch.tensor([8])])  # 0 by default
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
     assert labels.tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
-
-
-@pytest.mark.parametrize(
-    "batch",
-    [
-        torch.ones(2, 3, dtype=torch.long),
-        (torch.ones(2, 3, dtype=torch.long),),
-        [torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)],
-        {"input_ids": torch.ones(2, 3, dtype=torch.long)},
-    ],
-)
-def test_unpack_batch_shapes(batch: object) -> None:
-    ids, labels = unpack_batch(batch)
-    assert ids.shape == labels.shape == (2, 3)
-
-
-def test_a_batchs_own_labels_are_kept() -> None:
-    ids, own = torch.ones(2, 3, dtype=torch.long), torch.full((2, 3), 2)
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    assert unpack_batch((ids, own))[1] is own and unpack_batch([ids])[1] is ids
-    # labels given beside an attention mask are the caller's: the mask does not rewrite them
-    _, labels, inputs = batch_inputs({"input_ids": ids, "attention_mask": mask, "labels": own})
-    assert labels is own and inputs["attention_mask"] is mask
-
-
-@pytest.mark.parametrize(("batch", "kind"), [((), "tuple"), ([], "list"), (5, "int")])
-def test_a_batch_without_token_ids_names_its_type(batch: object, kind: str) -> None:
-    with pytest.raises(TypeError) as raised:
-        unpack_batch(batch)
-    assert str(raised.value) == f"cannot read token ids from a batch of type {kind}"
-
-
-def test_unpack_batch_rejects_a_mapping_without_input_ids() -> None:
-    with pytest.raises(KeyError, match="input_ids"):
-        unpack_batch({"tokens": torch.ones(1, 2)})
 
 
 def test_synthetic_data_is_deterministic_in_range_and_follows_its_rule() -> None:
@@ -170,11 +136,38 @@ def test_a_loader_worker_seeds_python_and_numpy_from_its_torch_seed() -> None:
         (torch.ones(3, 4), "token ids must be integers, got a floating-point tensor"),
     ],
 )
-def test_data_too_small_to_train_on_is_named_exactly(rows: object, message: str) -> None:
+def test_data_too_small_to_train_on_is_named(
+    rows: object, message: str, names: Callable[..., bool]
+) -> None:
     with pytest.raises(ValueError) as raised:
         _SequenceDataset(rows)  # type: ignore[arg-type]
-    tail = ": next-token training needs at least 2 per row"
-    assert str(raised.value) == (message + tail if message.startswith("row") else message)
+    assert names(str(raised.value), message)
+    assert names(str(raised.value), "at least 2 per row") == message.startswith("row")
+
+
+def test_rows_too_short_to_train_on_stop_fine_tune_before_it_trains(model: TinyGPT) -> None:
+    rows = [torch.tensor([3, 4, 5]), torch.tensor([7])]
+    with pytest.raises(ValueError, match="row 1 has 1 token"):
+        fine_tune(model, rows, epochs=1, num_workers=0)
+
+
+def test_ragged_list_data_is_padded_and_trains(model: TinyGPT, tokens: Tokens) -> None:
+    rows = [row[: 4 + i % 8] for i, row in enumerate(tokens())]
+    result = fine_tune(model, rows, rows[:8], epochs=1, batch_size=4, num_workers=0)
+    epoch = result.epochs[0]
+    assert math.isfinite(epoch.val_loss)
+    # the token rate counts the rows' own tokens, not the padding that fills each batch out
+    assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(sum(map(len, rows)))
+
+
+def test_the_shuffle_order_depends_on_seed_and_epoch_not_on_the_worker_count(
+    make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    def losses(workers: int) -> list[float]:
+        return fine_tune(make_model(), tokens(64), epochs=3, batch_size=8, seed=3,
+                         num_workers=workers).train_loss_history  # fmt: skip
+
+    assert losses(0) == losses(1)
 
 
 def test_the_shuffled_order_is_the_same_in_every_release() -> None:
@@ -200,17 +193,19 @@ def test_seed_everything_seeds_python_numpy_and_torch(seed: int) -> None:
     assert torch.are_deterministic_algorithms_enabled() == deterministic  # unless asked
 
 
-def test_synthetic_data_is_the_same_in_every_release_and_checks_its_sizes() -> None:
+def test_synthetic_data_is_the_same_in_every_release_and_checks_its_sizes(
+    names: Callable[..., bool],
+) -> None:
     assert synthetic_token_data(2, 4, 6).tolist() == [[5, 3, 2, 2], [5, 3, 2, 1]]
     assert synthetic_token_data(1, 2, 3).shape == (1, 2)  # the smallest it makes
-    for args, message in [
-        ((4, 5, 2), "vocab_size must be at least 3, got 2"),
-        ((0, 5, 9), "need n_samples >= 1 and seq_len >= 2, got 0, 5"),
-        ((4, 1, 9), "need n_samples >= 1 and seq_len >= 2, got 4, 1"),
+    for args, named in [
+        ((4, 5, 2), ("vocab_size", "3", "got 2")),
+        ((0, 5, 9), ("n_samples", "seq_len", "got 0, 5")),
+        ((4, 1, 9), ("n_samples", "seq_len", "got 4, 1")),
     ]:
         with pytest.raises(ValueError) as raised:
             synthetic_token_data(*args)
-        assert str(raised.value) == message
+        assert names(str(raised.value), *named), str(raised.value)
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # more workers than cores

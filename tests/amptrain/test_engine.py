@@ -1,81 +1,125 @@
+"""amptrain.engine: the training step in the order mixed precision needs (each property pinned
+by a test that fails when the order changes, with an enabled CPU GradScaler wherever the scaler
+matters), accumulation, skipped steps, its saved state, and evaluation. The tests marked
+``cuda`` run the paths only a GPU takes (``pytest -m cuda``)."""
+
 from __future__ import annotations
 
+import copy
 import math
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
-from amptrain import TinyGPT, TrainStep, extract_logits, lm_loss, resolve_precision, token_hits
-from amptrain.data import IGNORE_INDEX
+from amptrain import TinyGPT, TrainStep, fine_tune, lm_loss, probes, resolve_precision
+from amptrain.benchmark.health import count_syncs
+from amptrain.config import TrainConfig
+from amptrain.optim import build_optimizer
+from amptrain.precision import PrecisionPlan
 
-
-@pytest.mark.parametrize(
-    "wrap",
-    [
-        lambda t: t,
-        lambda t: (t, "hidden"),
-        lambda t: {"logits": t, "loss": None},
-        lambda t: SimpleNamespace(logits=t),
-    ],
+Tokens = Callable[..., torch.Tensor]
+CPU = torch.device("cpu")
+SCALED = PrecisionPlan(  # fp16's protocol on CPU: fp32 compute, an enabled loss scaler
+    requested="16-mixed",
+    name="16-mixed",
+    device_type="cpu",
+    autocast_dtype=None,
+    param_dtype=None,
+    scaler_enabled=True,
 )
-def test_logits_are_found_in_every_output_shape(wrap: object) -> None:
-    t = torch.zeros(1, 2, 3)
-    assert extract_logits(wrap(t)) is t  # type: ignore[operator]
+FP32 = resolve_precision("32-true", "cpu")
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def test_output_without_logits_is_a_clear_error() -> None:
-    with pytest.raises(KeyError, match="logits"):
-        extract_logits({"hidden": torch.zeros(1)})
-    with pytest.raises(TypeError) as raised:
-        extract_logits(42)
-    assert str(raised.value) == (
-        "cannot find logits in a model output of type int; return a tensor, "
-        "a tuple whose first item is the logits, or an object with a 'logits' field"
-    )
+@pytest.fixture
+def small(make_model: Callable[..., TinyGPT]) -> TinyGPT:
+    """A smaller model than the shared one: 32 ids, 8 positions, width 16."""
+    return make_model(vocab=32, seq=8, d_model=16)
 
 
-def test_a_step_of_no_micro_batches_is_a_clear_error() -> None:
-    model = TinyGPT(16, d_model=8, n_layers=1, n_heads=2, max_seq_len=8)
-    step = TrainStep(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), resolve_precision("32", "cpu")
-    )
-    with pytest.raises(ValueError, match=r"^a training step needs at least one micro-batch$"):
+BATCH = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(1))
+
+
+def _scaled_step(model: nn.Module, max_grad_norm: float = 1.0) -> TrainStep:
+    optimizer = build_optimizer(model, TrainConfig(), CPU)
+    return TrainStep(model, optimizer, SCALED, max_grad_norm=max_grad_norm)
+
+
+# --- the step order --------------------------------------------------------------------------
+
+
+def test_clipping_sees_unscaled_gradients(small: TinyGPT) -> None:
+    reference = copy.deepcopy(small)
+    lm_loss(reference(BATCH), BATCH).backward()
+    true_norm = torch.nn.utils.get_total_norm([p.grad for p in reference.parameters()])
+    step = _scaled_step(small, max_grad_norm=1e-3)
+    assert step.loss_scale == 65536.0  # the scaler really scales
+    out = step(BATCH, BATCH)
+    assert out.grad_norm.item() == pytest.approx(true_norm.item(), rel=1e-4)
+
+
+def test_a_non_finite_gradient_skips_the_step_counts_it_and_backs_off_the_scale(
+    small: TinyGPT,
+) -> None:
+    step = _scaled_step(small)
+    before = copy.deepcopy(small.state_dict())
+    handle = small.head.weight.register_hook(lambda g: torch.full_like(g, float("nan")))
+    step(BATCH, BATCH)
+    handle.remove()
+    for name, value in small.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert step.overflow_steps == 1 and step.loss_scale == 32768.0
+    step(BATCH, BATCH)  # the next finite step trains again
+    assert not torch.equal(small.head.weight, before["head.weight"])
+
+
+def test_the_scaler_is_updated_after_every_step(small: TinyGPT) -> None:
+    step = _scaled_step(small)
+    for expected in (1, 2, 3):
+        step(BATCH, BATCH)
+        assert step.scaler._get_growth_tracker() == expected
+
+
+def test_gradients_are_cleared_after_every_step(small: TinyGPT) -> None:
+    step = _scaled_step(small)
+    for _ in range(2):
+        step(BATCH, BATCH)
+        assert all(p.grad is None for p in small.parameters())
+
+
+def test_no_graph_or_tensor_outlives_a_step(small: TinyGPT) -> None:
+    step = _scaled_step(small)
+    step(BATCH, BATCH)
+    before = probes.live_tensors()
+    outputs = [step(BATCH, BATCH) for _ in range(4)]
+    after = probes.live_tensors()
+    assert all(o.loss.grad_fn is None and o.grad_norm.grad_fn is None for o in outputs)
+    assert after["graph_attached"] == before["graph_attached"]
+    assert after["count"] <= before["count"] + 2 * len(outputs)  # the outputs themselves
+
+
+def test_a_step_of_no_micro_batches_is_a_clear_error(small: TinyGPT) -> None:
+    step = TrainStep(small, torch.optim.SGD(small.parameters(), lr=0.1), FP32)
+    with pytest.raises(ValueError, match="micro-batch"):
         step.run([])
 
 
-def test_lm_loss_shifts_labels_and_skips_padding() -> None:
-    vocab = 5
-    labels = torch.tensor([[1, 2, 3, IGNORE_INDEX]])
-    logits = torch.full((1, 4, vocab), -10.0)
-    logits[0, 0, 2] = logits[0, 1, 3] = 10.0  # right predictions for positions 0 and 1
-    logits[0, 2, 0] = 10.0  # position 2 predicts padding: must not count
-    correct, count = token_hits(logits, labels)
-    assert int(count) == 2 and int(correct) == 2
-    assert float(lm_loss(logits, labels)) < 1e-6
+# --- skipped steps ---------------------------------------------------------------------------
 
 
-def test_token_hits_counts_only_right_predictions_of_counted_tokens() -> None:
-    labels = torch.tensor([[1, 2, 3, 4, IGNORE_INDEX]])
-    logits = torch.zeros(1, 5, 6)
-    for position, predicted in enumerate([2, 0, 4, 1, 5]):  # right, wrong, right, padding
-        logits[0, position, predicted] = 1.0
-    correct, count = token_hits(logits, labels)
-    assert (int(correct), int(count)) == (2, 3)
-
-
-def _step(precision: str = "32-true", fused: bool = False) -> tuple[TinyGPT, TrainStep]:
-    torch.manual_seed(0)
-    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+def _adamw_step(
+    make_model: Callable[..., TinyGPT], precision: str = "32-true", fused: bool = False
+) -> tuple[TinyGPT, TrainStep]:
+    model = make_model(vocab=16, seq=8, d_model=16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
     return model, TrainStep(model, opt, resolve_precision(precision, "cpu"), max_grad_norm=1.0)
 
 
-def test_step_updates_weights_and_clears_gradients() -> None:
-    model, step = _step()
+def test_step_updates_weights_and_clears_gradients(make_model: Callable[..., TinyGPT]) -> None:
+    model, step = _adamw_step(make_model)
     before = model.head.weight.detach().clone()
     ids = torch.randint(1, 16, (4, 8))
     out = step(ids, ids)
@@ -96,9 +140,10 @@ class _PoisonGrad:
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-device-skip", "host-check"])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_non_finite_gradients_skip_the_step_count_an_overflow_and_training_goes_on(
-    precision: str, fused: bool
+    make_model: Callable[..., TinyGPT], precision: str, fused: bool
 ) -> None:
-    model, step = _step(precision, fused)
+    model, step = _adamw_step(make_model, precision, fused)
+    assert step.device_skip == fused
     poison = _PoisonGrad(model.blocks[0].qkv.weight)
     ids = torch.randint(1, 16, (4, 8))
     step(ids, ids)
@@ -115,9 +160,11 @@ def test_non_finite_gradients_skip_the_step_count_an_overflow_and_training_goes_
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_fp16_scaler_skips_overflow_and_backs_off_the_scale() -> None:
+def test_fp16_scaler_skips_overflow_and_backs_off_the_scale(
+    make_model: Callable[..., TinyGPT],
+) -> None:
     # A real GradScaler on CPU: the same object that runs under 16-mixed on CUDA.
-    model, step = _step()
+    model, step = _adamw_step(make_model)
     step.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     poison = _PoisonGrad(model.head.weight)
     ids = torch.randint(1, 16, (4, 8))
@@ -128,176 +175,6 @@ def test_fp16_scaler_skips_overflow_and_backs_off_the_scale() -> None:
     assert step.overflow_steps == 1
     assert torch.equal(before, model.head.weight)
     assert step.loss_scale == 2.0**9  # scaler.update() ran and halved the scale
-
-
-class _HubStyle(nn.Module):
-    """A Hugging Face-shaped model: positions before tokens, sizes in a config."""
-
-    def __init__(self, **config: int) -> None:
-        super().__init__()
-        self.positions = nn.Embedding(16, 8)  # the first embedding is not the vocabulary
-        self.tokens = nn.Embedding(50, 8)
-        self.config = SimpleNamespace(**config)
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.tokens
-
-
-def test_the_vocabulary_is_the_input_embedding_the_model_names() -> None:
-    from amptrain.engine import vocabulary_size
-
-    assert vocabulary_size(_HubStyle()) == 50
-    assert vocabulary_size(nn.Sequential(nn.Embedding(7, 2), nn.Linear(2, 7))) == 7
-    assert vocabulary_size(nn.Linear(2, 7)) is None
-
-
-@pytest.mark.parametrize(
-    ("own", "config", "positions"),
-    [
-        (None, {"max_position_embeddings": 64}, 64),
-        (None, {"n_positions": 32}, 32),
-        (0, {"n_positions": 32}, 32),  # a size of 0 is no size: the config's is read
-        (1, {"n_positions": 32}, 1),
-        (None, {}, None),
-    ],
-)
-def test_the_position_count_is_read_from_the_model_or_its_config(
-    own: int | None, config: dict[str, int], positions: int | None
-) -> None:
-    from amptrain.engine import position_count
-
-    model = _HubStyle(**config)
-    if own is not None:
-        model.max_seq_len = own
-    assert position_count(model) == positions
-
-
-def test_ids_and_lengths_outside_the_model_are_named_exactly() -> None:
-    from amptrain.engine import check_data_fits
-
-    model = _HubStyle(n_positions=32)  # 50 ids
-    check_data_fits(model, 49, 0, 32)  # the last id and the whole length fit
-    cases = [
-        ((50, 0, 8), "token id 50 is outside the model's vocabulary of 50 (ids 0 to 49)"),
-        ((10, -1, 8), "token id -1 is outside the model's vocabulary of 50 (ids 0 to 49)"),
-        ((50, -1, 8), "token id 50 is outside the model's vocabulary of 50 (ids 0 to 49)"),
-        (
-            (10, 0, 33),
-            "sequences of 33 tokens are longer than the model's 32 positions: "
-            "cut them, or use a model with more positions",
-        ),
-    ]
-    for args, message in cases:
-        with pytest.raises(ValueError) as raised:
-            check_data_fits(model, *args)
-        assert str(raised.value) == message
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):  # type: ignore[no-untyped-def]
-    """A real gloo process group of one rank, gone again after the test."""
-    import torch.distributed as dist
-
-    hook = sys.excepthook  # init_process_group wraps it to prefix tracebacks with the rank
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        sys.excepthook = hook
-
-
-def test_accumulated_micro_batches_all_reduce_gradients_once_per_step(
-    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the torchrun test's own count, here in one process, where mutation runs can see it
-    monkeypatch.syspath_prepend(Path(__file__).parents[1] / "integration")
-    import ddp_worker
-
-    calls = ddp_worker.no_sync_calls((1, 2, 3, 4))
-    # the same all-reduce as an unaccumulated step: only the last micro-batch syncs
-    assert calls["2"] == calls["3"] == calls["4"] == calls["1"] >= 1
-
-
-# importing torch.compile's machinery warns from inside torch
-_COMPILE_IMPORT = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
-
-
-@_COMPILE_IMPORT
-def test_the_users_model_is_found_inside_ddp_and_compile_wrappers(one_rank_group: None) -> None:
-    from torch.nn.parallel import DistributedDataParallel
-
-    from amptrain.engine import unwrap
-
-    model = nn.Linear(2, 2)
-    ddp = DistributedDataParallel(model)
-    for wrapped in (model, ddp, torch.compile(model), torch.compile(ddp)):
-        assert unwrap(wrapped) is model
-
-
-class _Holder(nn.Module):
-    """A wrapper that keeps its model as ``module`` without being DDP."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-
-@_COMPILE_IMPORT
-def test_no_sync_is_ddps_found_through_any_wrapper_or_nothing(one_rank_group: None) -> None:
-    import contextlib
-
-    from torch.nn.parallel import DistributedDataParallel
-
-    from amptrain.engine import _no_sync
-
-    model = nn.Linear(2, 2)
-    ddp = DistributedDataParallel(model)
-    for wrapped in (ddp, torch.compile(ddp), _Holder(ddp), _Holder(torch.compile(ddp))):
-        assert _no_sync(wrapped) == ddp.no_sync
-    for plain in (model, torch.compile(model), _Holder(model)):
-        assert _no_sync(plain) is contextlib.nullcontext
-
-
-class _Masked(nn.Module):
-    def forward(self, input_ids: torch.Tensor, attention_mask: object = None) -> torch.Tensor:
-        return input_ids
-
-
-class _TakesAll(nn.Module):
-    def forward(self, input_ids: torch.Tensor, **inputs: object) -> torch.Tensor:
-        return input_ids
-
-
-def test_a_model_gets_only_the_inputs_its_forward_takes() -> None:
-    from amptrain.engine import forward_inputs
-
-    inputs = {"attention_mask": 1, "token_type_ids": 2}
-    assert forward_inputs(_Masked())(inputs) == {"attention_mask": 1}
-    assert forward_inputs(_TakesAll())(inputs) == inputs
-    unreadable = _Masked()
-    unreadable.forward = max  # a builtin: its signature cannot be read
-    assert forward_inputs(unreadable)(inputs) == {}
-
-
-def test_gradients_are_clipped_to_norm_one_unless_told_otherwise() -> None:
-    model = nn.Linear(2, 2)
-    plan = resolve_precision("32", "cpu")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    assert TrainStep(model, opt, plan).max_grad_norm == 1.0
-    assert TrainStep(model, opt, plan, max_grad_norm=0.25).max_grad_norm == 0.25
-    assert TrainStep(model, opt, plan, max_grad_norm=None).max_grad_norm == math.inf
-
-
-def test_models_of_one_weight_or_none_trainable_take_a_step() -> None:
-    plan = resolve_precision("32", "cpu")
-    lookup = nn.Sequential(nn.Embedding(16, 16))  # one weight: its logits are its rows
-    step = TrainStep(lookup, torch.optim.SGD(lookup.parameters(), lr=0.1), plan)
-    ids = torch.randint(0, 16, (2, 8))
-    assert math.isfinite(float(step(ids, ids).loss)) and step.overflow_steps == 0
-    frozen = nn.Sequential(nn.Embedding(16, 16)).requires_grad_(False)
-    assert TrainStep(frozen, torch.optim.SGD(frozen.parameters(), lr=0.1), plan).overflow_steps == 0
 
 
 class _FusedByName(torch.optim.Optimizer):
@@ -314,13 +191,209 @@ class _FusedByName(torch.optim.Optimizer):
                     p.add_(p.grad, alpha=-group["lr"])
 
 
-def test_an_optimizer_fused_by_name_only_still_skips_non_finite_steps() -> None:
-    torch.manual_seed(0)
-    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    step = TrainStep(model, _FusedByName(model.parameters()), resolve_precision("32", "cpu"))
+def test_an_optimizer_fused_by_name_only_still_skips_non_finite_steps(
+    make_model: Callable[..., TinyGPT],
+) -> None:
+    model = make_model(vocab=16, seq=8, d_model=16)
+    step = TrainStep(model, _FusedByName(model.parameters()), FP32)
     poison = _PoisonGrad(model.head.weight)
     poison.armed = True
     ids = torch.randint(1, 16, (4, 8))
     before = model.head.weight.detach().clone()
     step(ids, ids)
     assert step.overflow_steps == 1 and torch.equal(before, model.head.weight)
+
+
+def test_gradients_are_clipped_to_norm_one_unless_told_otherwise() -> None:
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert TrainStep(model, opt, FP32).max_grad_norm == 1.0
+    assert TrainStep(model, opt, FP32, max_grad_norm=0.25).max_grad_norm == 0.25
+    assert TrainStep(model, opt, FP32, max_grad_norm=None).max_grad_norm == math.inf
+
+
+def test_models_of_one_weight_or_none_trainable_take_a_step() -> None:
+    lookup = nn.Sequential(nn.Embedding(16, 16))  # one weight: its logits are its rows
+    step = TrainStep(lookup, torch.optim.SGD(lookup.parameters(), lr=0.1), FP32)
+    ids = torch.randint(0, 16, (2, 8))
+    assert math.isfinite(float(step(ids, ids).loss)) and step.overflow_steps == 0
+    frozen = nn.Sequential(nn.Embedding(16, 16)).requires_grad_(False)
+    assert TrainStep(frozen, torch.optim.SGD(frozen.parameters(), lr=0.1), FP32).overflow_steps == 0
+
+
+# --- accumulation ----------------------------------------------------------------------------
+
+
+def _ragged(tokens: Tokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eight rows whose halves count very different numbers of tokens (padding ignored)."""
+    ids = tokens(8)
+    labels = ids.clone()
+    labels[:4, 3:] = -100  # the first half scores 2 tokens per row, the second 11
+    return ids, labels
+
+
+def test_accumulated_micro_batches_equal_one_step_on_their_concatenation(
+    make_model: Callable[..., TinyGPT], tokens: Tokens, weights: Callable[..., list]
+) -> None:
+    ids, labels = _ragged(tokens)
+    whole, parts = make_model(), make_model()
+    one = TrainStep(whole, build_optimizer(whole, TrainConfig(), CPU), FP32)
+    two = TrainStep(parts, build_optimizer(parts, TrainConfig(), CPU), FP32)
+    out_one = one(ids, labels)
+    out_two = two.run([(ids[:4], labels[:4], {}), (ids[4:], labels[4:], {})])
+    # a plain mean of the two micro-batch losses would weigh 8 tokens like 44
+    torch.testing.assert_close(out_two.loss, out_one.loss, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_two.grad_norm, out_one.grad_norm, rtol=1e-5, atol=1e-6)
+    for a, b in zip(weights(whole), weights(parts), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_scaler_steps_and_updates_once_per_accumulated_step(
+    model: TinyGPT, tokens: Tokens
+) -> None:
+    step = TrainStep(model, build_optimizer(model, TrainConfig(), CPU), SCALED)
+    ids, labels = _ragged(tokens)
+    micro = [(ids[i : i + 2], labels[i : i + 2], {}) for i in range(0, 8, 2)]
+    step.run(micro)
+    step.run(micro)
+    # growth_interval counts successful updates: two optimizer steps, not eight micro-steps
+    assert step.scaler._growth_tracker.item() == 2
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_accumulated_micro_batches_all_reduce_gradients_once_per_step(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the torchrun test's own count, here in one process, where mutation runs can see it
+    monkeypatch.syspath_prepend(Path(__file__).parents[1] / "integration")
+    import ddp_worker
+
+    calls = ddp_worker.no_sync_calls((1, 2, 3, 4))
+    # the same all-reduce as an unaccumulated step: only the last micro-batch syncs
+    assert calls["2"] == calls["3"] == calls["4"] == calls["1"] >= 1
+
+
+# --- its state -------------------------------------------------------------------------------
+
+
+def test_a_steps_saved_state_continues_it_exactly(make_model: Callable[..., TinyGPT]) -> None:
+    def build() -> tuple[TinyGPT, TrainStep]:
+        model = make_model(vocab=32, seq=8, d_model=16)
+        optimizer = build_optimizer(model, TrainConfig(), CPU)
+        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return model, TrainStep(model, optimizer, SCALED, scheduler=schedule)
+
+    model, step = build()
+    poison = _PoisonGrad(model.head.weight)
+    step(BATCH, BATCH)
+    poison.armed = True
+    step(BATCH, BATCH)  # skipped: the scale backs off and the count goes up
+    poison.armed = False
+    copy_model, copy_step = build()
+    copy_model.load_state_dict(model.state_dict())
+    copy_step.load_state_dict(copy.deepcopy(step.state_dict()))
+    assert (copy_step.overflow_steps, copy_step.loss_scale) == (1, 32768.0)
+    assert copy_step.learning_rate == step.learning_rate == 3e-4 * 0.25
+    step(BATCH, BATCH)
+    copy_step(BATCH, BATCH)
+    pairs = zip(model.parameters(), copy_model.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+def test_validation_reads_each_row_once_in_the_order_given(model: TinyGPT, tokens: Tokens) -> None:
+    seen: list[torch.Tensor] = []
+    model.register_forward_pre_hook(
+        lambda module, args: None if module.training else seen.append(args[0])
+    )
+    val = tokens(20, seed=1)
+    fine_tune(model, tokens(), val, epochs=2, batch_size=8, num_workers=0)
+    check, *batches = seen  # the data check's one row, then each epoch's validation
+    assert check.shape[0] == 1 and torch.equal(torch.cat(batches), torch.cat([val, val]))
+
+
+# --- the paths only a GPU takes --------------------------------------------------------------
+
+CUDA = torch.device("cuda")
+
+
+def _cuda_step(
+    make_model: Callable[..., TinyGPT], precision: str, loss_fn: Callable = lm_loss
+) -> TrainStep:
+    plan = resolve_precision(precision, CUDA)
+    model = make_model(vocab=64, seq=32, d_model=64, n_layers=2, n_heads=4)
+    model = model.to(device=CUDA, dtype=plan.param_dtype)
+    optimizer = build_optimizer(model, TrainConfig(precision=plan.name), CUDA)
+    return TrainStep(model, optimizer, plan, loss_fn=loss_fn)
+
+
+def _cuda_batch(tokens: Tokens, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = tokens(8, seed, vocab=64, seq=32).to(CUDA)
+    return ids, ids.clone()
+
+
+def _poisoned(flag: list[bool]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """lm_loss, times infinity while ``flag[0]`` is set: every gradient becomes inf/NaN."""
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(logits, labels)
+        return loss * math.inf if flag[0] else loss
+
+    return loss_fn
+
+
+def _params(step: TrainStep) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in step.params]
+
+
+@pytest.mark.cuda
+@cuda_only
+def test_fused_adamw_is_used_and_skips_a_non_finite_step_on_the_device(
+    make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    flag = [False]
+    step = _cuda_step(make_model, "bf16-mixed", _poisoned(flag))
+    assert step.optimizer.defaults["fused"] and step.device_skip
+    assert not step.scaler.is_enabled()
+    step(*_cuda_batch(tokens, 0))
+    before = _params(step)
+    flag[0] = True
+    out = step(*_cuda_batch(tokens, 1))
+    assert not torch.isfinite(out.grad_norm)
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(step), strict=True))
+    flag[0] = False
+    step(*_cuda_batch(tokens, 2))
+    assert step.overflow_steps == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, _params(step), strict=True))
+
+
+@pytest.mark.cuda
+@cuda_only
+def test_fp16_scaler_skips_the_step_and_halves_the_scale_on_a_gpu(
+    make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    flag = [False]
+    step = _cuda_step(make_model, "16-mixed", _poisoned(flag))
+    assert step.scaler.is_enabled()
+    step(*_cuda_batch(tokens, 0))
+    scale, before = step.loss_scale, _params(step)
+    flag[0] = True
+    step(*_cuda_batch(tokens, 1))
+    assert step.loss_scale == scale / 2
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(step), strict=True))
+    assert step.overflow_steps == 1
+
+
+@pytest.mark.cuda
+@cuda_only
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
+def test_a_training_step_never_syncs_with_the_host(
+    make_model: Callable[..., TinyGPT], tokens: Tokens, precision: str
+) -> None:
+    step = _cuda_step(make_model, precision)
+    batches = [_cuda_batch(tokens, i) for i in range(4)]
+    step(*batches[3])  # the first step creates the optimizer state
+    result = count_syncs(lambda: step(*batches.pop()), 3, CUDA)
+    assert result["count"] == 0, result["locations"]

@@ -5,6 +5,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,13 @@ from amptrain import (
     TinyGPT,
     WandbSink,
     fine_tune,
-    synthetic_token_data,
 )
+from amptrain.metrics import ProgressBar, RunLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wandb_files import logged_keys, run_info
+
+Tokens = Callable[..., torch.Tensor]
 
 
 def test_running_stats_match_the_statistics_module() -> None:
@@ -104,9 +107,10 @@ def test_end_epoch_drops_none_resets_and_fans_out(tmp_path: Path) -> None:
     assert lines[1]["train/loss"] is None  # NaN is written as null: the file stays valid JSON
 
 
-def test_wandb_offline_run_logs_namespaced_keys(tmp_path: Path) -> None:
-    model = TinyGPT(24, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    data = synthetic_token_data(16, 8, 24)
+def test_wandb_offline_run_logs_namespaced_keys(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    model, data = make_model(d_model=16, seq=8), tokens(16, seq=8)
     args = {"epochs": 2, "batch_size": 8, "wandb": True, "num_workers": 0}
     # a directory and project of the run's own, not W&B's defaults (WANDB_DIR is tmp_path)
     fine_tune(model, data, data[:4], wandb_dir=str(tmp_path / "runs"), wandb_project="p-7", **args)
@@ -128,11 +132,9 @@ def test_wandb_offline_run_logs_namespaced_keys(tmp_path: Path) -> None:
 
 
 def test_fine_tune_prints_a_line_an_epoch_to_the_console_when_asked(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], model: TinyGPT, tokens: Tokens
 ) -> None:
-    model = TinyGPT(24, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    data = synthetic_token_data(16, 8, 24)
-    fine_tune(model, data, epochs=2, batch_size=8, console=True, num_workers=0)
+    fine_tune(model, tokens(16), epochs=2, batch_size=8, console=True, num_workers=0)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("  ")[0] for line in lines] == ["epoch 1", "epoch 2"]
     assert all("train/loss" in line and "train/tokens_per_second" in line for line in lines)
@@ -145,15 +147,12 @@ def test_cpu_has_no_gpu_memory_figure() -> None:
     assert gpu_utilization(torch.device("cpu")) is None
 
 
-def test_runs_appended_to_one_jsonl_file_are_told_apart(tmp_path: Path) -> None:
-    from amptrain import TinyGPT, fine_tune, synthetic_token_data
-
+def test_runs_appended_to_one_jsonl_file_are_told_apart(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
     path = tmp_path / "metrics.jsonl"
     for _ in range(2):
-        model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-        fine_tune(
-            model, synthetic_token_data(16, 8, 16), epochs=2, jsonl_path=str(path), num_workers=0
-        )
+        fine_tune(make_model(), tokens(16), epochs=2, jsonl_path=str(path), num_workers=0)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     runs = list(dict.fromkeys(r["run"] for r in records))
     assert len(runs) == 2 and all(r["run"] for r in records)
@@ -256,7 +255,9 @@ def test_wandb_sink_defaults_to_an_offline_run_of_project_amptrain(
     assert not {k for k in info["config"] if not k.startswith("_")}  # no config given: none
 
 
-def test_wandb_sink_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_sink_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: Callable[..., bool]
+) -> None:
     with pytest.raises(
         ValueError, match=r"one of \('offline', 'online', 'disabled'\); got 'bogus'"
     ):
@@ -264,7 +265,77 @@ def test_wandb_sink_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     WandbSink(mode="disabled", dir=tmp_path).close()
     assert not (tmp_path / "wandb").exists() or not list((tmp_path / "wandb").glob("*run-*"))
     monkeypatch.setitem(sys.modules, "wandb", None)
-    with pytest.raises(
-        ImportError, match=r"^W&B logging needs wandb: pip install 'amptrain\[wandb\]'$"
-    ):
+    with pytest.raises(ImportError) as raised:
         WandbSink(dir=tmp_path)
+    assert names(str(raised.value), "W&B", "wandb", "pip install 'amptrain[wandb]'")
+
+
+class _Kept:
+    """A sink that keeps every record with its step, and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, dict[str, object]]] = []
+        self.closed = False
+
+    def log(self, record: object, step: int) -> None:
+        self.records.append((step, dict(record)))  # type: ignore[call-overload]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_recording_counts_a_step_or_an_epoch_without_writing_it() -> None:
+    sink = _Kept()
+    tracker = MetricsTracker([sink])
+    record = tracker.record_step(2.0, 0.5, **{"train/lr": 0.1})
+    assert record == {"train/loss": 2.0, "train/grad_norm": 0.5, "train/lr": 0.1}
+    assert tracker.step == 1 and tracker.history[-1] == record and tracker.epoch_loss.count == 1
+    kept = tracker.record_epoch({"epoch": 1, "val/loss": None})
+    assert kept == {"epoch": 1} and tracker.epochs == [kept] and tracker.epoch_loss.count == 0
+    assert sink.records == []  # recorded, not written
+    tracker.log_step(1.0, 0.25)
+    tracker.log({"val/loss": 0.5, "val/accuracy": None})
+    assert sink.records == [
+        (2, {"train/loss": 1.0, "train/grad_norm": 0.25}),
+        (2, {"val/loss": 0.5}),
+    ]
+
+
+def test_a_run_log_counts_every_record_and_writes_only_to_its_writers() -> None:
+    own, run_sink = _Kept(), _Kept()
+    tracker = MetricsTracker([own])
+    log = RunLog(tracker, [run_sink])
+    log.step(2.0, 0.5)
+    log.eval({"val/loss": 1.5, "val/accuracy": None})
+    log.epoch({"epoch": 1, "train/loss": 2.0, "val/perplexity": None})
+    log.close()
+    assert run_sink.records == [
+        (1, {"train/loss": 2.0, "train/grad_norm": 0.5}),
+        (1, {"val/loss": 1.5}),
+        (1, {"epoch": 1, "train/loss": 2.0}),
+    ]
+    assert run_sink.closed and own.records == [] and not own.closed
+    assert (
+        tracker.sinks == [own] and tracker.step == 1 and tracker.epochs == [run_sink.records[2][1]]
+    )
+    silent = RunLog(MetricsTracker([own]), [])  # a rank that writes nothing still counts
+    silent.step(1.0, 1.0)
+    silent.close()
+    assert silent.tracker.step == 1 and own.records == [] and not own.closed
+
+
+def test_the_progress_bar_draws_only_where_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    for shown in (False, True):
+        bar = ProgressBar(shown)
+        bar.open("epoch 1/2", total=4, done=1)
+        bar.advance()
+        bar.show(1.23456, 789.4)
+        bar.close()
+    err = capsys.readouterr().err
+    assert err.count("epoch 1/2") >= 1 and "2/4" in err and "loss=1.2346" in err
+    assert "tok_s=789" in err
+    hidden = ProgressBar(False)
+    hidden.open("epoch 9/9", total=1, done=0)
+    hidden.show(1.0, 1.0)
+    hidden.close()
+    assert "epoch 9/9" not in capsys.readouterr().err

@@ -2,15 +2,18 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
+from torch import nn
 
 from amptrain import (
     PRECISIONS,
     PrecisionFallbackWarning,
     canonical_precision,
     compute_effective_precision,
+    fine_tune,
     resolve_precision,
 )
 
@@ -184,12 +187,11 @@ def test_the_unknown_precision_message_lists_the_names() -> None:
         canonical_precision("fp8")
 
 
-def test_the_fallback_warning_points_at_the_callers_line() -> None:
-    from amptrain import TinyGPT, fine_tune, synthetic_token_data
-
-    model = TinyGPT(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+def test_the_fallback_warning_points_at_the_callers_line(
+    model: nn.Module, tokens: Callable[..., torch.Tensor]
+) -> None:
     with pytest.warns(PrecisionFallbackWarning) as caught:
-        fine_tune(model, synthetic_token_data(8, 8, 16), epochs=1, precision="16-mixed")
+        fine_tune(model, tokens(8), epochs=1, precision="16-mixed")
     fallback = [w for w in caught if issubclass(w.category, PrecisionFallbackWarning)]
     assert [w.filename for w in fallback] == [__file__]
 

@@ -2,36 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
-from amptrain import TinyGPT, fine_tune, probes, synthetic_token_data
+from amptrain import TinyGPT, fine_tune, probes
+from amptrain.adapters import MicroBatch, lm_loss
 from amptrain.benchmark import PRESETS
 from amptrain.benchmark.run import _live_tensor_summary, build_arm, run_arms
-from amptrain.engine import MicroBatch, StepOutput, TrainStep, lm_loss
+from amptrain.config import TrainConfig
+from amptrain.engine import StepOutput, TrainStep
 from amptrain.metrics import MetricsTracker
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 CPU = torch.device("cpu")
 SMOKE = PRESETS["cpu-smoke"]
 
 
-def _step(precision: str = "bf16-mixed") -> tuple[TrainStep, torch.Tensor]:
-    torch.manual_seed(0)
-    model = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    plan = resolve_precision(precision, CPU)
-    step = TrainStep(model, build_optimizer(model, TrainConfig(), CPU), plan)
-    batch = torch.randint(0, 32, (4, 8))
-    step(batch, batch)  # warm-up
-    return step, batch
+Models = Callable[..., TinyGPT]
+Tokens = Callable[..., torch.Tensor]
+
+
+@pytest.fixture
+def warm_step(make_model: Models) -> Callable[..., tuple[TrainStep, torch.Tensor]]:
+    """``warm_step(precision)``: a small model's step, and a batch it has trained on once."""
+
+    def make(precision: str = "bf16-mixed") -> tuple[TrainStep, torch.Tensor]:
+        model = make_model(vocab=32, seq=8, d_model=16)
+        plan = resolve_precision(precision, CPU)
+        step = TrainStep(model, build_optimizer(model, TrainConfig(), CPU), plan)
+        batch = torch.randint(0, 32, (4, 8))
+        step(batch, batch)  # warm-up
+        return step, batch
+
+    return make
+
+
+Warm = Callable[..., tuple[TrainStep, torch.Tensor]]
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_a_training_step_reads_nothing_back_to_the_host(precision: str) -> None:
-    step, batch = _step(precision)
+def test_a_training_step_reads_nothing_back_to_the_host(precision: str, warm_step: Warm) -> None:
+    step, batch = warm_step(precision)
     result = probes.count_host_reads(lambda: step(batch, batch), 3)
     assert result["count"] == 0, result["locations"]
 
@@ -46,8 +61,10 @@ def test_a_training_step_reads_nothing_back_to_the_host(precision: str) -> None:
         (lambda t: torch.nonzero(t.reshape(1)), "aten.nonzero"),
     ],
 )
-def test_each_kind_of_host_read_in_a_step_is_counted_where_it_is(read: Any, operation: str) -> None:
-    step, batch = _step()
+def test_each_kind_of_host_read_in_a_step_is_counted_where_it_is(
+    read: Any, operation: str, warm_step: Warm
+) -> None:
+    step, batch = warm_step()
 
     def planted() -> None:
         read(step(batch, batch).loss)
@@ -60,8 +77,8 @@ def test_each_kind_of_host_read_in_a_step_is_counted_where_it_is(read: Any, oper
     assert location.startswith("tests/amptrain/test_probes.py:")
 
 
-def test_a_mixed_precision_whose_forward_runs_in_fp32_is_seen() -> None:
-    step, batch = _step("bf16-mixed")
+def test_a_mixed_precision_whose_forward_runs_in_fp32_is_seen(warm_step: Warm) -> None:
+    step, batch = warm_step("bf16-mixed")
     plan = step.plan
     expected = probes.expected_matmul_dtype(plan.autocast_dtype, plan.param_dtype)
 
@@ -71,16 +88,16 @@ def test_a_mixed_precision_whose_forward_runs_in_fp32_is_seen() -> None:
     assert set(planted) == {"float32"}
 
 
-def test_fp32_that_runs_in_a_lower_dtype_is_seen() -> None:
-    step, batch = _step("32-true")
+def test_fp32_that_runs_in_a_lower_dtype_is_seen(warm_step: Warm) -> None:
+    step, batch = warm_step("32-true")
     assert probes.expected_matmul_dtype(None, None) == "float32"
     with torch.autocast("cpu", dtype=torch.bfloat16):  # a stray autocast around an fp32 run
         planted = probes.matmul_dtypes(lambda: step.model(batch))
     assert set(planted) == {"bfloat16"}
 
 
-def test_tensors_kept_with_their_graphs_are_seen() -> None:
-    step, batch = _step()
+def test_tensors_kept_with_their_graphs_are_seen(warm_step: Warm) -> None:
+    step, batch = warm_step()
     before = probes.live_tensors()
     kept = []
     for _ in range(3):
@@ -92,9 +109,10 @@ def test_tensors_kept_with_their_graphs_are_seen() -> None:
     assert probes.live_tensors()["graph_attached"] == before["graph_attached"]
 
 
-def test_the_benchmark_catches_a_step_that_keeps_its_graph() -> None:
-    base = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
-    data = synthetic_token_data(64, 8, 32)
+def test_the_benchmark_catches_a_step_that_keeps_its_graph(
+    make_model: Models, tokens: Tokens
+) -> None:
+    base, data = make_model(vocab=32, seq=8, d_model=16), tokens(64, vocab=32, seq=8)
     clean = build_arm("32-true", base, SMOKE, data, CPU)
     leaky = build_arm("bf16-mixed", base, SMOKE, data, CPU)
     hoard: list[torch.Tensor] = []
@@ -120,28 +138,36 @@ class _Watcher(MetricsTracker):
         super().__init__()
         self.seen: list[dict[str, float]] = []
 
-    def log_step(self, loss: float, grad_norm: float, **extra: float) -> None:
-        super().log_step(loss, grad_norm, **extra)
+    def record_step(self, loss: float, grad_norm: float, **extra: float) -> dict[str, Any]:
+        record = super().record_step(loss, grad_norm, **extra)
         if self.step % 8 == 0:
             self.seen.append(probes.live_tensors())
+        return record
 
 
-def _watched_run() -> list[dict[str, float]]:
-    model = TinyGPT(32, d_model=16, n_layers=1, n_heads=2, max_seq_len=16)
+def _watched_run(model: TinyGPT, data: torch.Tensor) -> list[dict[str, float]]:
     watcher = _Watcher()
-    data = synthetic_token_data(128, 16, 32)
     fine_tune(model, data, epochs=2, batch_size=4, num_workers=0, tracker=watcher)
     return watcher.seen
 
 
-def test_many_fine_tune_steps_keep_no_graph_and_no_growing_tensors() -> None:
-    seen = _watched_run()  # counts are process-wide: compared with the run's own first sample
+@pytest.fixture
+def watched_run(make_model: Models, tokens: Tokens) -> Callable[[], list[dict[str, float]]]:
+    """``watched_run()``: 64 steps of fine_tune, the live tensors sampled every 8."""
+    model = make_model(vocab=32, seq=16, d_model=16)
+    return lambda: _watched_run(model, tokens(128, vocab=32, seq=16))
+
+
+def test_many_fine_tune_steps_keep_no_graph_and_no_growing_tensors(
+    watched_run: Callable[[], list[dict[str, float]]],
+) -> None:
+    seen = watched_run()  # counts are process-wide: compared with the run's own first sample
     assert len(seen) == 8 and {s["graph_attached"] for s in seen} == {seen[0]["graph_attached"]}
     assert seen[-1]["bytes"] <= seen[0]["bytes"] * 1.01
 
 
 def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, watched_run: Callable[[], list[dict[str, float]]]
 ) -> None:
     original = TrainStep.run
     kept: list[torch.Tensor] = []
@@ -153,5 +179,5 @@ def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
         return original(self, micro_batches)
 
     monkeypatch.setattr(TrainStep, "run", keeps_graph)
-    seen = _watched_run()
+    seen = watched_run()
     assert seen[-1]["graph_attached"] > seen[0]["graph_attached"]

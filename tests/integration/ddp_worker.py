@@ -12,11 +12,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-from amptrain import TinyGPT, fine_tune, synthetic_token_data
+from amptrain import MetricsTracker, TinyGPT, fine_tune, synthetic_token_data
+from amptrain.config import TrainConfig
 from amptrain.data import PadCollate
 from amptrain.engine import TrainStep
+from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 VOCAB, SEQ, ROWS = 24, 12, 40
 
@@ -44,12 +45,27 @@ class Recording(Dataset):
         return self.data[index]
 
 
+class Counting:
+    """A sink of the caller's own: counts the records it is sent, and whether it is closed."""
+
+    def __init__(self) -> None:
+        self.records, self.closed = 0, False
+
+    def log(self, record: object, step: int) -> None:
+        self.records += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def train(out: Path, rank: int) -> None:
     dataset = Recording(rows())
     loader = DataLoader(dataset, batch_size=4, collate_fn=PadCollate())
     net = model()
+    own = Counting()
+    tracker = MetricsTracker([own])
     result = fine_tune(
-        net, loader, rows()[:10], epochs=2, num_workers=0, log_every=3,
+        net, loader, rows()[:10], epochs=2, num_workers=0, log_every=3, tracker=tracker,
         jsonl_path=str(out / "log.jsonl"), checkpoint_dir=str(out / "ckpt"),
         wandb=True, wandb_mode="offline", wandb_dir=str(out),
     )  # fmt: skip
@@ -61,6 +77,12 @@ def train(out: Path, rank: int) -> None:
         "seen": dataset.seen,
         "result": result.to_dict(),
         "no_sync": no_sync_calls(),
+        "own_sink": {
+            "kept": tracker.sinks == [own],
+            "records": own.records,
+            "closed": own.closed,
+            "steps_counted": tracker.step,
+        },
     }
     (out / f"rank-{rank}.json").write_text(json.dumps(report))
 

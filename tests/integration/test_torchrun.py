@@ -80,6 +80,15 @@ def test_only_rank_0_writes_logs_and_checkpoints(two_ranks: dict[str, Any]) -> N
     (run,) = (out / "wandb").glob("offline-run-*")  # one W&B run, not one per rank
     assert "val/loss" in logged_keys(run)["history"]
     assert ranks[0]["result"]["checkpoint"] and ranks[1]["result"]["checkpoint"] is None
+    # the caller's own sink: written and closed by rank 0 alone, and left in its tracker
+    own = [r["own_sink"] for r in ranks]
+    assert own[0]["records"] == len(records) and own[0]["closed"]
+    assert own[1]["records"] == 0 and not own[1]["closed"]
+    assert (
+        own[0]["kept"]
+        and own[1]["kept"]
+        and own[0]["steps_counted"] == own[1]["steps_counted"] == 10
+    )
 
 
 def test_two_ranks_match_one_process_on_the_same_global_batch(two_ranks: dict[str, Any]) -> None:

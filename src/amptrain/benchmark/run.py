@@ -14,15 +14,17 @@ from typing import Any
 import torch
 
 from amptrain import probes
+from amptrain.adapters import unpack_batch
 from amptrain.benchmark import health
 from amptrain.benchmark.environment import commit_info, machine_info, peak_tflops, settings_info
 from amptrain.benchmark.presets import Preset
 from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, summarize
-from amptrain.data import make_dataloader, seed_everything, synthetic_token_data, unpack_batch
+from amptrain.config import TrainConfig
+from amptrain.data import make_dataloader, seed_everything, synthetic_token_data
 from amptrain.engine import StepOutput, TrainStep, evaluate
 from amptrain.model import TinyGPT
+from amptrain.optim import build_optimizer
 from amptrain.precision import PrecisionPlan, canonical_precision, resolve_precision
-from amptrain.trainer import TrainConfig, build_optimizer
 
 FORMAT_VERSION = 1
 BASELINE = "32-true"  # IEEE fp32: TF32 off, so the baseline is what its name says

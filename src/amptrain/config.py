@@ -1,0 +1,233 @@
+"""What a run is told, and every check of it: the settings (:class:`TrainConfig`), the device,
+the model, the data against the model, how an epoch's batches make optimizer steps
+(:class:`Layout`), and a checkpoint's settings against the run's. Each check raises a
+``ValueError`` that names what is wrong; nothing else in amptrain decides whether an input is
+acceptable."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from amptrain.precision import canonical_precision
+
+# The types each annotation of TrainConfig admits (bool is not an int here).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+}
+
+
+def check_types(cfg: Any) -> None:
+    """A wrong type is a ValueError naming the field, before any value check."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        names = [n.strip() for n in str(f.type).split("|")]
+        if value is None and "None" in names:
+            continue
+        allowed = tuple(t for n in names for t in _TYPES.get(n, ()))
+        if not allowed:
+            continue
+        wrong_bool = isinstance(value, bool) and bool not in allowed
+        if wrong_bool or not isinstance(value, allowed):
+            raise ValueError(
+                f"TrainConfig.{f.name} must be {' or '.join(names)}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
+
+    precision: str = "32-true"
+    epochs: int = 3
+    batch_size: int = 8
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1  # share of all steps spent warming the learning rate up
+    min_lr_ratio: float = 0.1  # the cosine decay ends at learning_rate * min_lr_ratio
+    max_grad_norm: float | None = 1.0
+    max_steps_per_epoch: int | None = None
+    max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
+    grad_accum_steps: int = 1  # micro-batches per optimizer step
+    log_every: int = 10  # optimizer steps between host reads of the loss and gradient norm
+    eval_every: int | None = None  # optimizer steps between validations (and each epoch's end)
+    checkpoint_dir: str | None = None  # where checkpoints go (one is written at the end)
+    checkpoint_every: int | None = None  # optimizer steps between checkpoints
+    keep_checkpoints: int = 3  # the newest K are kept
+    resume_from: str | None = None  # a checkpoint, a directory (its newest), or "latest"
+    compile: bool = False  # torch.compile the model for training
+    device: str | None = None  # None: CUDA when available, else CPU
+    seed: int = 0
+    deterministic: bool = False
+    num_workers: int | None = None
+    pad_token_id: int = 0
+    progress: bool | None = None  # None: a progress bar only when stderr is a terminal
+    console: bool = False
+    jsonl_path: str | None = None
+    wandb: bool = False
+    wandb_project: str = "amptrain"
+    wandb_mode: str = field(default_factory=lambda: os.environ.get("WANDB_MODE", "offline"))
+    wandb_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        canonical_precision(self.precision)
+        if self.wandb_mode == "dryrun":  # W&B's older name for offline (WANDB_MODE=dryrun)
+            object.__setattr__(self, "wandb_mode", "offline")
+        checks = {
+            "epochs": self.epochs >= 1,
+            "batch_size": self.batch_size >= 1,
+            "learning_rate": self.learning_rate > 0 and math.isfinite(self.learning_rate),
+            "weight_decay": self.weight_decay >= 0,
+            "warmup_ratio": 0 <= self.warmup_ratio < 1,
+            "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+            "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
+            "max_steps_per_epoch": self.max_steps_per_epoch is None
+            or self.max_steps_per_epoch >= 1,
+            "max_consecutive_skips": self.max_consecutive_skips >= 1,
+            "grad_accum_steps": self.grad_accum_steps >= 1,
+            "log_every": self.log_every >= 1,
+            "eval_every": self.eval_every is None or self.eval_every >= 1,
+            "checkpoint_every": self.checkpoint_every is None or self.checkpoint_every >= 1,
+            "keep_checkpoints": self.keep_checkpoints >= 1,
+            "num_workers": self.num_workers is None or self.num_workers >= 0,
+            "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"TrainConfig.{name} has an invalid value: {getattr(self, name)!r}"
+                )
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ValueError("TrainConfig.checkpoint_every needs checkpoint_dir")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the run's micro-batches make optimizer steps, worked out once: every count of steps
+    (the schedule's length, the progress bar's, a resumed epoch's) is read from here."""
+
+    epochs: int
+    batches_per_epoch: int  # micro-batches an epoch trains on
+    grad_accum_steps: int  # micro-batches per optimizer step (the epoch's last step may have fewer)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in an epoch: the last one takes what is left."""
+        return self.steps_after(self.batches_per_epoch)
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps in the whole run."""
+        return self.epochs * self.steps_per_epoch
+
+    def steps_after(self, batches: int) -> int:
+        """Optimizer steps taken once ``batches`` micro-batches of an epoch are trained."""
+        return -(-batches // self.grad_accum_steps)
+
+    def next_step_size(self, batches: int) -> int:
+        """Micro-batches the next step draws, ``batches`` of the epoch already trained."""
+        return min(self.grad_accum_steps, self.batches_per_epoch - batches)
+
+
+def layout(cfg: TrainConfig, batches: int | None) -> Layout:
+    """The run's :class:`Layout`, from the training loader's length (``None``: it has none)."""
+    cap = cfg.max_steps_per_epoch * cfg.grad_accum_steps if cfg.max_steps_per_epoch else None
+    if batches is None:  # an iterable dataset has no length: the epoch needs a stated size
+        if cap is None:
+            raise ValueError(
+                "the training DataLoader has no length (an IterableDataset?): "
+                "pass max_steps_per_epoch"
+            )
+        batches = cap
+    if cap is not None:
+        batches = min(batches, cap)
+    if batches == 0:
+        raise ValueError("the training data gives no batch: is it empty?")
+    return Layout(cfg.epochs, batches, cfg.grad_accum_steps)
+
+
+def check_device(cfg: TrainConfig) -> torch.device:
+    """The device ``cfg`` asks for (CUDA when available, else CPU), if this machine has it."""
+    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"TrainConfig.device is {cfg.device!r} but CUDA is not available here: "
+            "leave device unset to use the CPU"
+        )
+    return device
+
+
+def check_model(model: nn.Module) -> torch.dtype:
+    """The dtype of the model's floating-point weights (the first's), which training needs."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if dtype is None:
+        raise ValueError("the model has no floating-point parameters: there is nothing to train")
+    return dtype
+
+
+def check_ids(
+    max_id: int, min_id: int, length: int, *, vocab: int | None, positions: int | None
+) -> None:
+    """Token ids inside the vocabulary and sequences inside the positions (``None``: the model
+    does not say), or a ValueError that says which (torch's own message is an IndexError deep
+    in an embedding)."""
+    if vocab is not None and (max_id >= vocab or min_id < 0):
+        bad = max_id if max_id >= vocab else min_id
+        raise ValueError(
+            f"token id {bad} is outside the model's vocabulary of {vocab} (ids 0 to {vocab - 1})"
+        )
+    if positions is not None and length > positions:
+        raise ValueError(
+            f"sequences of {length} tokens are longer than the model's {positions} positions: "
+            "cut them, or use a model with more positions"
+        )
+
+
+def check_logits_width(width: int, vocab: int) -> None:
+    """The model's output is logits over its vocabulary, not hidden states."""
+    if width != vocab:
+        raise ValueError(
+            f"the model output's last dimension is {width}, not the vocabulary ({vocab}): "
+            "return logits (with the language-model head), not hidden states"
+        )
+
+
+def check_validation_rows(rows: int | None) -> None:
+    """Validation data that gives no row is an error (``None``: a stream, of unknown length)."""
+    if rows == 0:
+        raise ValueError("val_data gives no batch: pass validation rows, or no val_data")
+
+
+# What must match between a checkpoint and the run resuming it: the data position depends on it.
+RESUME_KEYS = ("batch_size", "grad_accum_steps", "max_steps_per_epoch", "seed")
+
+
+def resume_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The settings a checkpoint keeps, for :func:`check_resume` to compare."""
+    return {key: getattr(cfg, key) for key in RESUME_KEYS}
+
+
+def check_resume(
+    cfg: TrainConfig, saved: Mapping[str, Any], saved_world_size: int, world_size: int
+) -> None:
+    """A checkpoint resumes only under the settings and world size it was written with."""
+    differ = [k for k in RESUME_KEYS if saved.get(k) != getattr(cfg, k)]
+    if saved_world_size != world_size:
+        differ.append(f"world size ({saved_world_size} processes)")
+    if differ:
+        raise ValueError(
+            f"the checkpoint was written with other settings ({', '.join(differ)}): the data "
+            "position would not be the same; resume with the settings it was written with"
+        )
