@@ -4,6 +4,7 @@ stagegate with the default branch's pyproject.toml, never with anything from the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -137,3 +138,49 @@ def test_codeowners_that_cannot_require_reviews_is_a_problem() -> None:
     assert "no CODEOWNERS" in judge_records.codeowners_problem(
         FakeApi({path: missing}), REPO, "main"
     )
+
+
+def skip_test_two(art: Path) -> None:
+    """The execution stage's ``test_two`` skipped, its record sealed as stagegate run seals it."""
+    junit = art / "junit-execution.xml"
+    xml = junit.read_text().replace(
+        'name="test_two" time="0.010" />',
+        'name="test_two" time="0.010"><skipped message="flaky on shared runners" /></testcase>',
+    )
+    xml = xml.replace('skipped="0"', 'skipped="1"', 1)
+    junit.write_text(xml)
+    record = json.loads((art / "execution.json").read_text())
+    digest = hashlib.sha256(junit.read_bytes()).hexdigest()
+    record["sha256"]["reports/raw/junit-execution.xml"] = digest
+    (art / "execution.json").write_text(json.dumps(record))
+
+
+def test_tests_the_change_newly_skips_are_named_against_the_base_branch(tmp_path: Path) -> None:
+    base = tmp_path / "base-artifact"
+    shutil.copytree(FIXTURES / "pass-cpu", base)
+    art = copy_fixture(tmp_path, "pass-cpu")
+    skip_test_two(art)
+    judge(tmp_path, art, "--base-artifact", str(base))
+    verdict = json.loads((tmp_path / "reports" / "verdict.json").read_text())
+    execution = next(s for s in verdict["stages"] if s["name"] == "execution")
+    skipped = [f for f in execution["findings"] if f["kind"] == "skipped_share_rose"]
+    assert skipped and "test_two" in skipped[0]["detail"], execution["findings"]
+
+
+@pytest.mark.parametrize("hostile", ["absent", "points outside"])
+def test_a_base_artifact_that_cannot_be_used_is_compared_with_nothing(
+    tmp_path: Path, hostile: str
+) -> None:
+    base = tmp_path / "base-artifact"
+    if hostile == "points outside":
+        shutil.copytree(FIXTURES / "pass-cpu", base)
+        record = json.loads((base / "execution.json").read_text())
+        record["files"]["junit"] = "reports/baseline/benchmark-h100-80gb-hbm3.json"
+        (base / "execution.json").write_text(json.dumps(record))
+    art = copy_fixture(tmp_path, "pass-cpu")
+    skip_test_two(art)
+    out = judge(tmp_path, art, "--base-artifact", str(base))
+    verdict = json.loads((tmp_path / "reports" / "verdict.json").read_text())
+    execution = next(s for s in verdict["stages"] if s["name"] == "execution")
+    assert not [f for f in execution["findings"] if f["kind"] == "skipped_share_rose"]
+    assert out["state"] in {"success", "failure"}, out  # a verdict, not an error

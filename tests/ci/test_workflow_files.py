@@ -98,7 +98,9 @@ def test_the_judges_read_artifacts_only_through_the_layout_check(doc: str, job: 
     assert judge["env"]["STAGEGATE"].endswith("/stagegate stagegate")
 
 
-def test_baselines_and_images_are_looked_up_only_among_the_default_branch_runs() -> None:
+def test_baselines_images_and_base_records_are_looked_up_only_among_the_default_branch_runs() -> (
+    None
+):
     lookups = [
         " ".join(step["run"].split())
         for doc in DOCS.values()
@@ -111,9 +113,11 @@ def test_baselines_and_images_are_looked_up_only_among_the_default_branch_runs()
         " --artifact verification-image"
     )
     baseline = "--workflow gpu.yml --events push --artifact benchmark-baseline"
+    base_records = "--workflow verify.yml --events push --artifact raw-cpu"
     assert sorted(lookups) == sorted(
         [f"python3 tools/ci/trusted_runs.py {image}"] * 2
         + [f"python3 tools/ci/trusted_runs.py {baseline}"]
+        + [f"python3 tools/ci/trusted_runs.py {base_records}"]
     )
 
 

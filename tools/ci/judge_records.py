@@ -4,14 +4,17 @@ branch's stagegate and policy, and give the status the required check is to repo
     STAGEGATE="pipx run --spec ./stagegate stagegate" python tools/ci/judge_records.py \
         --artifact DIR --work DIR --base . --out reports --changed-files FILE \
         --stage static --stage execution ... [--commit SHA] [--note TEXT] [--problem TEXT] \
-        [--codeowners] [--host host.json --image REF] \
+        [--codeowners] [--host host.json --image REF] [--base-artifact DIR] \
         -- --require static ...        # anything after -- goes to stagegate report
 
 runs ``stagegate report reports/raw`` inside WORK (where the records' ``reports/raw/...``
 paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.toml`` and
 ``--changed-files FILE``, checks its exit code against the verdict.json it wrote, and writes
 ``state=`` and ``description=`` to $GITHUB_OUTPUT. It exits 0 whenever it reached a verdict,
-BLOCK included; the status job reports it.
+BLOCK included; the status job reports it. ``--base-artifact`` is the default branch's last
+trusted verify artifact (tools/ci/trusted_runs.py): laid out as the records are, it is given to
+stagegate as ``--base-raw`` so newly skipped tests are named; one that is absent or refused is
+compared with nothing, and the summary says so.
 """
 
 from __future__ import annotations
@@ -45,6 +48,19 @@ def codeowners_problem(api: Api, repo: str, branch: str) -> str | None:
     return None
 
 
+def base_raw(args: argparse.Namespace, work: Path) -> list[str]:
+    """``--base-raw DIR`` for the default branch's artifact laid out in WORK, or nothing."""
+    if args.base_artifact is None:
+        return []
+    raw = work / "base" / "reports" / "raw"
+    try:
+        lay_out(args.base_artifact, raw, args.stages)
+    except LayoutError as exc:
+        print(f"judge: the base branch's records are not compared: {exc}")
+        return []
+    return ["--base-raw", str(raw.resolve())]
+
+
 def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> Status:
     """``stagegate report`` in WORK with the base policy and the change's files; its exit code
     counts only with the verdict.json it wrote (a command that failed to start is no BLOCK)."""
@@ -53,7 +69,8 @@ def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> S
     argv = [
         *command, "report", "reports/raw", "--out", str(args.out.resolve()),
         "--pyproject", str((args.base / "pyproject.toml").resolve()),
-        "--changed-files", str(args.changed_files.resolve()), *args.stagegate_args,
+        "--changed-files", str(args.changed_files.resolve()), *base_raw(args, work),
+        *args.stagegate_args,
     ]  # fmt: skip
     print("judge:", shlex.join(argv), flush=True)
     code = subprocess.run(argv, cwd=work, check=False).returncode
@@ -111,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problem", default="", help="a known reason to fail the check")
     parser.add_argument("--host", type=Path, help="host.json of a GPU job, checked first")
     parser.add_argument("--image", help="the image the GPU job was given (with --host)")
+    parser.add_argument("--base-artifact", type=Path, help="the default branch's last records")
     args = parser.parse_args(argv)
     if args.host and not (args.commit and args.image):
         parser.error("--host needs --commit and --image")
