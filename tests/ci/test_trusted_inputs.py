@@ -133,9 +133,14 @@ def run(**changes: Any) -> dict[str, Any]:
     base = {
         "id": 41, "path": ".github/workflows/gpu.yml", "head_branch": "main", "event": "push",
         "head_repository": {"full_name": REPO}, "repository": {"full_name": REPO},
-        "status": "completed", "conclusion": "success",
+        "status": "completed", "conclusion": "success", "head_sha": "c" * 40,
     }  # fmt: skip
     return {**base, **changes}
+
+
+def on_main(status: str = "ahead", sha: str = "c" * 40) -> dict[str, Any]:
+    """The compare API's answer for ``sha`` against main: ``ahead`` (main contains it)."""
+    return {f"/repos/{REPO}/compare/{sha}...main": {"status": status}}
 
 
 @pytest.mark.parametrize(
@@ -175,12 +180,35 @@ def test_select_skips_a_branch_run_and_takes_the_newest_main_run_with_the_artifa
                 {"name": "benchmark-baseline", "expired": True}]},
             f"/repos/{REPO}/actions/runs/1/artifacts": {"artifacts": [
                 {"name": "benchmark-baseline", "expired": False}]},
+            **on_main(),
         }
     )  # fmt: skip
     found = trusted_runs.select(api, ORIGIN, "benchmark-baseline")
     assert found.run_id == 1
     assert "run 3 ran on 'poison'" in found.refusals[0] and "run 2" in found.refusals[1]
     assert all(path != f"/repos/{REPO}/actions/runs/3/artifacts" for _, path, _ in api.calls)
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "why"),
+    [
+        ("c" * 40, "diverged", "not on main"),  # a pushed tag named main, its own workflow
+        ("c" * 40, "behind", "not on main"),  # a commit main has not reached
+        (None, "ahead", "names no commit"),
+        ("C" * 40 + "; x", "ahead", "names no commit"),
+    ],
+)
+def test_a_run_whose_commit_is_not_on_the_default_branch_is_refused(
+    head: str | None, status: str, why: str
+) -> None:
+    api = FakeApi({
+        f"/repos/{REPO}/actions/workflows/gpu.yml/runs": {"workflow_runs": [run(head_sha=head)]},
+        f"/repos/{REPO}/actions/runs/41/artifacts": {"artifacts": [
+            {"name": "benchmark-baseline", "expired": False}]},
+        **on_main(status),
+    })  # fmt: skip
+    found = trusted_runs.select(api, ORIGIN, "benchmark-baseline")
+    assert found.run_id is None and why in found.refusals[0], found.refusals
 
 
 def test_with_no_qualifying_run_there_is_no_baseline() -> None:
@@ -325,6 +353,15 @@ def test_a_change_too_large_to_list_fails_instead_of_hiding_gate_files(tmp_path:
     out = tmp_path / "changed.txt"
     problem = pr_change._write(compare_api(files), REPO, "main", SHA, out)
     assert "300 files" in problem
+
+
+@pytest.mark.parametrize("answer", [{}, {"files": None}, {"files": "pyproject.toml"}])
+def test_a_compare_answer_without_its_files_fails_instead_of_reading_as_no_change(
+    tmp_path: Path, answer: dict[str, Any]
+) -> None:
+    api = FakeApi({f"/repos/{REPO}/compare/main...{SHA}": answer})
+    problem = pr_change._write(api, REPO, "main", SHA, tmp_path / "changed.txt")
+    assert "listed no files" in problem
 
 
 def test_a_run_of_another_file_named_verify_is_not_judged() -> None:

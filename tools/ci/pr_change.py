@@ -71,7 +71,11 @@ def base_of(api: Api, repo: str, run: Mapping[str, Any], default_branch: str) ->
 
 def changed_files(api: Api, repo: str, base: str, head: str) -> list[str]:
     """Every path the change adds, edits, removes or renames (both names of a rename)."""
-    files = api.get(f"/repos/{repo}/compare/{base}...{head}").get("files") or []
+    files = api.get(f"/repos/{repo}/compare/{base}...{head}").get("files")
+    if not isinstance(files, list):
+        raise ChangeError(
+            f"the compare API listed no files between {base} and {head}: run the check again"
+        )
     if len(files) >= COMPARE_LIMIT:
         raise ChangeError(
             f"the change touches {COMPARE_LIMIT} files or more, which the compare API cannot "

@@ -77,6 +77,20 @@ def refusal(run: Mapping[str, Any], origin: Origin) -> str | None:
     return None
 
 
+def off_branch(api: Api, run: Mapping[str, Any], origin: Origin) -> str | None:
+    """Why the run's commit is not on the default branch, or None. A run of a pushed tag reports
+    the tag's name as its branch, so a tag named like the default branch passes ``refusal``;
+    only the commit's place in the default branch's history tells them apart."""
+    sha = run.get("head_sha")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return f"run {run.get('id')} names no commit ({sha!r})"
+    status = api.get(f"/repos/{origin.repo}/compare/{sha}...{origin.default_branch}").get("status")
+    if status not in {"ahead", "identical"}:
+        branch = origin.default_branch
+        return f"run {run.get('id')} ran {sha[:12]}, which is not on {branch} ({status})"
+    return None
+
+
 @dataclass
 class Selection:
     """The newest qualifying run holding the artifact, and every refusal on the way."""
@@ -97,7 +111,7 @@ def select(api: Api, origin: Origin, artifact: str) -> Selection:
     for count, run in enumerate(runs):
         if count == RUNS_READ:
             break
-        why = refusal(run, origin)
+        why = refusal(run, origin) or off_branch(api, run, origin)
         if why:
             found.refusals.append(why)
             continue
