@@ -275,15 +275,70 @@ def test_a_sync_place_becomes_a_location(text: str, location: Location) -> None:
     assert sync.location == location
 
 
-@pytest.mark.parametrize(
-    ("dtypes", "seen"),
-    [({"float32": 9, "bfloat16": 2}, "2 in bfloat16, 9 in float32"), ({}, "none")],
-)
-def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used(dtypes: dict, seen: str) -> None:
-    b = bench(matmul_dtypes=dtypes, matmul_dtype_expected="bfloat16")
+def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used() -> None:
+    b = bench(matmul_dtypes={"float32": 9, "bfloat16": 2})
     v = judge_stage("performance", performance(b), POLICY)
     (wrong,) = [f for f in v.findings if f.kind == "autocast_mismatch"]
-    assert wrong.detail.endswith(f": {seen}") and "autocast" in wrong.fix
+    assert "bfloat16" in wrong.title and "2 in bfloat16, 9 in float32" in wrong.detail
+    assert "autocast" in wrong.fix
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [("bf16-mixed", "bfloat16"), ("16-mixed", "float16"), ("32-true", "float32")],
+)
+def test_the_file_cannot_choose_what_a_precision_computes_in(name: str, dtype: str) -> None:
+    """Matmuls in float32 that the file says were expected in float32 are still wrong for a
+    16-bit precision: the judge knows what each precision computes in."""
+    wrong = "bfloat16" if dtype == "float32" else "float32"
+    arm = precision(name, 100.0, matmul_dtypes={wrong: 29}, matmul_dtype_expected=wrong)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    (finding,) = [f for f in v.blocking if f.kind == "autocast_mismatch"]
+    assert name in finding.title and dtype in finding.title
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_matmul_dtypes_that_are_absent_are_missing_evidence(gpu: bool) -> None:
+    b = bench(gpu=gpu, matmul_dtypes={}, matmul_dtype_expected=None)
+    v = judge_stage("performance", performance(b), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(
+        f.kind == "evidence_missing" and "bf16-mixed.health.matmul_dtypes" in f.title
+        for f in v.blocking
+    ), v.blocking
+
+
+@pytest.mark.parametrize(
+    ("name", "used"),
+    [
+        ("bf16-mixed", "32-true"),
+        ("16-mixed", "bf16-mixed"),
+        ("32-tf32", "32-tf32"),
+        ("bf16-mixed", None),
+    ],
+)
+def test_a_precision_that_ran_as_another_blocks(name: str, used: str | None) -> None:
+    arm = precision(name, 100.0, precision_used=used)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(f"{name}.precision_used" in f.title for f in v.blocking), v.blocking
+
+
+def test_a_preset_whose_policy_measures_no_autocast_leaves_dtypes_unjudged() -> None:
+    """The policy decides what a preset measures: without autocast, the dtypes are not judged
+    (and the stage's note does not claim they were)."""
+    presets = dict(POLICY.benchmark.presets)
+    spec = presets["cpu-smoke"]
+    presets["cpu-smoke"] = replace(
+        spec, measures=tuple(m for m in spec.measures if m != "autocast")
+    )
+    policy = replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
+    v = judge_stage("performance", performance(bench(gpu=False, matmul_dtypes={})), policy)
+    assert not [f for f in v.findings if "matmul" in f.title or f.kind == "autocast_mismatch"]
+    assert "autocast" not in v.note
+    clean = judge_stage("performance", performance(bench(gpu=False)), POLICY)
+    assert "autocast" in clean.note
 
 
 def test_every_outcome_carries_its_target_and_its_figure() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from stagegate.errors import ConfigError
 
-MEASURES = ("speed", "memory", "accuracy", "syncs")
+MEASURES = ("speed", "memory", "accuracy", "syncs", "autocast")
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 MAX_WINDOWS = 500  # the exact bootstrap of 500 windows a side takes seconds
 
@@ -30,7 +30,9 @@ class PresetSpec:
 DEFAULT_PRESETS = {
     # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
     "gpu": PresetSpec("cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES),
-    "cpu-smoke": PresetSpec("cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs")),
+    "cpu-smoke": PresetSpec(
+        "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast")
+    ),
 }
 
 # Dense peak TFLOP/s by compute dtype, from NVIDIA's datasheets, where the tensor-core figures

@@ -255,7 +255,7 @@ class PrecisionResult:
     name: str
     status: str
     error: str | None
-    precision_used: str
+    precision_used: str | None  # as the file states it: None when absent
     step_time_ms: float | None = None
     iqr_ms: float | None = None
     # The raw timed windows, as written: None for an entry that is not a finite number.

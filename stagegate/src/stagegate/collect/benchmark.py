@@ -121,7 +121,7 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
         "name": name,
         "status": str(status),
         "error": None if r.get("error") is None else str(r["error"]),
-        "precision_used": str(r.get("precision_used", name)),
+        "precision_used": _text(r.get("precision_used")),
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)

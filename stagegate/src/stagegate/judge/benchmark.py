@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from stagegate.benchpolicy import PresetSpec
 from stagegate.judge.comparison import METRICS, Row, recompute
-from stagegate.judge.evidence import Verified, check_evidence
+from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.model import (
     Benchmark,
@@ -65,11 +66,43 @@ def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> 
         )
 
 
-def _autocast_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
-    expected = p.matmul_dtype_expected
-    wrong = {d: n for d, n in p.matmul_dtypes.items() if d != expected}
-    if expected and (wrong or not p.matmul_dtypes):
-        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items())) or "none"
+# What each precision's matmuls compute in, and the precision its run must report it used
+# (32-tf32 runs 32-true's plan with TF32 matmuls, whose tensors stay float32): the judge's own
+# table, never the file's "expected".
+RUNS_AS = {
+    "32-true": ("float32", "32-true"),
+    "32-tf32": ("float32", "32-true"),
+    "16-mixed": ("float16", "16-mixed"),
+    "16-true": ("float16", "16-true"),
+    "bf16-mixed": ("bfloat16", "bf16-mixed"),
+    "bf16-true": ("bfloat16", "bf16-true"),
+}
+
+
+def _precision_used(f: Findings, p: PrecisionResult, runs_as: str) -> None:
+    where = f"precisions.{p.name}.precision_used"
+    if p.precision_used is None:
+        flag(f, "evidence_missing", where, "absent or not text")
+    elif p.precision_used != runs_as:
+        flag(f, "evidence_inconsistent", where, f"is {p.precision_used!r}, not {runs_as!r}")
+
+
+def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
+    """The precision ran as the one it is named for, and its matmuls computed in its dtype."""
+    if p.name not in RUNS_AS:
+        why = f"no compute dtype is known for precision {p.name!r}"
+        flag(f, "evidence_unchecked", f"precisions.{p.name}", why, fix="run a known precision")
+        return
+    expected, runs_as = RUNS_AS[p.name]
+    _precision_used(f, p, runs_as)
+    if "autocast" not in spec.measures:
+        return
+    if not p.matmul_dtypes:
+        where = f"precisions.{p.name}.health.matmul_dtypes"
+        flag(f, "evidence_missing", where, "absent: no matmul of the step was observed")
+        return
+    if set(p.matmul_dtypes) != {expected}:
+        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items()))
         f.add(
             "autocast_mismatch",
             f"{p.name}: matmuls do not compute in {expected}",
@@ -78,7 +111,7 @@ def _autocast_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold])
         )
 
 
-PRECISION_CHECKS = (_memory_checks, _sync_check, _autocast_check)
+PRECISION_CHECKS = (_memory_checks, _sync_check)
 
 
 def _location(text: str) -> Location:
@@ -142,4 +175,6 @@ def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[M
             continue
         for check in PRECISION_CHECKS:
             check(f, p, policy.thresholds)
+        if verified.spec is not None:
+            _autocast_check(f, p, verified.spec)
     return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)

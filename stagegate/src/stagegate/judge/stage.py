@@ -118,13 +118,18 @@ def _performance(
     return checks, cmp
 
 
-def _not_verified_note(bench: Benchmark) -> str:
+def _not_verified_note(bench: Benchmark, policy: Policy) -> str:
+    spec = policy.benchmark.presets.get(bench.preset)
+    measures = spec.measures if spec is not None else ()
+    judged = ["finite losses"]
+    judged += ["host syncs in the step"] if "syncs" in measures else []
+    judged += ["autocast dtypes"] if "autocast" in measures else []
+    judged += ["live tensors across steps", "accuracy parity between precisions"]
     return (
         f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
         f"its {bench.preset} preset on {bench.device}; speedup, CUDA "
         "memory and MFU were not checked. What the CPU run measured was judged and met "
-        "the policy: finite losses, host syncs in the step, autocast dtypes, live tensors "
-        "across steps, accuracy parity between precisions"
+        f"the policy: {', '.join(judged)}"
     )
 
 
@@ -166,7 +171,7 @@ def judge_stage(
     elif not record.succeeded or f.blocking:
         status = StageStatus.FAIL
     elif data.benchmark is not None and not data.benchmark.gpu_verified:
-        status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
+        status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark, policy)
     else:
         status = StageStatus.PASS
     return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline)
