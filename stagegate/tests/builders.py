@@ -259,8 +259,10 @@ def with_precisions(b: Benchmark, *precisions: PrecisionResult) -> Benchmark:
 
 
 def performance(benchmark: Benchmark, **kw: object) -> StageData:
-    """The data of a performance stage that ran ``benchmark``."""
-    return StageData(record("performance"), benchmark=benchmark, **kw)  # type: ignore[arg-type]
+    """The data of a performance stage that ran ``benchmark`` (its record names the file's
+    commit and started when the file was written)."""
+    rec = record("performance", commit=benchmark.commit, start=benchmark.datetime)
+    return StageData(rec, benchmark=benchmark, **kw)  # type: ignore[arg-type]
 
 
 def tool(name: str) -> str:

@@ -6,8 +6,10 @@ shows it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from stagegate.benchpolicy import PresetSpec
+from stagegate.judge.benchmark_provenance import provenance_findings
 from stagegate.judge.comparison import METRICS, Row, recompute
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
@@ -18,6 +20,7 @@ from stagegate.model import (
     Location,
     MetricCheck,
     PrecisionResult,
+    StageRecord,
 )
 from stagegate.policy import Policy, Threshold, check_threshold
 
@@ -164,9 +167,17 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
     return MetricCheck(c, metric, value, target, CheckOutcome.MISSED, reason)
 
 
-def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[MetricCheck, ...]:
-    """Findings about the evidence, every precision and comparison; the outcome of every
+def benchmark_findings(
+    f: Findings,
+    bench: Benchmark,
+    policy: Policy,
+    record: StageRecord,
+    host: Mapping[str, Any] | None = None,
+) -> tuple[MetricCheck, ...]:
+    """Findings about the evidence (the file tied to ``record``'s run, and to the GPU job's
+    ``host`` facts where given), every precision and comparison; the outcome of every
     comparison metric, recomputed from the raw figures."""
+    provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     rows = recompute(f, bench, verified, policy)
     for p in bench.precisions:

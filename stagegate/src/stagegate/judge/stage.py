@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
 from stagegate.judge.benchmark import benchmark_findings
@@ -94,13 +95,14 @@ def _performance(
     policy: Policy,
     baselines: Sequence[Benchmark],
     baseline_problem: str,
+    host: Mapping[str, Any] | None,
 ) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
     """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
     VERIFIED, never a finding, when the baseline given could not be read)."""
-    bench = data.benchmark
-    if bench is None:
+    bench, record = data.benchmark, data.record
+    if bench is None or record is None:
         return (), None
-    checks = benchmark_findings(f, bench, policy)
+    checks = benchmark_findings(f, bench, policy, record, host)
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
             "stage_failed",
@@ -139,9 +141,11 @@ def judge_stage(
     policy: Policy,
     baselines: Sequence[Benchmark] = (),
     baseline_problem: str = "",
+    host: Mapping[str, Any] | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
-    one of ``baselines``, or, with ``baseline_problem``, marked as not compared."""
+    one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
+    the GPU job's ``host`` facts where given."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
@@ -157,7 +161,7 @@ def judge_stage(
         )
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
-    checks, baseline = _performance(f, data, policy, baselines, baseline_problem)
+    checks, baseline = _performance(f, data, policy, baselines, baseline_problem, host)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
             "stage_failed",
