@@ -9,7 +9,16 @@ import pytest
 
 from stagegate.benchpolicy import PresetSpec
 from stagegate.judge import decide, judge_stage
-from stagegate.model import CheckOutcome, Decision, Location, PrecisionResult, StageStatus
+from stagegate.model import (
+    Benchmark,
+    CheckOutcome,
+    Decision,
+    Location,
+    MetricCheck,
+    PrecisionResult,
+    StageStatus,
+    StageVerdict,
+)
 from stagegate.policy import Policy
 
 from .builders import (
@@ -358,3 +367,41 @@ def test_every_outcome_carries_its_target_and_its_figure() -> None:
         CheckOutcome.MISSED,
         CheckOutcome.NOT_VERIFIED,  # the comparison left out: absent from the file
     }
+
+
+def _spread_bf16(speedup: float, spread_pct: float) -> Benchmark:
+    """The gpu preset with bf16-mixed ``speedup`` times faster than 32-true, its five windows
+    spread evenly ``spread_pct`` % either side of their median, every summary consistent."""
+    b = bench(speedup=speedup)
+    arm = next(p for p in b.precisions if p.name == "bf16-mixed")
+    assert arm.window_median_s is not None and arm.step_time_ms is not None
+    k = spread_pct / 200
+    windows = tuple(arm.window_median_s * (1 + i * k) for i in (-2, -1, 0, 1, 2))
+    return with_precisions(b, replace(arm, window_s=windows, iqr_ms=arm.step_time_ms * k * 2))
+
+
+def _speedup_check(v: StageVerdict) -> MetricCheck:
+    return next(
+        c
+        for c in v.checks
+        if c.metric == "speedup"
+        and (c.comparison.precision, c.comparison.baseline) == ("bf16-mixed", "32-true")
+    )
+
+
+def test_a_speedup_whose_interval_straddles_its_target_is_not_verified_and_blocks() -> None:
+    """Noisy but self-consistent windows: the median clears 1.5x, the interval does not."""
+    v = judge_stage("performance", performance(_spread_bf16(1.6, 80.0)), POLICY)
+    check = _speedup_check(v)
+    low, high = check.comparison.speedup_ci95
+    assert low < 1.5 <= 1.6 <= high and check.value == pytest.approx(1.6)
+    assert check.outcome is CheckOutcome.NOT_VERIFIED and "interval" in check.why
+    assert decide([v]).decision is Decision.BLOCK
+    assert [f.kind for f in v.blocking] == ["target_undecided"]
+
+
+@pytest.mark.parametrize(("speedup", "outcome"), [(4.0, "MET"), (1.1, "MISSED")])
+def test_an_interval_on_one_side_of_the_target_decides_it(speedup: float, outcome: str) -> None:
+    v = judge_stage("performance", performance(_spread_bf16(speedup, 4.0)), POLICY)
+    assert _speedup_check(v).outcome is CheckOutcome[outcome]
+    assert not [f for f in v.findings if f.kind == "target_undecided"]

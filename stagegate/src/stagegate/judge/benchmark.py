@@ -139,6 +139,24 @@ def _values(c: Comparison) -> dict[str, float | None]:
     }
 
 
+def _undecided(f: Findings, c: Comparison, metric: str, threshold: Threshold) -> str:
+    """Why the speedup's 95% interval cannot decide its target (one bound meets it, the other
+    misses), with a finding that blocks; "" when the interval lies on one side."""
+    low, high = c.speedup_ci95
+    if metric != "speedup" or (check_threshold(threshold, low) is None) == (
+        check_threshold(threshold, high) is None
+    ):
+        return ""
+    why = f"the 95% interval {low:.3g}x-{high:.3g}x straddles the target {threshold}"
+    f.add(
+        "target_undecided",
+        f"{c.precision} vs {c.baseline}: speedup NOT VERIFIED",
+        detail=why,
+        fix="time more windows, or on a quieter GPU, until the interval clears the target",
+    )
+    return why
+
+
 def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> MetricCheck:
     """The outcome of one recomputed metric of one comparison; a miss is a finding. What could
     not be checked is NOT VERIFIED, saying why: beside a blocking evidence finding, or, for the
@@ -155,6 +173,9 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
         return MetricCheck(c, metric, value, target, CheckOutcome.REPORTED)
     if metric in GPU_TARGETS and not v.gpu:
         return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, v.gpu_why)
+    why = _undecided(f, c, metric, policy.thresholds[metric])
+    if why:
+        return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, why)
     reason = check_threshold(policy.thresholds[metric], value)
     if reason is None:
         return MetricCheck(c, metric, value, target, CheckOutcome.MET)

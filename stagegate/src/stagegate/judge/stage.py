@@ -98,7 +98,8 @@ def _performance(
     host: Mapping[str, Any] | None,
 ) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
     """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
-    VERIFIED, never a finding, when the baseline given could not be read)."""
+    VERIFIED when the baseline given could not be read or compared: a finding only where the
+    stage is required and not skippable)."""
     bench, record = data.benchmark, data.record
     if bench is None or record is None:
         return (), None
@@ -110,13 +111,16 @@ def _performance(
             detail=f"the benchmark ran preset {bench.preset} on {bench.device}",
             fix="run this stage on a machine with the GPU the preset measures",
         )
+    required = f.stage in policy.required and policy.skippable.get(f.stage) != "no-cuda"
     if baseline_problem:
-        return checks, BaselineComparison(False, baseline_problem, None, "", unusable=True)
+        cmp = BaselineComparison(False, baseline_problem, None, "", unusable=True)
+        baseline_findings(f, cmp, required)
+        return checks, cmp
     baseline = pick_baseline(bench, baselines)
     if baseline is None:
         return checks, None
     cmp = compare_to_baseline(bench, baseline, policy.regression_margin_pct)
-    baseline_findings(f, cmp)
+    baseline_findings(f, cmp, required)
     return checks, cmp
 
 
