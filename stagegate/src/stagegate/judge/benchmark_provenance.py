@@ -68,7 +68,7 @@ def _time(f: Findings, bench: Benchmark, record: StageRecord, tolerance_s: float
             "evidence_impossible",
             "datetime",
             f"{bench.datetime[:40]} is outside the stage's run, {record.start} to "
-            f"{end.isoformat(timespec='seconds')}",
+            f"{end.isoformat(timespec='seconds').replace('+00:00', 'Z')}",
             detail=f"clock tolerance {tolerance_s:g} s ([tool.stagegate.benchmark] "
             "clock_tolerance_s)",
             fix=FIX,
