@@ -112,6 +112,7 @@ def precision(
         status="ok",
         error=None,
         precision_used="32-true" if name == "32-tf32" else name,
+        float32_matmul_precision="high" if name == "32-tf32" else "highest",
         step_time_ms=step_ms,
         iqr_ms=step_ms * 0.02,
         window_s=tuple(median * s for s in SPREAD),

@@ -405,3 +405,22 @@ def test_an_interval_on_one_side_of_the_target_decides_it(speedup: float, outcom
     v = judge_stage("performance", performance(_spread_bf16(speedup, 4.0)), POLICY)
     assert _speedup_check(v).outcome is CheckOutcome[outcome]
     assert not [f for f in v.findings if f.kind == "target_undecided"]
+
+
+@pytest.mark.parametrize(
+    ("name", "setting"),
+    [("32-tf32", "highest"), ("32-tf32", None), ("32-true", "high"), ("32-true", "medium")],
+)
+def test_on_a_gpu_tf32_is_on_for_32_tf32_alone(name: str, setting: str | None) -> None:
+    """32-tf32 without TF32 is a second 32-true; 32-true with it is no IEEE fp32 baseline."""
+    arm = precision(name, 160.0, float32_matmul_precision=setting)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(f"{name}.float32_matmul_precision" in f.title for f in v.blocking), v.blocking
+
+
+def test_on_a_cpu_the_fp32_matmul_setting_is_not_judged() -> None:
+    arm = precision("32-true", 400.0, peak_mb=None, float32_matmul_precision=None)
+    cpu = with_precisions(bench(gpu=False, speedup=0.7), arm)
+    v = judge_stage("performance", performance(cpu), POLICY)
+    assert not [f for f in v.findings if "float32_matmul_precision" in f.title]

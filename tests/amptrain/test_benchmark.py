@@ -58,6 +58,7 @@ def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str
         assert result["stats"]["median"] > 0 and result["tokens_per_second"] > 0
         assert result["val_accuracy"] > 5 / SMOKE.vocab_size  # it learned something
         assert result["memory"] == {"measured": False}
+        assert result["float32_matmul_precision"] == "highest"  # TF32 is for 32-tf32 alone
         syncs = result["health"]["syncs_in_step"]  # counted from the dispatched operators
         assert syncs["measured"] is True and syncs["method"] == "dispatch" and syncs["count"] == 0
         dtypes = result["health"]["matmul_dtypes"]

@@ -256,6 +256,8 @@ class PrecisionResult:
     status: str
     error: str | None
     precision_used: str | None  # as the file states it: None when absent
+    # torch.set_float32_matmul_precision as the run set it: "high" lets fp32 matmuls use TF32
+    float32_matmul_precision: str | None = None
     step_time_ms: float | None = None
     iqr_ms: float | None = None
     # The raw timed windows, as written: None for an entry that is not a finite number.

@@ -122,6 +122,7 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
         "status": str(status),
         "error": None if r.get("error") is None else str(r["error"]),
         "precision_used": _text(r.get("precision_used")),
+        "float32_matmul_precision": _text(r.get("float32_matmul_precision")),
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)

@@ -90,6 +90,28 @@ def _precision_used(f: Findings, p: PrecisionResult, runs_as: str) -> None:
         flag(f, "evidence_inconsistent", where, f"is {p.precision_used!r}, not {runs_as!r}")
 
 
+# On CUDA, what torch.set_float32_matmul_precision each fp32 precision must run with: TF32
+# ("high") for 32-tf32 alone, so that 32-true, the judged baseline, is IEEE fp32. On a CPU no
+# fp32 matmul uses TF32, and the setting is not judged.
+FP32_MATMUL = {"32-true": "highest", "32-tf32": "high"}
+
+
+def _tf32_check(f: Findings, p: PrecisionResult) -> None:
+    expected = FP32_MATMUL.get(p.name)
+    where = f"precisions.{p.name}.float32_matmul_precision"
+    if expected is None:
+        return
+    if p.float32_matmul_precision is None:
+        flag(f, "evidence_missing", where, f"absent; {p.name} runs with {expected!r}")
+    elif p.float32_matmul_precision != expected:
+        flag(
+            f,
+            "evidence_inconsistent",
+            where,
+            f"is {p.float32_matmul_precision[:20]!r}; {p.name} runs with {expected!r}",
+        )
+
+
 def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
     """The precision ran as the one it is named for, and its matmuls computed in its dtype."""
     if p.name not in RUNS_AS:
@@ -209,4 +231,6 @@ def benchmark_findings(
             check(f, p, policy.thresholds)
         if verified.spec is not None:
             _autocast_check(f, p, verified.spec)
+        if verified.gpu:
+            _tf32_check(f, p)
     return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)
