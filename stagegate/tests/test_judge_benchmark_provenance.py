@@ -91,6 +91,12 @@ def test_the_gpu_the_host_saw_must_be_the_files(
     assert blocked_on(judged(run_of(gpu_name=file_gpu), host=host), field)
 
 
+def test_the_gpu_names_are_compared_word_for_word_ignoring_case_and_spacing() -> None:
+    host = {**HOST, "gpu_name": "  nvidia H100 80GB  HBM3\n"}
+    assert judged(run_of(), host=host).blocking == ()
+    assert blocked_on(judged(run_of(), host={**HOST, "gpu_name": "NVIDIA H100 PCIe"}), "gpu_name")
+
+
 def test_the_clock_tolerance_is_the_policys() -> None:
     late = run_of(datetime="2026-01-01T00:10:30Z")
     assert blocked_on(judged(late), "datetime")

@@ -75,6 +75,12 @@ def _time(f: Findings, bench: Benchmark, record: StageRecord, tolerance_s: float
         )
 
 
+def _name(gpu: str) -> str:
+    """A GPU's name as compared: its words, case folded (nvidia-smi and torch spell it alike
+    otherwise)."""
+    return " ".join(gpu.split()).casefold()
+
+
 def _host(f: Findings, bench: Benchmark, record: StageRecord, host: Mapping[str, Any]) -> None:
     """The GPU the host saw is the file's; the commit the host ran is the record's."""
     seen = host.get("gpu_name")
@@ -82,7 +88,7 @@ def _host(f: Findings, bench: Benchmark, record: StageRecord, host: Mapping[str,
         flag(f, "evidence_unchecked", "machine_info.gpu_name", "host.json names no GPU")
     elif bench.gpu_name is None:
         flag(f, "evidence_missing", "machine_info.gpu_name", f"absent; the host has {seen!r}")
-    elif bench.gpu_name.strip() != seen.strip():
+    elif _name(bench.gpu_name) != _name(seen):
         flag(
             f,
             "evidence_impossible",
