@@ -94,6 +94,9 @@ TOKENS_PER_WINDOW = 10 * 8 * 128
 SPREAD = (0.98, 0.99, 1.0, 1.01, 1.02)  # five windows around the median: IQR 2% of it
 
 
+DTYPE = {"16": "float16", "bf16": "bfloat16"}  # by a precision's prefix; float32 otherwise
+
+
 def precision(
     name: str,
     step_ms: float,
@@ -108,7 +111,8 @@ def precision(
     base = dict(
         status="ok",
         error=None,
-        precision_used=name,
+        precision_used="32-true" if name == "32-tf32" else name,
+        float32_matmul_precision="high" if name == "32-tf32" else "highest",
         step_time_ms=step_ms,
         iqr_ms=step_ms * 0.02,
         window_s=tuple(median * s for s in SPREAD),
@@ -130,6 +134,8 @@ def precision(
         syncs_per_step=0.0,
         live_graph_tensors=0,
         live_growth_pct_per_window=0.0,
+        matmul_dtypes={DTYPE.get(name[: name.index("-")], "float32"): 29},
+        matmul_dtype_expected=DTYPE.get(name[: name.index("-")], "float32"),
     )
     return PrecisionResult(name=name, **{**base, **kw})  # type: ignore[arg-type]
 
@@ -254,8 +260,10 @@ def with_precisions(b: Benchmark, *precisions: PrecisionResult) -> Benchmark:
 
 
 def performance(benchmark: Benchmark, **kw: object) -> StageData:
-    """The data of a performance stage that ran ``benchmark``."""
-    return StageData(record("performance"), benchmark=benchmark, **kw)  # type: ignore[arg-type]
+    """The data of a performance stage that ran ``benchmark`` (its record names the file's
+    commit and started when the file was written)."""
+    rec = record("performance", commit=benchmark.commit, start=benchmark.datetime)
+    return StageData(rec, benchmark=benchmark, **kw)  # type: ignore[arg-type]
 
 
 def tool(name: str) -> str:

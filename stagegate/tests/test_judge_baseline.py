@@ -6,13 +6,17 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from stagegate.collect import collect_stage, read_baselines
-from stagegate.judge import judge_stage
-from stagegate.judge.baseline import compare_to_baseline, pick_baseline
-from stagegate.model import StageData
-from stagegate.policy import Policy
+import pytest
 
-from .builders import bench, performance, record, sealed
+from stagegate.collect import collect_stage, read_baselines
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.baseline import compare_to_baseline, pick_baseline
+from stagegate.model import NOT_VERIFIED, Benchmark, Decision, StageData
+from stagegate.policy import Policy
+from stagegate.summaryviews import summary_view
+from stagegate.viewparts import Context
+
+from .builders import bench, performance, record, sealed, with_precisions
 
 POLICY = Policy()
 
@@ -67,3 +71,63 @@ def test_collection_reads_the_benchmark_and_leaves_the_comparison_to_the_judge(
     v = judge_stage("performance", data, POLICY, baselines)
     assert v.baseline is not None and v.baseline.comparable and v.baseline.regressions
     assert {f.kind for f in v.findings} >= {"regression"}
+
+
+# --- a comparison that cannot show a regression is NOT VERIFIED, never a quiet PASS -----------
+
+CTX = Context("2026-01-01 00:00:00 UTC", "0123456789ab", "main", (), "reports/raw")
+REQUIRED = POLICY.require(("performance",))
+
+
+def spread(b: Benchmark, name: str, iqr_pct: float) -> Benchmark:
+    """``b`` with ``name``'s five windows spread evenly, their IQR ``iqr_pct`` % of their
+    median, and every summary of them consistent (as a careful forger writes them)."""
+    arm = next(p for p in b.precisions if p.name == name)
+    assert arm.step_time_ms is not None and arm.window_median_s is not None
+    step = iqr_pct / 200
+    windows = tuple(arm.window_median_s * (1 + k * step) for k in (-2, -1, 0, 1, 2))
+    noisy = replace(arm, window_s=windows, iqr_ms=arm.step_time_ms * iqr_pct / 100)
+    return with_precisions(b, noisy)
+
+
+def test_runs_that_spread_beyond_the_margin_are_not_verified_never_within_noise() -> None:
+    base = bench()
+    slower = spread(bench(step_ms={"bf16-mixed": 130.0}), "bf16-mixed", 40.0)  # +30%
+    cmp = compare_to_baseline(slower, base, 10.0)
+    bf16 = [c for c in cmp.changes if c.precision == "bf16-mixed" and c.metric != "peak_memory_mb"]
+    assert bf16 and {c.verdict for c in bf16} == {NOT_VERIFIED}
+    assert cmp.regressions == () and "bf16-mixed" in cmp.not_verified
+    quiet = compare_to_baseline(bench(step_ms={"bf16-mixed": 130.0}), base, 10.0)
+    assert quiet.regressions and not quiet.not_verified  # the same change, measured quietly
+
+
+def _unverifiable() -> list[tuple[str, Benchmark, str]]:
+    base = bench()
+    return [
+        ("GPU", replace(bench(), gpu_name="NVIDIA A100-SXM4-80GB"), ""),
+        ("torch", replace(bench(), torch="2.99.0"), ""),
+        ("bf16-mixed", spread(bench(step_ms={"bf16-mixed": 130.0}), "bf16-mixed", 40.0), ""),
+        ("cannot be used", base, "the baseline given cannot be used: not JSON"),
+    ]
+
+
+@pytest.mark.parametrize(("words", "current", "problem"), _unverifiable())
+def test_a_comparison_that_cannot_be_made_shows_and_blocks_where_required(
+    words: str, current: Benchmark, problem: str
+) -> None:
+    args = (performance(current), POLICY, [bench()], problem)
+    lax = judge_stage("performance", *args)
+    assert not lax.blocking, lax.blocking  # the evidence itself is sound
+
+    banners = summary_view(decide([lax]), CTX).banners
+    assert any("NOT VERIFIED" in b and words in b for b in banners), banners
+    strict = judge_stage("performance", performance(current), REQUIRED, [bench()], problem)
+    assert decide([strict]).decision is Decision.BLOCK
+    (finding,) = [f for f in strict.blocking if f.kind == "regression_unverified"]
+    assert words in finding.detail
+
+
+def test_a_comparable_quiet_baseline_shows_no_banner() -> None:
+    v = judge_stage("performance", performance(bench()), REQUIRED, [bench()])
+    assert v.baseline is not None and not v.baseline.not_verified
+    assert summary_view(decide([v]), CTX).banners == () and not v.blocking

@@ -9,7 +9,16 @@ import pytest
 
 from stagegate.benchpolicy import PresetSpec
 from stagegate.judge import decide, judge_stage
-from stagegate.model import CheckOutcome, Decision, Location, PrecisionResult, StageStatus
+from stagegate.model import (
+    Benchmark,
+    CheckOutcome,
+    Decision,
+    Location,
+    MetricCheck,
+    PrecisionResult,
+    StageStatus,
+    StageVerdict,
+)
 from stagegate.policy import Policy
 
 from .builders import (
@@ -275,15 +284,70 @@ def test_a_sync_place_becomes_a_location(text: str, location: Location) -> None:
     assert sync.location == location
 
 
-@pytest.mark.parametrize(
-    ("dtypes", "seen"),
-    [({"float32": 9, "bfloat16": 2}, "2 in bfloat16, 9 in float32"), ({}, "none")],
-)
-def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used(dtypes: dict, seen: str) -> None:
-    b = bench(matmul_dtypes=dtypes, matmul_dtype_expected="bfloat16")
+def test_an_autocast_mismatch_says_which_dtypes_the_matmuls_used() -> None:
+    b = bench(matmul_dtypes={"float32": 9, "bfloat16": 2})
     v = judge_stage("performance", performance(b), POLICY)
     (wrong,) = [f for f in v.findings if f.kind == "autocast_mismatch"]
-    assert wrong.detail.endswith(f": {seen}") and "autocast" in wrong.fix
+    assert "bfloat16" in wrong.title and "2 in bfloat16, 9 in float32" in wrong.detail
+    assert "autocast" in wrong.fix
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [("bf16-mixed", "bfloat16"), ("16-mixed", "float16"), ("32-true", "float32")],
+)
+def test_the_file_cannot_choose_what_a_precision_computes_in(name: str, dtype: str) -> None:
+    """Matmuls in float32 that the file says were expected in float32 are still wrong for a
+    16-bit precision: the judge knows what each precision computes in."""
+    wrong = "bfloat16" if dtype == "float32" else "float32"
+    arm = precision(name, 100.0, matmul_dtypes={wrong: 29}, matmul_dtype_expected=wrong)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    (finding,) = [f for f in v.blocking if f.kind == "autocast_mismatch"]
+    assert name in finding.title and dtype in finding.title
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_matmul_dtypes_that_are_absent_are_missing_evidence(gpu: bool) -> None:
+    b = bench(gpu=gpu, matmul_dtypes={}, matmul_dtype_expected=None)
+    v = judge_stage("performance", performance(b), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(
+        f.kind == "evidence_missing" and "bf16-mixed.health.matmul_dtypes" in f.title
+        for f in v.blocking
+    ), v.blocking
+
+
+@pytest.mark.parametrize(
+    ("name", "used"),
+    [
+        ("bf16-mixed", "32-true"),
+        ("16-mixed", "bf16-mixed"),
+        ("32-tf32", "32-tf32"),
+        ("bf16-mixed", None),
+    ],
+)
+def test_a_precision_that_ran_as_another_blocks(name: str, used: str | None) -> None:
+    arm = precision(name, 100.0, precision_used=used)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(f"{name}.precision_used" in f.title for f in v.blocking), v.blocking
+
+
+def test_a_preset_whose_policy_measures_no_autocast_leaves_dtypes_unjudged() -> None:
+    """The policy decides what a preset measures: without autocast, the dtypes are not judged
+    (and the stage's note does not claim they were)."""
+    presets = dict(POLICY.benchmark.presets)
+    spec = presets["cpu-smoke"]
+    presets["cpu-smoke"] = replace(
+        spec, measures=tuple(m for m in spec.measures if m != "autocast")
+    )
+    policy = replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
+    v = judge_stage("performance", performance(bench(gpu=False, matmul_dtypes={})), policy)
+    assert not [f for f in v.findings if "matmul" in f.title or f.kind == "autocast_mismatch"]
+    assert "autocast" not in v.note
+    clean = judge_stage("performance", performance(bench(gpu=False)), POLICY)
+    assert "autocast" in clean.note
 
 
 def test_every_outcome_carries_its_target_and_its_figure() -> None:
@@ -303,3 +367,60 @@ def test_every_outcome_carries_its_target_and_its_figure() -> None:
         CheckOutcome.MISSED,
         CheckOutcome.NOT_VERIFIED,  # the comparison left out: absent from the file
     }
+
+
+def _spread_bf16(speedup: float, spread_pct: float) -> Benchmark:
+    """The gpu preset with bf16-mixed ``speedup`` times faster than 32-true, its five windows
+    spread evenly ``spread_pct`` % either side of their median, every summary consistent."""
+    b = bench(speedup=speedup)
+    arm = next(p for p in b.precisions if p.name == "bf16-mixed")
+    assert arm.window_median_s is not None and arm.step_time_ms is not None
+    k = spread_pct / 200
+    windows = tuple(arm.window_median_s * (1 + i * k) for i in (-2, -1, 0, 1, 2))
+    return with_precisions(b, replace(arm, window_s=windows, iqr_ms=arm.step_time_ms * k * 2))
+
+
+def _speedup_check(v: StageVerdict) -> MetricCheck:
+    return next(
+        c
+        for c in v.checks
+        if c.metric == "speedup"
+        and (c.comparison.precision, c.comparison.baseline) == ("bf16-mixed", "32-true")
+    )
+
+
+def test_a_speedup_whose_interval_straddles_its_target_is_not_verified_and_blocks() -> None:
+    """Noisy but self-consistent windows: the median clears 1.5x, the interval does not."""
+    v = judge_stage("performance", performance(_spread_bf16(1.6, 80.0)), POLICY)
+    check = _speedup_check(v)
+    low, high = check.comparison.speedup_ci95
+    assert low < 1.5 <= 1.6 <= high and check.value == pytest.approx(1.6)
+    assert check.outcome is CheckOutcome.NOT_VERIFIED and "interval" in check.why
+    assert decide([v]).decision is Decision.BLOCK
+    assert [f.kind for f in v.blocking] == ["target_undecided"]
+
+
+@pytest.mark.parametrize(("speedup", "outcome"), [(4.0, "MET"), (1.1, "MISSED")])
+def test_an_interval_on_one_side_of_the_target_decides_it(speedup: float, outcome: str) -> None:
+    v = judge_stage("performance", performance(_spread_bf16(speedup, 4.0)), POLICY)
+    assert _speedup_check(v).outcome is CheckOutcome[outcome]
+    assert not [f for f in v.findings if f.kind == "target_undecided"]
+
+
+@pytest.mark.parametrize(
+    ("name", "setting"),
+    [("32-tf32", "highest"), ("32-tf32", None), ("32-true", "high"), ("32-true", "medium")],
+)
+def test_on_a_gpu_tf32_is_on_for_32_tf32_alone(name: str, setting: str | None) -> None:
+    """32-tf32 without TF32 is a second 32-true; 32-true with it is no IEEE fp32 baseline."""
+    arm = precision(name, 160.0, float32_matmul_precision=setting)
+    v = judge_stage("performance", performance(with_precisions(bench(), arm)), POLICY)
+    assert decide([v]).decision is Decision.BLOCK
+    assert any(f"{name}.float32_matmul_precision" in f.title for f in v.blocking), v.blocking
+
+
+def test_on_a_cpu_the_fp32_matmul_setting_is_not_judged() -> None:
+    arm = precision("32-true", 400.0, peak_mb=None, float32_matmul_precision=None)
+    cpu = with_precisions(bench(gpu=False, speedup=0.7), arm)
+    v = judge_stage("performance", performance(cpu), POLICY)
+    assert not [f for f in v.findings if "float32_matmul_precision" in f.title]

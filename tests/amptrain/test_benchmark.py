@@ -17,7 +17,7 @@ import torch
 
 from amptrain.benchmark import PRESETS, parse_precisions, run_benchmark
 from amptrain.benchmark.__main__ import main
-from amptrain.benchmark.environment import peak_tflops
+from amptrain.benchmark.environment import commit_info, peak_tflops
 from amptrain.benchmark.health import count_syncs, group_sync_warnings, memory_growth
 from amptrain.benchmark.run import build_arm, run_arms
 from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, slope, summarize
@@ -58,6 +58,7 @@ def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str
         assert result["stats"]["median"] > 0 and result["tokens_per_second"] > 0
         assert result["val_accuracy"] > 5 / SMOKE.vocab_size  # it learned something
         assert result["memory"] == {"measured": False}
+        assert result["float32_matmul_precision"] == "highest"  # TF32 is for 32-tf32 alone
         syncs = result["health"]["syncs_in_step"]  # counted from the dispatched operators
         assert syncs["measured"] is True and syncs["method"] == "dispatch" and syncs["count"] == 0
         dtypes = result["health"]["matmul_dtypes"]
@@ -298,3 +299,17 @@ def test_the_benchmark_measures_the_gpu_paths_on_a_small_model() -> None:
             assert r["peak_tflops"] and 0 < r["mfu"] < 1
     speedups = {(c["precision"], c["baseline"]) for c in doc["comparisons"]}
     assert ("bf16-mixed", "32-true") in speedups and ("bf16-mixed", "32-tf32") in speedups
+
+
+def test_commit_info_without_git_is_the_commit_the_job_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU job's container has no git: the file still names the commit it measured, the
+    one the gate ties it to."""
+    monkeypatch.setenv("GITHUB_SHA", "a" * 40)
+    assert commit_info()["id"] != "a" * 40  # in the checkout, git's HEAD wins
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-git"))
+    assert commit_info() == {"id": "a" * 40, "dirty": None, "branch": None}
+    monkeypatch.delenv("GITHUB_SHA")
+    assert commit_info()["id"] is None

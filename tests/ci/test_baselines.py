@@ -5,6 +5,7 @@ promise (a bf16-vs-fp32 speedup interval no wider than 3% either side)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -64,9 +65,27 @@ def test_the_gate_reads_a_baseline_and_finds_it_comparable_with_itself(path: Pat
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
-def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(path: Path) -> None:
-    record = StageRecord(stage="performance", command=["x"], exit_code=0, start="", duration_s=1)
-    stage = judge_stage("performance", StageData(record, benchmark=read_benchmark(path)), POLICY)
+def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(
+    path: Path, tmp_path: Path
+) -> None:
+    """Judged as the stage run that wrote it (its commit, around its time). A baseline measured
+    before the benchmark wrote float32_matmul_precision gets it as every commit has set it:
+    TF32 ("high") for 32-tf32 alone."""
+    doc = json.loads(path.read_text())
+    for name, result in doc["precisions"].items():
+        result.setdefault("float32_matmul_precision", "high" if name == "32-tf32" else "highest")
+    (tmp_path / path.name).write_text(json.dumps(doc))
+    written = datetime.fromisoformat(doc["datetime"]) - timedelta(minutes=5)
+    record = StageRecord(
+        stage="performance",
+        command=["x"],
+        exit_code=0,
+        start=written.isoformat(),
+        duration_s=600,
+        commit=doc["commit_info"]["id"],
+    )
+    bench = read_benchmark(tmp_path / path.name)
+    stage = judge_stage("performance", StageData(record, benchmark=bench), POLICY)
     assert stage.status is StageStatus.PASS and stage.findings == (), stage.findings
 
 

@@ -3,8 +3,9 @@ Dockerfile, image script and noxfile would each leave a mark if anything ran the
 
 There is no Docker engine and no GPU here, so `docker` and `nvidia-smi` are stand-ins on PATH
 that log every call; the stand-in container writes what a real benchmark writes (the committed
-H100 result) into the folder mounted at /out. The default branch's stagegate records the stage
-for real, and the trusted judge then judges the artifact for real.
+H100 result, for the commit it is given and at the time it runs) into the folder mounted at
+/out. The default branch's stagegate records the stage for real, and the trusted judge then
+judges the artifact for real.
 """
 
 from __future__ import annotations
@@ -29,14 +30,24 @@ H100 = ROOT / "reports" / "baseline" / "benchmark-h100-80gb-hbm3.json"
 ALLOWED_ENV = {"HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "WANDB_MODE", "GITHUB_SHA"}
 
 DOCKER = """#!{python}
-import json, os, sys
+import json, os, sys, time
 args = sys.argv[1:]
 with open(os.environ["DOCKER_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
 if args[:1] == ["run"]:
     out = next(v.split(":")[0] for v in args if v.endswith(":/out:rw"))
     mode = os.environ.get("CONTAINER", "benchmark")
-    if mode == "benchmark":
+    if mode == "benchmark":  # written now, for the commit the job gave the container
+        with open(os.environ["BENCHMARK"]) as src:
+            doc = json.load(src)
+        given = dict(v.split("=", 1) for v in args if v.startswith("GITHUB_SHA="))
+        doc["commit_info"]["id"] = given.get("GITHUB_SHA")
+        doc["datetime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for name, result in doc["precisions"].items():
+            result["float32_matmul_precision"] = "high" if name == "32-tf32" else "highest"
+        with open(out + "/benchmark.json", "w") as dst:
+            json.dump(doc, dst)
+    elif mode == "replay":  # a stored result, copied as it is
         with open(os.environ["BENCHMARK"]) as src, open(out + "/benchmark.json", "w") as dst:
             dst.write(src.read())
     elif mode == "link":
@@ -124,7 +135,13 @@ def test_the_host_records_the_stage_with_paths_the_judge_accepts(host: dict) -> 
     record = json.loads((raw / "performance.json").read_text())
     assert (record["stage"], record["exit_code"], record["commit"]) == ("performance", 0, SHA)
     assert record["files"] == {"benchmark": "reports/raw/benchmark.json"}
-    assert (raw / "benchmark.json").read_bytes() == H100.read_bytes()
+    written, stored = json.loads((raw / "benchmark.json").read_text()), json.loads(H100.read_text())
+    assert written["commit_info"]["id"] == SHA
+    for name, result in written["precisions"].items():  # the stand-in adds what run.py writes
+        assert result.pop("float32_matmul_precision") == (
+            "high" if name == "32-tf32" else "highest"
+        )
+    assert written["precisions"] == stored["precisions"]
     facts = json.loads((host["work"] / "host.json").read_text())
     assert (facts["sha"], facts["image"], facts["gpu_name"], facts["driver"]) == (
         SHA, IMAGE, "NVIDIA H100 80GB HBM3", "580.159.04")  # fmt: skip
@@ -203,6 +220,20 @@ def test_the_gpu_judge_passes_a_real_h100_result_and_says_regression_is_not_veri
 def test_the_gpu_judge_blocks_a_cpu_result_claimed_for_the_gpu_stage(host: dict) -> None:
     smoke = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu" / "benchmark.json"
     assert stage(host, BENCHMARK=str(smoke)).returncode == 0
+    assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
+
+
+def test_the_gpu_judge_blocks_a_stored_result_replayed_by_the_container(host: dict) -> None:
+    assert stage(host, CONTAINER="replay").returncode == 0
+    out = judge_gpu(host, host["work"] / "reports" / "raw")
+    assert out["state"] == "failure", out
+
+
+def test_the_gpu_judge_blocks_a_result_for_another_gpu_than_the_hosts(host: dict) -> None:
+    assert stage(host).returncode == 0
+    facts = json.loads((host["work"] / "host.json").read_text())
+    facts["gpu_name"] = "NVIDIA A100-SXM4-80GB"
+    (host["work"] / "host.json").write_text(json.dumps(facts))
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
 
 

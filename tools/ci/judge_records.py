@@ -70,6 +70,7 @@ def run_stagegate(command: list[str], work: Path, args: argparse.Namespace) -> S
         *command, "report", "reports/raw", "--out", str(args.out.resolve()),
         "--pyproject", str((args.base / "pyproject.toml").resolve()),
         "--changed-files", str(args.changed_files.resolve()), *base_raw(args, work),
+        *(["--host", str(args.host.resolve())] if args.host else []),
         *args.stagegate_args,
     ]  # fmt: skip
     print("judge:", shlex.join(argv), flush=True)

@@ -75,13 +75,16 @@ def machine_info(device: torch.device) -> dict[str, Any]:
 
 
 def commit_info() -> dict[str, Any]:
-    """The git commit of the working tree, whether it has uncommitted changes, and the branch."""
+    """The git commit of the working tree, whether it has uncommitted changes, and the branch;
+    without git (the GPU job's container), the commit the job was given, as GITHUB_SHA."""
     sha = _run(["git", "rev-parse", "HEAD"])
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"]) if sha else None
+    if sha is None:
+        return {"id": os.environ.get("GITHUB_SHA") or None, "dirty": None, "branch": None}
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return {
         "id": sha,
-        "dirty": bool(status) if sha else None,
-        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"]) if sha else None,
+        "dirty": bool(status),
+        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"]),
     }
 
 

@@ -249,6 +249,7 @@ def summarize_arm(
         "status": arm.status,
         "error": arm.error,
         "precision_used": arm.plan.name,
+        "float32_matmul_precision": arm.matmul_precision,  # TF32 on for 32-tf32 alone
         **arm.extra,
     }
     if arm.status in ("oom", "error"):

@@ -12,7 +12,7 @@ from typing import Any
 
 from stagegate.errors import ConfigError
 
-MEASURES = ("speed", "memory", "accuracy", "syncs")
+MEASURES = ("speed", "memory", "accuracy", "syncs", "autocast")
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 MAX_WINDOWS = 500  # the exact bootstrap of 500 windows a side takes seconds
 
@@ -30,7 +30,9 @@ class PresetSpec:
 DEFAULT_PRESETS = {
     # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
     "gpu": PresetSpec("cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES),
-    "cpu-smoke": PresetSpec("cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs")),
+    "cpu-smoke": PresetSpec(
+        "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast")
+    ),
 }
 
 # Dense peak TFLOP/s by compute dtype, from NVIDIA's datasheets, where the tensor-core figures
@@ -67,6 +69,9 @@ class BenchmarkPolicy:
     # percentile of the windows' exact bootstrap distribution: a percentile of 2000 resamples
     # strays 0.0035 as one standard error, so 0.02 is more than five of them.
     interval_tolerance: float = 0.02
+    # The file's datetime lies within the stage's run (its record's start to its end) give or
+    # take this: each side is written to the whole second, so 1 s each.
+    clock_tolerance_s: float = 2.0
 
 
 def _fail(key: str, value: Any, need: str) -> ConfigError:
@@ -135,6 +140,7 @@ _NUMBERS = {
     "max_windows": (1, MAX_WINDOWS + 1, True),
     "summary_tolerance_pct": (0, 100, False),
     "interval_tolerance": (0, 0.025, False),  # at 0.025 a bound could sit anywhere in the tail
+    "clock_tolerance_s": (0, 600, False),
 }
 
 

@@ -91,6 +91,12 @@ def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         help="the base branch's raw results: tests it ran that are skipped or gone here",
     )
+    rep.add_argument(
+        "--host",
+        type=Path,
+        metavar="FILE",
+        help="the GPU job's host.json: the benchmark must name the GPU the host has",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             base_ref=args.base,
             changed_files=args.changed_files,
             base_raw=args.base_raw,
+            host=args.host,
         )
         verdict = run_report(options, os.environ)
         print(

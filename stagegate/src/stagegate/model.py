@@ -255,7 +255,9 @@ class PrecisionResult:
     name: str
     status: str
     error: str | None
-    precision_used: str
+    precision_used: str | None  # as the file states it: None when absent
+    # torch.set_float32_matmul_precision as the run set it: "high" lets fp32 matmuls use TF32
+    float32_matmul_precision: str | None = None
     step_time_ms: float | None = None
     iqr_ms: float | None = None
     # The raw timed windows, as written: None for an entry that is not a finite number.
@@ -374,6 +376,9 @@ class StageData:
     base_note: str = ""
 
 
+NOT_VERIFIED = "NOT VERIFIED"  # a baseline change the runs' spread could hide
+
+
 @dataclass(frozen=True)
 class MetricChange:
     """One metric of one precision, baseline against current, as the judge classed it."""
@@ -383,8 +388,8 @@ class MetricChange:
     baseline: float
     current: float
     change_pct: float  # positive: the metric grew
-    margin_pct: float  # changes within this are noise
-    verdict: str  # "regression", "improvement" or "within noise"
+    margin_pct: float  # changes within this are noise (NOT VERIFIED: the runs' spread)
+    verdict: str  # "regression", "improvement", "within noise" or NOT VERIFIED
 
 
 @dataclass(frozen=True)
@@ -396,6 +401,19 @@ class BaselineComparison:
     changes: tuple[MetricChange, ...] = ()
     # The baseline given could not be read: the comparison is NOT VERIFIED (never a finding).
     unusable: bool = False
+
+    @property
+    def not_verified(self) -> str:
+        """Why the comparison could not show a regression, or "" when it could."""
+        if not self.comparable:
+            return self.reason
+        noisy = [
+            f"{c.precision} {c.metric}: the runs' spread {c.margin_pct:.1f}% is above the "
+            "regression margin"
+            for c in self.changes
+            if c.verdict == NOT_VERIFIED
+        ]
+        return "; ".join(noisy)
 
     @property
     def regressions(self) -> tuple[MetricChange, ...]:

@@ -72,6 +72,11 @@ DEFAULT_SEVERITY = {
     "evidence_unchecked": Severity.HIGH,
     "threshold_missed": Severity.HIGH,
     "regression": Severity.HIGH,
+    # A required stage's regression comparison or target that could not be decided: the
+    # baseline is not comparable or unreadable, the runs' spread hides the margin, or the
+    # speedup's interval straddles its target. Never below HIGH.
+    "regression_unverified": Severity.HIGH,
+    "target_undecided": Severity.HIGH,
     "memory_growth": Severity.HIGH,
     "coverage_below_floor": Severity.HIGH,
     "lint_error": Severity.HIGH,
@@ -99,6 +104,8 @@ EVIDENCE_KINDS = (
     "evidence_impossible",
     "evidence_inconsistent",
     "evidence_unchecked",
+    "regression_unverified",
+    "target_undecided",
 )
 
 DEFAULT_DEDUCTION = {

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from stagegate.changes import changed_files, gate_files
 from stagegate.collect import collect_stage, find_records, read_baselines, read_run_log
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError, InternalError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
@@ -35,6 +37,7 @@ class ReportOptions:
     base_ref: str | None = None
     changed_files: Path | None = None  # the change's paths, one a line (in place of a git diff)
     base_raw: Path | None = None  # the base branch's raw results: its skipped tests
+    host: Path | None = None  # the GPU job's host.json: the GPU the benchmark must name
 
 
 def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
@@ -79,6 +82,18 @@ def _baselines(path: Path | None) -> tuple[list[Benchmark], str]:
         return [], f"the baseline given cannot be used: {exc}"
 
 
+def _host(path: Path | None) -> dict[str, Any] | None:
+    """The GPU job's host facts (``--host``); one that cannot be read stops the report."""
+    if path is None:
+        return None
+    host = load_json(path, "host facts (--host)")
+    if not isinstance(host, dict):
+        raise InputError(
+            f"host facts (--host) {path} is not a JSON object: give gpu_stage's host.json"
+        )
+    return host
+
+
 def _base_results(base_raw: Path | None) -> tuple[dict[str, StageData], str]:
     """The base branch's collected stages (``--base-raw``), or why there are none."""
     if base_raw is None:
@@ -99,13 +114,14 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
 def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecord]) -> Verdict:
     """Every stage judged, each with the base branch's tests and the baselines."""
     baselines, baseline_problem = _baselines(options.baseline)
+    host = _host(options.host)
     bases, note = _base_results(options.base_raw)
     runs = read_run_log(options.raw_dir)
     stages = []
     for name in _stage_names(records, policy, bool(options.only)):
         data = _collect(records.get(name), options.raw_dir, runs.get(name))
         data = _with_base(data, bases.get(name), note)
-        stages.append(judge_stage(name, data, policy, baselines, baseline_problem))
+        stages.append(judge_stage(name, data, policy, baselines, baseline_problem, host))
     return decide(stages)
 
 

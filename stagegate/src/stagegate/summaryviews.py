@@ -61,13 +61,14 @@ def _stage_rows(verdict: Verdict, ctx: Context) -> list[tuple[str, ...]]:
 
 
 def _banners(verdict: Verdict) -> tuple[str, ...]:
-    """What was not verified, in words a reader cannot miss: skipped stages, unusable baselines."""
+    """What was not verified, in words a reader cannot miss: skipped stages, baselines
+    that could not be compared."""
     skipped = [inline(s.note, 400) for s in verdict.stages if s.status is StageStatus.NOT_VERIFIED]
     baselines = [
         f"Regression comparison of {inline(s.name, 60)} NOT VERIFIED: "
-        f"{inline(s.baseline.reason, 400)}"
+        f"{inline(s.baseline.not_verified, 400)}"
         for s in verdict.stages
-        if s.baseline is not None and s.baseline.unusable
+        if s.baseline is not None and s.baseline.not_verified
     ]
     return (*skipped, *baselines)
 

@@ -121,7 +121,8 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
         "name": name,
         "status": str(status),
         "error": None if r.get("error") is None else str(r["error"]),
-        "precision_used": str(r.get("precision_used", name)),
+        "precision_used": _text(r.get("precision_used")),
+        "float32_matmul_precision": _text(r.get("float32_matmul_precision")),
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)

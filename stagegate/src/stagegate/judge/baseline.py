@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stagegate.judge.findings import Findings
-from stagegate.model import BaselineComparison, Benchmark, MetricChange, PrecisionResult
+from stagegate.model import (
+    NOT_VERIFIED,
+    BaselineComparison,
+    Benchmark,
+    MetricChange,
+    PrecisionResult,
+)
 
 # metric -> (attribute, True when lower is better)
 _METRICS = {
@@ -32,22 +38,36 @@ def _noise_pct(a: PrecisionResult, b: PrecisionResult) -> float:
     return total
 
 
+def _change(
+    ours: PrecisionResult, theirs: PrecisionResult, metric: str, margin_pct: float
+) -> MetricChange | None:
+    """One metric of one precision against the baseline; beyond ``margin_pct`` it is a
+    regression (or improvement). Runs whose windows spread more than that could hide one: NOT
+    VERIFIED, never "within noise"."""
+    attr, lower_is_better = _METRICS[metric]
+    old, new = getattr(theirs, attr), getattr(ours, attr)
+    if not old or new is None:
+        return None
+    change = (new - old) / old * 100
+    noise = _noise_pct(ours, theirs) if attr != "peak_mb" else 0.0
+    if noise > margin_pct:
+        return MetricChange(ours.name, metric, old, new, change, noise, NOT_VERIFIED)
+    worse = change > margin_pct if lower_is_better else change < -margin_pct
+    better = change < -margin_pct if lower_is_better else change > margin_pct
+    verdict = "regression" if worse else "improvement" if better else "within noise"
+    return MetricChange(ours.name, metric, old, new, change, margin_pct, verdict)
+
+
 def _changes(current: Benchmark, baseline: Benchmark, margin_pct: float) -> list[MetricChange]:
     changes = []
     for ours in current.precisions:
         theirs = baseline.precision(ours.name)
         if theirs is None or ours.status != "ok" or theirs.status != "ok":
             continue
-        for metric, (attr, lower_is_better) in _METRICS.items():
-            old, new = getattr(theirs, attr), getattr(ours, attr)
-            if not old or new is None:
-                continue
-            change = (new - old) / old * 100
-            margin = max(margin_pct, _noise_pct(ours, theirs)) if attr != "peak_mb" else margin_pct
-            worse = change > margin if lower_is_better else change < -margin
-            better = change < -margin if lower_is_better else change > margin
-            verdict = "regression" if worse else "improvement" if better else "within noise"
-            changes.append(MetricChange(ours.name, metric, old, new, change, margin, verdict))
+        for metric in _METRICS:
+            change = _change(ours, theirs, metric, margin_pct)
+            if change is not None:
+                changes.append(change)
     return changes
 
 
@@ -65,7 +85,7 @@ def compare_to_baseline(
             return BaselineComparison(
                 False,
                 f"not comparable: {label} differs "
-                f"(baseline {theirs or 'none'}, this run {ours or 'none'})",
+                f"(baseline {(theirs or 'none')[:80]}, this run {(ours or 'none')[:80]})",
                 **meta,
             )
     reason = (
@@ -75,10 +95,17 @@ def compare_to_baseline(
     return BaselineComparison(True, reason, changes=changes, **meta)
 
 
-def baseline_findings(f: Findings, cmp: BaselineComparison) -> None:
-    """A HIGH finding per regression and an INFO one per improvement."""
-    if not cmp.comparable:
-        return
+def baseline_findings(f: Findings, cmp: BaselineComparison, required: bool) -> None:
+    """A HIGH finding per regression and an INFO one per improvement; where the stage is
+    required (not skippable), one that blocks when the comparison could not be made."""
+    if required and cmp.not_verified:
+        f.add(
+            "regression_unverified",
+            "regression against the baseline NOT VERIFIED",
+            detail=cmp.not_verified[:600],
+            fix="store a baseline of this GPU, torch and preset, or measure with less spread "
+            "between windows",
+        )
     for c in cmp.regressions:
         f.add(
             "regression",

@@ -6,9 +6,12 @@ shows it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from stagegate.benchpolicy import PresetSpec
+from stagegate.judge.benchmark_provenance import provenance_findings
 from stagegate.judge.comparison import METRICS, Row, recompute
-from stagegate.judge.evidence import Verified, check_evidence
+from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.model import (
     Benchmark,
@@ -17,6 +20,7 @@ from stagegate.model import (
     Location,
     MetricCheck,
     PrecisionResult,
+    StageRecord,
 )
 from stagegate.policy import Policy, Threshold, check_threshold
 
@@ -65,11 +69,65 @@ def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> 
         )
 
 
-def _autocast_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
-    expected = p.matmul_dtype_expected
-    wrong = {d: n for d, n in p.matmul_dtypes.items() if d != expected}
-    if expected and (wrong or not p.matmul_dtypes):
-        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items())) or "none"
+# What each precision's matmuls compute in, and the precision its run must report it used
+# (32-tf32 runs 32-true's plan with TF32 matmuls, whose tensors stay float32): the judge's own
+# table, never the file's "expected".
+RUNS_AS = {
+    "32-true": ("float32", "32-true"),
+    "32-tf32": ("float32", "32-true"),
+    "16-mixed": ("float16", "16-mixed"),
+    "16-true": ("float16", "16-true"),
+    "bf16-mixed": ("bfloat16", "bf16-mixed"),
+    "bf16-true": ("bfloat16", "bf16-true"),
+}
+
+
+def _precision_used(f: Findings, p: PrecisionResult, runs_as: str) -> None:
+    where = f"precisions.{p.name}.precision_used"
+    if p.precision_used is None:
+        flag(f, "evidence_missing", where, "absent or not text")
+    elif p.precision_used != runs_as:
+        flag(f, "evidence_inconsistent", where, f"is {p.precision_used!r}, not {runs_as!r}")
+
+
+# On CUDA, what torch.set_float32_matmul_precision each fp32 precision must run with: TF32
+# ("high") for 32-tf32 alone, so that 32-true, the judged baseline, is IEEE fp32. On a CPU no
+# fp32 matmul uses TF32, and the setting is not judged.
+FP32_MATMUL = {"32-true": "highest", "32-tf32": "high"}
+
+
+def _tf32_check(f: Findings, p: PrecisionResult) -> None:
+    expected = FP32_MATMUL.get(p.name)
+    where = f"precisions.{p.name}.float32_matmul_precision"
+    if expected is None:
+        return
+    if p.float32_matmul_precision is None:
+        flag(f, "evidence_missing", where, f"absent; {p.name} runs with {expected!r}")
+    elif p.float32_matmul_precision != expected:
+        flag(
+            f,
+            "evidence_inconsistent",
+            where,
+            f"is {p.float32_matmul_precision[:20]!r}; {p.name} runs with {expected!r}",
+        )
+
+
+def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
+    """The precision ran as the one it is named for, and its matmuls computed in its dtype."""
+    if p.name not in RUNS_AS:
+        why = f"no compute dtype is known for precision {p.name!r}"
+        flag(f, "evidence_unchecked", f"precisions.{p.name}", why, fix="run a known precision")
+        return
+    expected, runs_as = RUNS_AS[p.name]
+    _precision_used(f, p, runs_as)
+    if "autocast" not in spec.measures:
+        return
+    if not p.matmul_dtypes:
+        where = f"precisions.{p.name}.health.matmul_dtypes"
+        flag(f, "evidence_missing", where, "absent: no matmul of the step was observed")
+        return
+    if set(p.matmul_dtypes) != {expected}:
+        seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items()))
         f.add(
             "autocast_mismatch",
             f"{p.name}: matmuls do not compute in {expected}",
@@ -78,7 +136,7 @@ def _autocast_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold])
         )
 
 
-PRECISION_CHECKS = (_memory_checks, _sync_check, _autocast_check)
+PRECISION_CHECKS = (_memory_checks, _sync_check)
 
 
 def _location(text: str) -> Location:
@@ -103,6 +161,24 @@ def _values(c: Comparison) -> dict[str, float | None]:
     }
 
 
+def _undecided(f: Findings, c: Comparison, metric: str, threshold: Threshold) -> str:
+    """Why the speedup's 95% interval cannot decide its target (one bound meets it, the other
+    misses), with a finding that blocks; "" when the interval lies on one side."""
+    low, high = c.speedup_ci95
+    if metric != "speedup" or (check_threshold(threshold, low) is None) == (
+        check_threshold(threshold, high) is None
+    ):
+        return ""
+    why = f"the 95% interval {low:.3g}x-{high:.3g}x straddles the target {threshold}"
+    f.add(
+        "target_undecided",
+        f"{c.precision} vs {c.baseline}: speedup NOT VERIFIED",
+        detail=why,
+        fix="time more windows, or on a quieter GPU, until the interval clears the target",
+    )
+    return why
+
+
 def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> MetricCheck:
     """The outcome of one recomputed metric of one comparison; a miss is a finding. What could
     not be checked is NOT VERIFIED, saying why: beside a blocking evidence finding, or, for the
@@ -119,6 +195,9 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
         return MetricCheck(c, metric, value, target, CheckOutcome.REPORTED)
     if metric in GPU_TARGETS and not v.gpu:
         return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, v.gpu_why)
+    why = _undecided(f, c, metric, policy.thresholds[metric])
+    if why:
+        return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, why)
     reason = check_threshold(policy.thresholds[metric], value)
     if reason is None:
         return MetricCheck(c, metric, value, target, CheckOutcome.MET)
@@ -131,9 +210,17 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
     return MetricCheck(c, metric, value, target, CheckOutcome.MISSED, reason)
 
 
-def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[MetricCheck, ...]:
-    """Findings about the evidence, every precision and comparison; the outcome of every
+def benchmark_findings(
+    f: Findings,
+    bench: Benchmark,
+    policy: Policy,
+    record: StageRecord,
+    host: Mapping[str, Any] | None = None,
+) -> tuple[MetricCheck, ...]:
+    """Findings about the evidence (the file tied to ``record``'s run, and to the GPU job's
+    ``host`` facts where given), every precision and comparison; the outcome of every
     comparison metric, recomputed from the raw figures."""
+    provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     rows = recompute(f, bench, verified, policy)
     for p in bench.precisions:
@@ -142,4 +229,8 @@ def benchmark_findings(f: Findings, bench: Benchmark, policy: Policy) -> tuple[M
             continue
         for check in PRECISION_CHECKS:
             check(f, p, policy.thresholds)
+        if verified.spec is not None:
+            _autocast_check(f, p, verified.spec)
+        if verified.gpu:
+            _tf32_check(f, p)
     return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)

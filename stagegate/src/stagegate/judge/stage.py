@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
 from stagegate.judge.benchmark import benchmark_findings
@@ -94,13 +95,15 @@ def _performance(
     policy: Policy,
     baselines: Sequence[Benchmark],
     baseline_problem: str,
+    host: Mapping[str, Any] | None,
 ) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
     """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
-    VERIFIED, never a finding, when the baseline given could not be read)."""
-    bench = data.benchmark
-    if bench is None:
+    VERIFIED when the baseline given could not be read or compared: a finding only where the
+    stage is required and not skippable)."""
+    bench, record = data.benchmark, data.record
+    if bench is None or record is None:
         return (), None
-    checks = benchmark_findings(f, bench, policy)
+    checks = benchmark_findings(f, bench, policy, record, host)
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
             "stage_failed",
@@ -108,23 +111,31 @@ def _performance(
             detail=f"the benchmark ran preset {bench.preset} on {bench.device}",
             fix="run this stage on a machine with the GPU the preset measures",
         )
+    required = f.stage in policy.required and policy.skippable.get(f.stage) != "no-cuda"
     if baseline_problem:
-        return checks, BaselineComparison(False, baseline_problem, None, "", unusable=True)
+        cmp = BaselineComparison(False, baseline_problem, None, "", unusable=True)
+        baseline_findings(f, cmp, required)
+        return checks, cmp
     baseline = pick_baseline(bench, baselines)
     if baseline is None:
         return checks, None
     cmp = compare_to_baseline(bench, baseline, policy.regression_margin_pct)
-    baseline_findings(f, cmp)
+    baseline_findings(f, cmp, required)
     return checks, cmp
 
 
-def _not_verified_note(bench: Benchmark) -> str:
+def _not_verified_note(bench: Benchmark, policy: Policy) -> str:
+    spec = policy.benchmark.presets.get(bench.preset)
+    measures = spec.measures if spec is not None else ()
+    judged = ["finite losses"]
+    judged += ["host syncs in the step"] if "syncs" in measures else []
+    judged += ["autocast dtypes"] if "autocast" in measures else []
+    judged += ["live tensors across steps", "accuracy parity between precisions"]
     return (
         f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
         f"its {bench.preset} preset on {bench.device}; speedup, CUDA "
         "memory and MFU were not checked. What the CPU run measured was judged and met "
-        "the policy: finite losses, host syncs in the step, autocast dtypes, live tensors "
-        "across steps, accuracy parity between precisions"
+        f"the policy: {', '.join(judged)}"
     )
 
 
@@ -134,9 +145,11 @@ def judge_stage(
     policy: Policy,
     baselines: Sequence[Benchmark] = (),
     baseline_problem: str = "",
+    host: Mapping[str, Any] | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
-    one of ``baselines``, or, with ``baseline_problem``, marked as not compared."""
+    one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
+    the GPU job's ``host`` facts where given."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
@@ -152,7 +165,7 @@ def judge_stage(
         )
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
-    checks, baseline = _performance(f, data, policy, baselines, baseline_problem)
+    checks, baseline = _performance(f, data, policy, baselines, baseline_problem, host)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
             "stage_failed",
@@ -166,7 +179,7 @@ def judge_stage(
     elif not record.succeeded or f.blocking:
         status = StageStatus.FAIL
     elif data.benchmark is not None and not data.benchmark.gpu_verified:
-        status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
+        status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark, policy)
     else:
         status = StageStatus.PASS
     return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline)
