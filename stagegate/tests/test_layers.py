@@ -30,6 +30,7 @@ RANK = {
     "charts": 4,
     "viewparts": 4,
     "perfviews": 5,
+    "abviews": 5,
     "views": 6,
     "summaryviews": 6,
     "render": 7,
@@ -41,7 +42,7 @@ RANK = {
     "cli": 10,
     "__main__": 11,
 }
-VIEWS = ("charts", "viewparts", "perfviews", "views", "summaryviews")
+VIEWS = ("charts", "viewparts", "perfviews", "abviews", "views", "summaryviews")
 
 
 def _group(module: str) -> str:

@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-STAGES = ("static", "execution", "integration", "performance")
+STAGES = ("static", "execution", "integration", "performance", "regression")
+# The stages a policy requires unless it names its own (the A/B regression stage needs a base
+# commit, so only a workflow that has one requires it).
+CORE_STAGES = STAGES[:4]
 # 2: a record holds the folder it was written to and the sha256 of every file it names.
 RECORD_FORMAT_VERSION = 2
 RECORD_KIND = "stagegate-record"
@@ -326,6 +329,36 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class ABSide:
+    """One side of an A/B benchmark file, as written: None for an entry that is not a finite
+    number."""
+
+    sha: str | None
+    dirty: bool | None
+    preset: dict[str, Any]
+    window_s: tuple[float | None, ...]
+    peak_mb: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class ABRun:
+    """An A/B benchmark file: two commits' windows, interleaved, and the file's own summary."""
+
+    status: str
+    error: str | None
+    preset: str | None
+    precision: str | None
+    device: str | None
+    windows: int | None
+    order: tuple[str, ...]
+    base: ABSide
+    head: ABSide
+    step_time_ratio: float | None  # the file's summary: judged against the windows
+    step_time_ci95: tuple[float, float] | None
+    peak_memory_ratio: float | None
+
+
+@dataclass(frozen=True)
 class Curves:
     """Named series from a stage's metrics file (for example the integration loss curves)."""
 
@@ -364,6 +397,7 @@ class StageData:
     coverage: Coverage | None = None
     warnings: tuple[WarningEntry, ...] = ()
     benchmark: Benchmark | None = None
+    ab: ABRun | None = None
     curves: Curves | None = None
     lint: dict[str, list[LintFinding]] = field(default_factory=dict)
     input_errors: tuple[str, ...] = ()  # files that are there but cannot be read
@@ -420,6 +454,29 @@ class MetricCheck:
     why: str = ""  # the reason for a miss, or why it was not verified
 
 
+class ABOutcome(Enum):
+    """What the judge made of one A/B ratio against the policy's limit."""
+
+    WITHIN = "PASS"  # the whole interval lies within the limit
+    BEYOND = "REGRESSION"  # the whole interval lies beyond the limit: a blocking finding
+    UNDECIDED = "NOT VERIFIED"  # the interval straddles the limit: never a PASS
+
+
+@dataclass(frozen=True)
+class ABCheck:
+    """One head/base ratio recomputed from an A/B file's windows, and the judge's outcome."""
+
+    metric: str  # "step_time" or "peak_memory"
+    ratio: float
+    low: float
+    high: float
+    limit: float  # the largest head/base ratio the policy accepts
+    outcome: ABOutcome
+    base_sha: str
+    head_sha: str
+    windows: int
+
+
 @dataclass(frozen=True)
 class Deduction:
     severity: Severity
@@ -442,6 +499,7 @@ class StageVerdict:
     data: StageData
     checks: tuple[MetricCheck, ...] = ()
     baseline: BaselineComparison | None = None
+    ab: tuple[ABCheck, ...] = ()
     note: str = ""  # why a stage is NOT VERIFIED, in words
 
     def count(self, severity: Severity) -> int:

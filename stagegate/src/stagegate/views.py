@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stagegate.abviews import ab_section
 from stagegate.charts import line_chart
 from stagegate.model import (
     Failure,
@@ -34,6 +35,7 @@ STAGE_TITLES = {
     "execution": (2, "Execution Verification Report"),
     "integration": (3, "Integration Verification Report"),
     "performance": (4, "Performance Verification Report"),
+    "regression": (5, "Regression Verification Report"),
 }
 
 
@@ -296,6 +298,9 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         _issues(stage, ctx),
         *performance_sections(stage, policy),
     ]
+    ab = ab_section(stage)
+    if ab is not None:
+        sections.append(ab)
     charts = _curves(stage)
     if charts:
         sections.append(Section("Loss Curves", ("From the stage's metrics file.",), (), charts))

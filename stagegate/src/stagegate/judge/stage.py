@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from stagegate.judge.ab import ab_findings
 from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.findings import Findings
@@ -12,6 +13,8 @@ from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
 from stagegate.model import (
+    ABCheck,
+    ABOutcome,
     BaselineComparison,
     Benchmark,
     MetricCheck,
@@ -118,6 +121,41 @@ def _performance(
     return checks, cmp
 
 
+def _regression(
+    f: Findings, data: StageData, policy: Policy, ab_base: str | None
+) -> tuple[ABCheck, ...]:
+    """The A/B file's findings and ratios; the regression stage must have one to judge."""
+    if data.ab is None:
+        named = data.record is not None and "ab" in data.record.files
+        if f.stage == "regression" and not named:
+            f.add(
+                "evidence_missing",
+                "the regression stage names no A/B file",
+                fix="run it as stagegate run regression --ab=FILE -- "
+                "python -m amptrain.benchmark.ab --against BASE --out FILE",
+            )
+        return ()
+    commit = data.record.commit if data.record is not None else None
+    return ab_findings(f, data.ab, policy, ab_base, commit)
+
+
+def _undecided_only(f: Findings) -> bool:
+    """Every blocking finding is an A/B interval too wide to decide: NOT VERIFIED, not FAIL."""
+    blocking = [x for x in f.items if x.severity.blocks]
+    return bool(blocking) and all(x.kind == "ab_undecided" for x in blocking)
+
+
+def _undecided_note(checks: tuple[ABCheck, ...]) -> str:
+    undecided = ", ".join(
+        c.metric.replace("_", " ") for c in checks if c.outcome is ABOutcome.UNDECIDED
+    )
+    return (
+        f"the A/B regression check is NOT VERIFIED: the 95% interval of head/base {undecided} "
+        "straddles the policy's limit, so neither a regression nor its absence is shown; "
+        "this never passes"
+    )
+
+
 def _not_verified_note(bench: Benchmark) -> str:
     return (
         f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
@@ -134,6 +172,7 @@ def judge_stage(
     policy: Policy,
     baselines: Sequence[Benchmark] = (),
     baseline_problem: str = "",
+    ab_base: str | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
     one of ``baselines``, or, with ``baseline_problem``, marked as not compared."""
@@ -153,6 +192,7 @@ def judge_stage(
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
     checks, baseline = _performance(f, data, policy, baselines, baseline_problem)
+    ab = _regression(f, data, policy, ab_base)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
             "stage_failed",
@@ -163,10 +203,12 @@ def judge_stage(
     note = ""
     if crashed or errors:
         status = StageStatus.ERROR
+    elif record.succeeded and _undecided_only(f):
+        status, note = StageStatus.NOT_VERIFIED, _undecided_note(ab)
     elif not record.succeeded or f.blocking:
         status = StageStatus.FAIL
     elif data.benchmark is not None and not data.benchmark.gpu_verified:
         status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
     else:
         status = StageStatus.PASS
-    return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline)
+    return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline, ab=ab)

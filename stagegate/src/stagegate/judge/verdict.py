@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from stagegate.judge.findings import Findings
 from stagegate.model import (
+    ABCheck,
     BaselineComparison,
     Decision,
     Deduction,
@@ -26,6 +27,7 @@ def stage_verdict(
     note: str = "",
     checks: tuple[MetricCheck, ...] = (),
     baseline: BaselineComparison | None = None,
+    ab: tuple[ABCheck, ...] = (),
 ) -> StageVerdict:
     """A stage's verdict: its findings most severe first, the points each costs, its score."""
     policy = f.policy
@@ -47,6 +49,7 @@ def stage_verdict(
         data=data,
         checks=checks,
         baseline=baseline,
+        ab=ab,
         note=note,
     )
 
