@@ -11,6 +11,7 @@ interval) is for people, and the judge recomputes it from the windows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -165,10 +166,8 @@ def stop(sides: Sequence[Side]) -> None:
             side.proc.wait()
         for pipe in (side.proc.stdin, side.proc.stdout):
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):  # a dead worker's pipe may not flush
                     pipe.close()
-                except OSError:  # a dead worker's pipe may not flush
-                    pass
 
 
 def paired_ratios(head: Sequence[float], base: Sequence[float]) -> list[float]:
