@@ -26,6 +26,7 @@ raw_layout = tool("raw_layout")
 SHA = "a" * 40
 IMAGE = "ghcr.io/owner/amptrain-verify@sha256:" + "e" * 64
 H100 = ROOT / "reports" / "baseline" / "benchmark-h100-80gb-hbm3.json"
+AB = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "ab-cpu-self.json"
 ALLOWED_ENV = {"HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "WANDB_MODE", "GITHUB_SHA"}
 
 DOCKER = """#!{python}
@@ -36,7 +37,10 @@ with open(os.environ["DOCKER_LOG"], "a") as log:
 if args[:1] == ["run"]:
     out = next(v.split(":")[0] for v in args if v.endswith(":/out:rw"))
     mode = os.environ.get("CONTAINER", "benchmark")
-    if mode == "benchmark":
+    if "amptrain.benchmark.ab" in args:
+        with open(os.environ["AB"]) as src, open(out + "/ab.json", "w") as dst:
+            dst.write(src.read())
+    elif mode == "benchmark":
         with open(os.environ["BENCHMARK"]) as src, open(out + "/benchmark.json", "w") as dst:
             dst.write(src.read())
     elif mode == "link":
@@ -71,6 +75,7 @@ def host(tmp_path: Path) -> dict:
         "STAGEGATE": str(STAGEGATE),
         "DOCKER_LOG": str(tmp_path / "docker.log"),
         "BENCHMARK": str(H100),
+        "AB": str(AB),
         "GITHUB_RUN_ID": "77",
     }
     return {"pr": pr, "work": tmp_path / "work", "marker": marker, "env": env, "tmp": tmp_path}
@@ -213,3 +218,26 @@ def test_the_gpu_judge_refuses_a_run_in_another_image(host: dict) -> None:
     (host["work"] / "host.json").write_text(json.dumps(facts))
     out = judge_gpu(host, host["work"] / "reports" / "raw")
     assert out["state"] == "error" and "host.json" in out["description"]
+
+
+def test_with_a_base_the_a_b_runs_in_the_image_with_both_trees_read_only(host: dict) -> None:
+    base = host["tmp"] / "base"
+    (base / "src").mkdir(parents=True)
+    result = stage(host, BASE_SHA="b" * 40, BASE_TREE=str(base))
+    assert result.returncode == 0, result.stderr
+    runs = [c for c in docker_calls(host) if c[0] == "run"]
+    assert len(runs) == 2 and not host["marker"].exists()
+    ab = runs[1]
+    assert ab[ab.index(IMAGE) + 1 :][:3] == ["python", "-m", "amptrain.benchmark.ab"]
+    assert f"{base}:/base:ro" in ab and f"{host['pr']}:/workspace:ro" in ab
+    assert ab[ab.index("--base-sha") + 1] == "b" * 40 and ab[ab.index("--head-sha") + 1] == SHA
+    assert ab[ab.index("--network") + 1] == "none" and "PYTHONPATH=/base/src" in ab
+    raw = host["work"] / "reports" / "raw"
+    record = json.loads((raw / "regression.json").read_text())
+    assert record["files"] == {"ab": "reports/raw/ab.json"} and (raw / "ab.json").is_file()
+
+
+def test_a_malformed_base_sha_runs_nothing(host: dict) -> None:
+    result = stage(host, BASE_SHA="main", BASE_TREE=str(host["tmp"]))
+    assert result.returncode == 2 and "BASE_SHA" in result.stderr
+    assert docker_calls(host) == []

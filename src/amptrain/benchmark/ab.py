@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -239,6 +240,28 @@ def document(
     }
 
 
+def given(role: str, src: Path, sha: str | None) -> Side:
+    """A side whose ``src/`` is already a checkout (a read-only mount with no git inside)."""
+    if not sha or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise ABError(f"--{role}-src needs --{role}-sha, the full commit id of that checkout")
+    if not (src / "amptrain" / "benchmark" / "run.py").is_file():
+        raise ABError(f"--{role}-src {src} holds no amptrain/benchmark/run.py: give its src/")
+    return Side(role, sha, "given", src.resolve())
+
+
+def sides(args: argparse.Namespace, repo: Path, tmp: Path) -> tuple[Side, Side]:
+    """The base and the head: given checkouts, commits from git, or the working tree."""
+    if args.base_src:
+        base = given("base", args.base_src, args.base_sha)
+    elif args.against:
+        base = extract(repo, args.against, tmp, "base")
+    else:
+        raise ABError("name the base: --against REF, or --base-src DIR with --base-sha SHA")
+    if args.head_src:
+        return base, given("head", args.head_src, args.head_sha)
+    return base, extract(repo, args.head, tmp, "head") if args.head else working_tree(repo)
+
+
 def run_ab(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare both sides, measure them, and return the A/B document (complete or not)."""
     repo = args.repo.resolve()
@@ -256,8 +279,7 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
         "steps_per_window": args.steps,
     }
     with tempfile.TemporaryDirectory(prefix="amptrain-ab-") as tmp:
-        base = extract(repo, args.against, Path(tmp), "base")
-        head = extract(repo, args.head, Path(tmp), "head") if args.head else working_tree(repo)
+        base, head = sides(args, repo, Path(tmp))
         log_path = Path(tmp) / "workers.log"
         order: list[str] = []
         error = ""
@@ -279,9 +301,14 @@ def _parser() -> argparse.ArgumentParser:
         description="A/B benchmark: a base commit's training step against the head's, "
         "interleaved on one device.",
     )
-    parser.add_argument("--against", required=True, help="the base: a commit, branch or tag")
+    parser.add_argument("--against", help="the base: a commit, branch or tag")
     parser.add_argument("--head", help="the head: a commit (default: the working tree's src/)")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the git repository")
+    for role in ("base", "head"):  # where git cannot run: a checkout and its commit id
+        parser.add_argument(f"--{role}-src", type=Path, help=f"the {role}'s src/ directory")
+        parser.add_argument(
+            f"--{role}-sha", help=f"the {role}'s full commit id (with --{role}-src)"
+        )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu-smoke")
     parser.add_argument("--precision", help="default: the preset's last (bf16-mixed)")
     parser.add_argument("--device", help="default: cuda for the gpu preset, else cpu")
