@@ -31,6 +31,7 @@ RANK = {
     "viewparts": 4,
     "perfviews": 5,
     "abviews": 5,
+    "historyviews": 5,
     "views": 6,
     "summaryviews": 6,
     "render": 7,
@@ -42,7 +43,7 @@ RANK = {
     "cli": 10,
     "__main__": 11,
 }
-VIEWS = ("charts", "viewparts", "perfviews", "abviews", "views", "summaryviews")
+VIEWS = ("charts", "viewparts", "historyviews", "perfviews", "abviews", "views", "summaryviews")
 
 
 def _group(module: str) -> str:

@@ -500,6 +500,7 @@ class StageVerdict:
     checks: tuple[MetricCheck, ...] = ()
     baseline: BaselineComparison | None = None
     ab: tuple[ABCheck, ...] = ()
+    history: tuple[Benchmark, ...] = ()  # the trusted GPU baselines, oldest first: shown only
     note: str = ""  # why a stage is NOT VERIFIED, in words
 
     def count(self, severity: Severity) -> int:

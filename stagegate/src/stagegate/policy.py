@@ -146,6 +146,7 @@ class Policy:
     ab_step_time_limit_pct: float = 10.0
     ab_memory_limit_pct: float = 5.0
     ab_min_windows: int = 8
+    history_runs: int = 20  # the trusted baselines the History charts draw, newest last
 
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
@@ -312,6 +313,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "ab_step_time_limit_pct": _number,
     "ab_memory_limit_pct": _number,
     "ab_min_windows": lambda key, value: _whole(key, value, minimum=2),
+    "history_runs": lambda key, value: _whole(key, value, minimum=0),
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from stagegate.abviews import ab_section
 from stagegate.charts import line_chart
+from stagegate.historyviews import history_section
 from stagegate.model import (
     Failure,
     Severity,
@@ -298,9 +299,7 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         _issues(stage, ctx),
         *performance_sections(stage, policy),
     ]
-    ab = ab_section(stage)
-    if ab is not None:
-        sections.append(ab)
+    sections += [s for s in (history_section(stage.history), ab_section(stage)) if s is not None]
     charts = _curves(stage)
     if charts:
         sections.append(Section("Loss Curves", ("From the stage's metrics file.",), (), charts))

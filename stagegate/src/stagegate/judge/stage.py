@@ -6,7 +6,12 @@ import shlex
 from collections.abc import Sequence
 
 from stagegate.judge.ab import ab_findings
-from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
+from stagegate.judge.baseline import (
+    baseline_findings,
+    compare_to_baseline,
+    history,
+    pick_baseline,
+)
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import unreadable
@@ -211,4 +216,7 @@ def judge_stage(
         status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
     else:
         status = StageStatus.PASS
-    return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline, ab=ab)
+    past = history(baselines, policy.history_runs) if data.benchmark is not None else ()
+    return stage_verdict(
+        name, status, f, data, note=note, checks=checks, baseline=baseline, ab=ab, history=past
+    )

@@ -8,6 +8,7 @@ from stagegate.judge.findings import Findings
 from stagegate.model import (
     ABCheck,
     BaselineComparison,
+    Benchmark,
     Decision,
     Deduction,
     MetricCheck,
@@ -28,6 +29,7 @@ def stage_verdict(
     checks: tuple[MetricCheck, ...] = (),
     baseline: BaselineComparison | None = None,
     ab: tuple[ABCheck, ...] = (),
+    history: tuple[Benchmark, ...] = (),
 ) -> StageVerdict:
     """A stage's verdict: its findings most severe first, the points each costs, its score."""
     policy = f.policy
@@ -50,6 +52,7 @@ def stage_verdict(
         checks=checks,
         baseline=baseline,
         ab=ab,
+        history=history,
         note=note,
     )
 
