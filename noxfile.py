@@ -3,6 +3,8 @@
 nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
 nox -s tests      the whole test suite (the README's test command)
 nox -s lint | unit | integration | benchmark | report    one stage or step on its own
+nox -s benchmark -- --against REF    and the regression stage: REF's step against this tree's
+nox -s cuda       the cuda-marked tests as a stage (needs a CUDA device)
 nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*" runs some
 """
 
@@ -167,6 +169,13 @@ def run_regression(
     )
 
 
+def run_cuda(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    """The cuda-marked tests as a stage of their own, with JUnit."""
+    junit = f"{RAW}/junit-cuda.xml"
+    command = ["pytest", "-m", "cuda", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    return stage(session, "cuda", [f"--junit={junit}"], command, must_pass=must_pass)
+
+
 def split_against(args: list[str]) -> tuple[str | None, list[str]]:
     """``--against REF`` (or ``--against=REF``) taken out of ``args``: the REF and the rest."""
     rest, base = list(args), None
@@ -227,6 +236,15 @@ def benchmark(session: nox.Session) -> None:
     run_regression(session, base, [])
     if not ok:
         session.error(f"stage performance failed; its record is {RAW}/performance.json")
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
+def cuda(session: nox.Session) -> None:
+    """The cuda-marked tests (fp16 GradScaler on CUDA, sync debug mode, NCCL) as their stage."""
+    install(session, "test")
+    if not _cuda(session):
+        session.skip("no CUDA device: the cuda-marked tests need one (gpu.yml runs them)")
+    run_cuda(session, session.posargs)
 
 
 @nox.session(tags=["report"])

@@ -45,5 +45,6 @@ def test_the_base_reaches_the_gpu_host_and_the_judge_requires_the_regression_sta
     assert "BASE_TREE=base" in run["run"]
     judge = next(s for s in jobs["status"]["steps"] if s.get("id") == "judge")
     assert judge["env"]["AB_BASE"] == "${{ needs.authorize.outputs.base }}"
-    for part in ("--stage regression", "--require regression", "--ab-base", "--only regression"):
+    wanted = ("--stage regression", "--require regression", "--ab-base", "--only regression")
+    for part in (*wanted, "--stage cuda", "--only cuda", "--require cuda"):
         assert part in judge["run"], part

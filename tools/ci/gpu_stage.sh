@@ -18,6 +18,9 @@
 # training step against the commit's, interleaved on the same GPU in one container. Its
 # coordinator is the base's own amptrain.benchmark.ab (PYTHONPATH=/base/src); only the
 # head's worker imports the commit's library. Both trees are mounted read-only.
+# The cuda stage (WORK/reports/raw/cuda.json, naming reports/raw/junit-cuda.xml) runs the
+# commit's cuda-marked tests in the same image: fp16 GradScaler, sync debug mode, and NCCL
+# where two GPUs exist (skipped, with that reason, where not).
 set -euo pipefail
 
 MAX_BENCHMARK_BYTES=$((64 * 1024 * 1024))
@@ -76,6 +79,31 @@ ab_container() {
     return "$rc"
 }
 
+# The cuda stage's command: the commit's cuda-marked tests inside the container, with JUnit.
+# The stagegate pytest plugin the project's pytest options name comes from the commit's tree.
+cuda_container() {
+    local rc=0 out="container-out/junit-cuda.xml"
+    CONTAINER_NAME="amptrain-cuda-${GITHUB_RUN_ID:-local}-$$"
+    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 143' TERM INT
+    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
+        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
+        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
+        --user "$(id -u):$(id -g)" \
+        --env HOME=/tmp --env PYTHONPATH=/workspace/src:/workspace/stagegate/src \
+        --env PYTHONDONTWRITEBYTECODE=1 --env WANDB_MODE=disabled \
+        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" \
+        --workdir /workspace "$IMAGE" \
+        python -m pytest -p stagegate.pytest_plugin -m cuda -p no:cacheprovider \
+        --junitxml=/out/junit-cuda.xml || rc=$?
+    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
+        cp -- "$out" reports/raw/junit-cuda.xml
+    else
+        echo "gpu_stage: the container left no plain junit-cuda.xml (or one too large)" >&2
+    fi
+    return "$rc"
+}
+
 host_facts() {
     local gpu
     gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
@@ -111,6 +139,10 @@ stage() {
         "$STAGEGATE" run performance --out-dir reports/raw \
         --benchmark reports/raw/benchmark.json --timeout "${STAGE_TIMEOUT:-1500}" \
         -- "$SELF" --container || status=$?
+    GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" \
+        "$STAGEGATE" run cuda --out-dir reports/raw \
+        --junit reports/raw/junit-cuda.xml --timeout "${STAGE_TIMEOUT:-1500}" \
+        -- "$SELF" --cuda-container || status=$?
     if [ -n "$base" ]; then
         GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" BASE_TREE="$base" \
             "$STAGEGATE" run regression --out-dir reports/raw \
@@ -127,6 +159,8 @@ if [ "${1:-}" = "--container" ]; then
     container
 elif [ "${1:-}" = "--ab-container" ]; then
     ab_container
+elif [ "${1:-}" = "--cuda-container" ]; then
+    cuda_container
 else
     stage "$@"
 fi

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-STAGES = ("static", "execution", "integration", "performance", "regression")
+STAGES = ("static", "execution", "integration", "performance", "regression", "cuda")
 # The stages a policy requires unless it names its own (the A/B regression stage needs a base
-# commit, so only a workflow that has one requires it).
+# commit and the cuda-marked tests a GPU, so only a workflow that has them requires them).
 CORE_STAGES = STAGES[:4]
 # 2: a record holds the folder it was written to and the sha256 of every file it names.
 RECORD_FORMAT_VERSION = 2

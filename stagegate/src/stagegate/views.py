@@ -37,6 +37,7 @@ STAGE_TITLES = {
     "integration": (3, "Integration Verification Report"),
     "performance": (4, "Performance Verification Report"),
     "regression": (5, "Regression Verification Report"),
+    "cuda": (6, "CUDA Tests Verification Report"),
 }
 
 

@@ -161,6 +161,21 @@ def _undecided_note(checks: tuple[ABCheck, ...]) -> str:
     )
 
 
+def _skipped_without_cuda(name: str, data: StageData, policy: Policy) -> bool:
+    """A stage the policy lets skip without CUDA whose every test skipped (or none was found)."""
+    suite = data.suite
+    return policy.skippable.get(name) == "no-cuda" and suite is not None and suite.executed == 0
+
+
+def _skipped_note(name: str, data: StageData) -> str:
+    suite = data.suite
+    reasons = sorted({c.message or "no reason given" for c in suite.cases}) if suite else []
+    return (
+        f"{name} was NOT VERIFIED: every one of its {len(suite.cases) if suite else 0} tests "
+        f"skipped ({'; '.join(reasons)[:300] or 'none collected'}); a machine with CUDA runs them"
+    )
+
+
 def _not_verified_note(bench: Benchmark) -> str:
     return (
         f"GPU performance was NOT VERIFIED: no CUDA device here, so the benchmark ran "
@@ -214,6 +229,8 @@ def judge_stage(
         status = StageStatus.FAIL
     elif data.benchmark is not None and not data.benchmark.gpu_verified:
         status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark)
+    elif _skipped_without_cuda(name, data, policy):
+        status, note = StageStatus.NOT_VERIFIED, _skipped_note(name, data)
     else:
         status = StageStatus.PASS
     past = history(baselines, policy.history_runs) if data.benchmark is not None else ()
