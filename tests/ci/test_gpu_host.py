@@ -121,6 +121,7 @@ def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secr
         "stagegate.pytest_plugin",
     ]
     assert cuda[cuda.index("--network") + 1] == "none" and f"{host['pr']}:/workspace:ro" in cuda
+    assert cuda[cuda.index("-m", cuda.index("pytest")) + 1] == "cuda"  # the cuda-marked tests
     assert calls[0][-1] == IMAGE
     run = calls[1]
     assert IMAGE in run and run[run.index(IMAGE) + 1 :][:3] == [
