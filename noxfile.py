@@ -3,6 +3,8 @@
 nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
 nox -s tests      the whole test suite (the README's test command)
 nox -s lint | unit | integration | benchmark | report    one stage or step on its own
+nox -s benchmark -- --against REF    and the regression stage: REF's step against this tree's
+nox -s cuda       the cuda-marked tests as a stage (needs a CUDA device)
 nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*" runs some
 """
 
@@ -129,12 +131,13 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
     )
 
 
+def _cuda(session: nox.Session) -> bool:
+    out = session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
+    return str(out).strip().endswith("True")
+
+
 def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
-    cuda = (
-        session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
-        .strip()
-        .endswith("True")
-    )
+    cuda = _cuda(session)
     preset = "gpu" if cuda else "cpu-smoke"
     if not cuda:
         session.warn(
@@ -148,6 +151,44 @@ def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True
         ["python", "-m", "amptrain.benchmark", "--preset", preset, "--out", out, "--quiet", *extra],
         must_pass=must_pass,
     )
+
+
+def run_regression(
+    session: nox.Session, base: str, extra: list[str], must_pass: bool = True
+) -> bool:
+    """The A/B stage: ``base``'s training step against the working tree's, interleaved."""
+    preset = "gpu" if _cuda(session) else "cpu-smoke"
+    out = f"{RAW}/ab.json"
+    command = ["python", "-m", "amptrain.benchmark.ab", "--against", base, "--preset", preset]
+    return stage(
+        session,
+        "regression",
+        [f"--ab={out}"],
+        [*command, "--out", out, *extra],
+        must_pass=must_pass,
+    )
+
+
+def run_cuda(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    """The cuda-marked tests as a stage of their own, with JUnit."""
+    junit = f"{RAW}/junit-cuda.xml"
+    command = ["pytest", "-m", "cuda", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    return stage(session, "cuda", [f"--junit={junit}"], command, must_pass=must_pass)
+
+
+def split_against(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--against REF`` (or ``--against=REF``) taken out of ``args``: the REF and the rest."""
+    rest, base = list(args), None
+    for i, arg in enumerate(rest):
+        if arg == "--against" and i + 1 < len(rest):
+            base = rest[i + 1]
+            del rest[i : i + 2]
+            break
+        if arg.startswith("--against="):
+            base = arg.partition("=")[2]
+            del rest[i]
+            break
+    return base, rest
 
 
 def run_report(session: nox.Session, *args: str) -> None:
@@ -182,9 +223,28 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
 def benchmark(session: nox.Session) -> None:
-    """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset)."""
+    """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset); with
+    ``-- --against REF`` the regression stage too: REF's step against this tree's, A/B."""
     install(session)
-    run_benchmark(session, session.posargs)
+    base, rest = split_against(session.posargs)
+    if base is None:
+        run_benchmark(session, rest)
+        return
+    if not base:
+        session.error("--against needs a commit, branch or tag: --against origin/main")
+    ok = run_benchmark(session, rest, must_pass=False)
+    run_regression(session, base, [])
+    if not ok:
+        session.error(f"stage performance failed; its record is {RAW}/performance.json")
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
+def cuda(session: nox.Session) -> None:
+    """The cuda-marked tests (fp16 GradScaler on CUDA, sync debug mode, NCCL) as their stage."""
+    install(session, "test")
+    if not _cuda(session):
+        session.skip("no CUDA device: the cuda-marked tests need one (gpu.yml runs them)")
+    run_cuda(session, session.posargs)
 
 
 @nox.session(tags=["report"])

@@ -30,6 +30,8 @@ RANK = {
     "charts": 4,
     "viewparts": 4,
     "perfviews": 5,
+    "abviews": 5,
+    "historyviews": 5,
     "views": 6,
     "summaryviews": 6,
     "render": 7,
@@ -41,7 +43,7 @@ RANK = {
     "cli": 10,
     "__main__": 11,
 }
-VIEWS = ("charts", "viewparts", "perfviews", "views", "summaryviews")
+VIEWS = ("charts", "viewparts", "historyviews", "perfviews", "abviews", "views", "summaryviews")
 
 
 def _group(module: str) -> str:

@@ -27,6 +27,7 @@ raw_layout = tool("raw_layout")
 SHA = "a" * 40
 IMAGE = "ghcr.io/owner/amptrain-verify@sha256:" + "e" * 64
 H100 = ROOT / "reports" / "baseline" / "benchmark-h100-80gb-hbm3.json"
+AB = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "ab-cpu-self.json"
 ALLOWED_ENV = {"HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "WANDB_MODE", "GITHUB_SHA"}
 
 DOCKER = """#!{python}
@@ -37,7 +38,13 @@ with open(os.environ["DOCKER_LOG"], "a") as log:
 if args[:1] == ["run"]:
     out = next(v.split(":")[0] for v in args if v.endswith(":/out:rw"))
     mode = os.environ.get("CONTAINER", "benchmark")
-    if mode == "benchmark":  # written now, for the commit the job gave the container
+    if "pytest" in args and mode != "none":
+        with open(out + "/junit-cuda.xml", "w") as dst:
+            dst.write(os.environ["JUNIT_CUDA"])
+    elif "amptrain.benchmark.ab" in args:
+        with open(os.environ["AB"]) as src, open(out + "/ab.json", "w") as dst:
+            dst.write(src.read())
+    elif mode == "benchmark":  # written now, for the commit the job gave the container
         with open(os.environ["BENCHMARK"]) as src:
             doc = json.load(src)
         given = dict(v.split("=", 1) for v in args if v.startswith("GITHUB_SHA="))
@@ -54,6 +61,11 @@ if args[:1] == ["run"]:
         os.symlink("/etc/passwd", out + "/benchmark.json")
     sys.exit(int(os.environ.get("CONTAINER_EXIT", "0")))
 """
+JUNIT = (
+    '<testsuites><testsuite name="pytest" tests="1" failures="0" errors="0" skipped="0">'
+    '<testcase classname="tests.amptrain.test_engine" name="test_fp16_scaler_on_cuda" '
+    'file="tests/amptrain/test_engine.py" time="0.5"/></testsuite></testsuites>'
+)
 NVIDIA_SMI = "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.159.04'\n"
 
 
@@ -82,6 +94,8 @@ def host(tmp_path: Path) -> dict:
         "STAGEGATE": str(STAGEGATE),
         "DOCKER_LOG": str(tmp_path / "docker.log"),
         "BENCHMARK": str(H100),
+        "AB": str(AB),
+        "JUNIT_CUDA": JUNIT,
         "GITHUB_RUN_ID": "77",
     }
     return {"pr": pr, "work": tmp_path / "work", "marker": marker, "env": env, "tmp": tmp_path}
@@ -108,7 +122,17 @@ def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secr
     result = stage(host)
     assert result.returncode == 0, result.stderr
     calls = docker_calls(host)
-    assert [c[0] for c in calls] == ["pull", "run", "rm"]
+    assert [c[0] for c in calls] == ["pull", "run", "rm", "run", "rm"]
+    cuda = calls[3]
+    assert cuda[cuda.index(IMAGE) + 1 :][:5] == [
+        "python",
+        "-m",
+        "pytest",
+        "-p",
+        "stagegate.pytest_plugin",
+    ]
+    assert cuda[cuda.index("--network") + 1] == "none" and f"{host['pr']}:/workspace:ro" in cuda
+    assert cuda[cuda.index("-m", cuda.index("pytest")) + 1] == "cuda"  # the cuda-marked tests
     assert calls[0][-1] == IMAGE
     run = calls[1]
     assert IMAGE in run and run[run.index(IMAGE) + 1 :][:3] == [
@@ -145,9 +169,11 @@ def test_the_host_records_the_stage_with_paths_the_judge_accepts(host: dict) -> 
     facts = json.loads((host["work"] / "host.json").read_text())
     assert (facts["sha"], facts["image"], facts["gpu_name"], facts["driver"]) == (
         SHA, IMAGE, "NVIDIA H100 80GB HBM3", "580.159.04")  # fmt: skip
-    laid = raw_layout.lay_out(raw, host["tmp"] / "judge" / "reports" / "raw", ["performance"],
-                              commit=SHA)  # fmt: skip
-    assert laid == ["performance"]
+    cuda = json.loads((raw / "cuda.json").read_text())
+    assert cuda["files"] == {"junit": "reports/raw/junit-cuda.xml"} and cuda["commit"] == SHA
+    laid = raw_layout.lay_out(raw, host["tmp"] / "judge" / "reports" / "raw",
+                              ["performance", "cuda"], commit=SHA)  # fmt: skip
+    assert sorted(laid) == ["cuda", "performance"]
 
 
 def test_a_link_left_by_the_container_is_not_taken(host: dict) -> None:
@@ -155,7 +181,7 @@ def test_a_link_left_by_the_container_is_not_taken(host: dict) -> None:
     raw = host["work"] / "reports" / "raw"
     assert not (raw / "benchmark.json").exists()
     with pytest.raises(raw_layout.LayoutError, match="not in the artifact"):
-        raw_layout.lay_out(raw, host["tmp"] / "raw", ["performance"], commit=SHA)
+        raw_layout.lay_out(raw, host["tmp"] / "raw", ["performance", "cuda"], commit=SHA)
 
 
 def test_a_failed_benchmark_is_recorded_and_the_host_facts_still_written(host: dict) -> None:
@@ -193,9 +219,11 @@ def judge_gpu(host: dict, artifact: Path) -> dict[str, str]:
     args = [
         "--artifact", str(artifact), "--work", str(tmp / "gpu-judge"), "--base", str(ROOT),
         "--out", str(tmp / "gpu-reports"), "--changed-files", str(tmp / "changed.txt"),
-        "--stage", "performance", "--commit", SHA, "--host", str(tmp / "host.json"),
-        "--image", IMAGE, "--note", "regression NOT VERIFIED: no accepted baseline",
-        "--", "--only", "performance", "--require", "performance",
+        "--stage", "performance", "--stage", "cuda", "--commit", SHA,
+        "--host", str(tmp / "host.json"), "--image", IMAGE,
+        "--note", "regression NOT VERIFIED: no accepted baseline",
+        "--", "--only", "performance", "--only", "cuda", "--require", "performance",
+        "--require", "cuda",
     ]  # fmt: skip
     run = subprocess.run(
         [sys.executable, str(TOOLS / "judge_records.py"), *args],
@@ -244,3 +272,32 @@ def test_the_gpu_judge_refuses_a_run_in_another_image(host: dict) -> None:
     (host["work"] / "host.json").write_text(json.dumps(facts))
     out = judge_gpu(host, host["work"] / "reports" / "raw")
     assert out["state"] == "error" and "host.json" in out["description"]
+
+
+def test_with_a_base_the_a_b_runs_in_the_image_with_both_trees_read_only(host: dict) -> None:
+    base = host["tmp"] / "base"
+    (base / "src").mkdir(parents=True)
+    result = stage(host, BASE_SHA="b" * 40, BASE_TREE=str(base))
+    assert result.returncode == 0, result.stderr
+    runs = [c for c in docker_calls(host) if c[0] == "run"]
+    assert len(runs) == 3 and not host["marker"].exists()
+    ab = runs[2]
+    assert ab[ab.index(IMAGE) + 1 :][:3] == ["python", "-m", "amptrain.benchmark.ab"]
+    assert f"{base}:/base:ro" in ab and f"{host['pr']}:/workspace:ro" in ab
+    assert ab[ab.index("--base-sha") + 1] == "b" * 40 and ab[ab.index("--head-sha") + 1] == SHA
+    assert ab[ab.index("--network") + 1] == "none" and "PYTHONPATH=/base/src" in ab
+    raw = host["work"] / "reports" / "raw"
+    record = json.loads((raw / "regression.json").read_text())
+    assert record["files"] == {"ab": "reports/raw/ab.json"} and (raw / "ab.json").is_file()
+
+
+def test_a_malformed_base_sha_runs_nothing(host: dict) -> None:
+    result = stage(host, BASE_SHA="main", BASE_TREE=str(host["tmp"]))
+    assert result.returncode == 2 and "BASE_SHA" in result.stderr
+    assert docker_calls(host) == []
+
+
+def test_the_gpu_judge_blocks_when_the_cuda_tests_left_no_junit(host: dict) -> None:
+    assert stage(host).returncode == 0
+    (host["work"] / "reports" / "raw" / "junit-cuda.xml").unlink()
+    assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] != "success"

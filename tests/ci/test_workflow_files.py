@@ -53,7 +53,8 @@ def test_trusted_jobs_run_only_the_default_branch_scripts(name: str) -> None:
     for job_name, job in DOCS[name]["jobs"].items():
         for step in _checkouts(job):
             ref = step.get("with", {}).get("ref")
-            if step["with"].get("path") == "pr":  # the commit under test, as data
+            # the commit under test and its base (the A/B's other side), as data
+            if step["with"].get("path") in ("pr", "base"):
                 assert (name, job_name) == ("gpu.yml", "benchmark")
                 continue
             assert ref in (None, "${{ github.event.repository.default_branch }}"), job_name
@@ -66,11 +67,12 @@ def test_the_gpu_host_runs_the_commit_only_inside_the_pinned_image() -> None:
     assert job["permissions"] == {"contents": "read"}
     assert "secrets." not in yaml.safe_dump(job)
     paths = [step["with"].get("path") for step in _checkouts(job)]
-    assert paths == ["trusted", "pr"]
+    assert paths == ["trusted", "pr", "base"]
     scripts = [step["run"] for step in job["steps"] if "run" in step]
     text = "\n".join(scripts)
     assert "trusted/tools/ci/gpu_stage.sh pr " in text
-    for forbidden in ("docker build", "image.sh", "nox", "pr/", "./pr", "bash pr", "source"):
+    forbidden_words = ("docker build", "image.sh", "nox", "pr/", "./pr", "bash pr", "source")
+    for forbidden in (*forbidden_words, "base/", "./base", "bash base"):
         assert forbidden not in text, forbidden
     assert "./trusted/stagegate" in text  # the host's stagegate is the default branch's
     run = next(s for s in job["steps"] if "gpu_stage.sh" in s.get("run", ""))

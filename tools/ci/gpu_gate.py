@@ -1,6 +1,7 @@
 """Decides whether a commit may run on the self-hosted GPU runner: the first job of gpu.yml.
 
-    python tools/ci/gpu_gate.py            # reads the event; writes run=, sha=, pr=, baseline=
+    python tools/ci/gpu_gate.py            # reads the event; writes run=, sha=, pr=, baseline=,
+                                           # base=
     python tools/ci/gpu_gate.py --subject  # prints the commit the event is about, if any
 
 Nothing is decided unless the running workflow is the default branch's own gpu.yml
@@ -158,6 +159,20 @@ def decide(event_name: str, event: Mapping[str, Any], ctx: Context, permission_o
     return Decision(False, reason=f"{event_name} never runs the GPU benchmark")
 
 
+def base_commit(decision: Decision, ctx: Context, get: Callable[[str], Any]) -> str:
+    """The commit the A/B regression stage measures the head against: a push's first parent
+    (what the default branch was before it), else the merge base of the default branch and
+    the commit (what a pull request changes). "" when there is none: the stage then does not
+    run, and the judge, which requires it, blocks."""
+    if decision.baseline:
+        parents = get(f"/repos/{ctx.repo}/commits/{decision.sha}").get("parents") or []
+        sha = str(parents[0].get("sha", "")) if parents else ""
+    else:
+        compare = get(f"/repos/{ctx.repo}/compare/{ctx.default_branch}...{decision.sha}")
+        sha = str((compare.get("merge_base_commit") or {}).get("sha", ""))
+    return sha if SHA.fullmatch(sha) else ""
+
+
 def subject(event_name: str, event: Mapping[str, Any], github_sha: str) -> str:
     """The commit an event asks to benchmark, read from the event alone (no API): where an
     error is reported when the authorize job itself fails. Comments name none: anyone can
@@ -201,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
                 "description": (decision.reason if decision.pending else RUNNING)[:140],
             },
         )
+    base = base_commit(decision, ctx, api.get) if decision.run else ""
     write_outputs({
         "run": "true" if decision.run else "false", "sha": decision.sha,
         "pr": str(decision.pr or ""), "baseline": "true" if decision.baseline else "false",
+        "base": base,
     })  # fmt: skip
     return 0
 

@@ -3,7 +3,7 @@
 # default branch; nothing of the commit under test runs on the host.
 #
 #   IMAGE=ghcr.io/OWNER/amptrain-verify@sha256:... SHA=<40 hex> STAGEGATE=/path/to/stagegate \
-#       tools/ci/gpu_stage.sh PR_TREE WORK
+#       [BASE_TREE=DIR BASE_SHA=<40 hex>] tools/ci/gpu_stage.sh PR_TREE WORK
 #
 # PR_TREE is the commit's checkout: it is only ever mounted read-only into the pinned image
 # (by digest), never built, sourced or run here, so a changed Dockerfile or tools/ci/image.sh
@@ -13,6 +13,14 @@
 # WORK/reports/raw/performance.json (command, exit code, duration, timeout) names
 # reports/raw/benchmark.json, the one file taken from the container, and only if it is a plain
 # file. WORK/host.json records the commit, the image and the host's GPU and driver.
+# With BASE_TREE (the base commit's checkout, as data) and BASE_SHA, the regression stage
+# follows: WORK/reports/raw/regression.json names reports/raw/ab.json, the A/B of the base's
+# training step against the commit's, interleaved on the same GPU in one container. Its
+# coordinator is the base's own amptrain.benchmark.ab (PYTHONPATH=/base/src); only the
+# head's worker imports the commit's library. Both trees are mounted read-only.
+# The cuda stage (WORK/reports/raw/cuda.json, naming reports/raw/junit-cuda.xml) runs the
+# commit's cuda-marked tests in the same image: fp16 GradScaler, sync debug mode, and NCCL
+# where two GPUs exist (skipped, with that reason, where not).
 set -euo pipefail
 
 MAX_BENCHMARK_BYTES=$((64 * 1024 * 1024))
@@ -45,6 +53,57 @@ container() {
     return "$rc"
 }
 
+# The regression stage's command, run by stagegate in WORK: the A/B inside the container.
+ab_container() {
+    local rc=0 out="container-out/ab.json"
+    CONTAINER_NAME="amptrain-ab-${GITHUB_RUN_ID:-local}-$$"
+    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 143' TERM INT
+    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
+        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
+        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
+        --user "$(id -u):$(id -g)" \
+        --env HOME=/tmp --env PYTHONPATH=/base/src --env PYTHONDONTWRITEBYTECODE=1 \
+        --env WANDB_MODE=disabled \
+        --volume "$PR_TREE:/workspace:ro" --volume "$BASE_TREE:/base:ro" \
+        --volume "$PWD/container-out:/out:rw" \
+        --workdir /tmp "$IMAGE" \
+        python -m amptrain.benchmark.ab --preset gpu \
+        --base-src /base/src --base-sha "$BASE_SHA" \
+        --head-src /workspace/src --head-sha "$SHA" --out /out/ab.json || rc=$?
+    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
+        cp -- "$out" reports/raw/ab.json
+    else
+        echo "gpu_stage: the container left no plain ab.json (or one too large)" >&2
+    fi
+    return "$rc"
+}
+
+# The cuda stage's command: the commit's cuda-marked tests inside the container, with JUnit.
+# The stagegate pytest plugin the project's pytest options name comes from the commit's tree.
+cuda_container() {
+    local rc=0 out="container-out/junit-cuda.xml"
+    CONTAINER_NAME="amptrain-cuda-${GITHUB_RUN_ID:-local}-$$"
+    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 143' TERM INT
+    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
+        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
+        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
+        --user "$(id -u):$(id -g)" \
+        --env HOME=/tmp --env PYTHONPATH=/workspace/src:/workspace/stagegate/src \
+        --env PYTHONDONTWRITEBYTECODE=1 --env WANDB_MODE=disabled \
+        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" \
+        --workdir /workspace "$IMAGE" \
+        python -m pytest -p stagegate.pytest_plugin -m cuda -p no:cacheprovider \
+        --junitxml=/out/junit-cuda.xml || rc=$?
+    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
+        cp -- "$out" reports/raw/junit-cuda.xml
+    else
+        echo "gpu_stage: the container left no plain junit-cuda.xml (or one too large)" >&2
+    fi
+    return "$rc"
+}
+
 host_facts() {
     local gpu
     gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
@@ -58,7 +117,7 @@ EOF
 }
 
 stage() {
-    local pr work status=0
+    local pr work base="" status=0
     [ -d "${1:-}" ] || die "usage: gpu_stage.sh PR_TREE WORK"
     pr="$(cd "$1" && pwd)"
     work="${2:?usage: gpu_stage.sh PR_TREE WORK}"
@@ -66,6 +125,11 @@ stage() {
         die "IMAGE must be the pinned image by digest, not ${IMAGE:-nothing}"
     [[ "${SHA:-}" =~ ^[0-9a-f]{40}$ ]] || die "SHA must be a full commit SHA"
     [ -x "${STAGEGATE:-}" ] || die "STAGEGATE must be the default branch's stagegate"
+    if [ -n "${BASE_SHA:-}" ]; then
+        [[ "$BASE_SHA" =~ ^[0-9a-f]{40}$ ]] || die "BASE_SHA must be a full commit SHA"
+        [ -d "${BASE_TREE:-}" ] || die "BASE_TREE must be the base commit's checkout"
+        base="$(cd "$BASE_TREE" && pwd)"
+    fi
     rm -rf "$work"
     mkdir -p "$work/reports/raw" "$work/container-out"
     docker pull --quiet "$IMAGE"
@@ -75,6 +139,16 @@ stage() {
         "$STAGEGATE" run performance --out-dir reports/raw \
         --benchmark reports/raw/benchmark.json --timeout "${STAGE_TIMEOUT:-1500}" \
         -- "$SELF" --container || status=$?
+    GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" \
+        "$STAGEGATE" run cuda --out-dir reports/raw \
+        --junit reports/raw/junit-cuda.xml --timeout "${STAGE_TIMEOUT:-1500}" \
+        -- "$SELF" --cuda-container || status=$?
+    if [ -n "$base" ]; then
+        GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" BASE_TREE="$base" \
+            "$STAGEGATE" run regression --out-dir reports/raw \
+            --ab reports/raw/ab.json --timeout "${STAGE_TIMEOUT:-1500}" \
+            -- "$SELF" --ab-container || status=$?
+    fi
     host_facts
     return "$status"
 }
@@ -83,6 +157,10 @@ SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 export SELF
 if [ "${1:-}" = "--container" ]; then
     container
+elif [ "${1:-}" = "--ab-container" ]; then
+    ab_container
+elif [ "${1:-}" = "--cuda-container" ]; then
+    cuda_container
 else
     stage "$@"
 fi

@@ -31,6 +31,7 @@ def _run_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run.add_argument("--warnings", metavar="F", help="warnings JSON (pytest --stagegate-warnings)")
     run.add_argument("--benchmark", metavar="F", help="amptrain benchmark JSON")
     run.add_argument("--metrics", metavar="F", help='JSON {"curves": {...}} to chart')
+    run.add_argument("--ab", metavar="F", help="amptrain A/B benchmark JSON (base vs head)")
     run.add_argument(
         "--lint",
         metavar="TOOL=F",
@@ -86,6 +87,12 @@ def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the paths the change touches, one a line (used instead of a git diff)",
     )
     rep.add_argument(
+        "--ab-base",
+        metavar="SHA",
+        help="the base commit an A/B file must have measured (the PR's merge base); "
+        "without it, an A/B of a commit against itself blocks",
+    )
+    rep.add_argument(
         "--base-raw",
         type=Path,
         metavar="DIR",
@@ -114,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 def _files(args: argparse.Namespace) -> dict[str, object]:
     files: dict[str, object] = {
         k: getattr(args, k)
-        for k in ("junit", "coverage", "warnings", "benchmark", "metrics")
+        for k in ("junit", "coverage", "warnings", "benchmark", "metrics", "ab")
         if getattr(args, k)
     }
     lint = {}
@@ -162,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             changed_files=args.changed_files,
             base_raw=args.base_raw,
             host=args.host,
+            ab_base=args.ab_base,
         )
         verdict = run_report(options, os.environ)
         print(

@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-STAGES = ("static", "execution", "integration", "performance")
+STAGES = ("static", "execution", "integration", "performance", "regression", "cuda")
+# The stages a policy requires unless it names its own (the A/B regression stage needs a base
+# commit and the cuda-marked tests a GPU, so only a workflow that has them requires them).
+CORE_STAGES = STAGES[:4]
 # 2: a record holds the folder it was written to and the sha256 of every file it names.
 RECORD_FORMAT_VERSION = 2
 RECORD_KIND = "stagegate-record"
@@ -328,6 +331,36 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class ABSide:
+    """One side of an A/B benchmark file, as written: None for an entry that is not a finite
+    number."""
+
+    sha: str | None
+    dirty: bool | None
+    preset: dict[str, Any]
+    window_s: tuple[float | None, ...]
+    peak_mb: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class ABRun:
+    """An A/B benchmark file: two commits' windows, interleaved, and the file's own summary."""
+
+    status: str
+    error: str | None
+    preset: str | None
+    precision: str | None
+    device: str | None
+    windows: int | None
+    order: tuple[str, ...]
+    base: ABSide
+    head: ABSide
+    step_time_ratio: float | None  # the file's summary: judged against the windows
+    step_time_ci95: tuple[float, float] | None
+    peak_memory_ratio: float | None
+
+
+@dataclass(frozen=True)
 class Curves:
     """Named series from a stage's metrics file (for example the integration loss curves)."""
 
@@ -366,6 +399,7 @@ class StageData:
     coverage: Coverage | None = None
     warnings: tuple[WarningEntry, ...] = ()
     benchmark: Benchmark | None = None
+    ab: ABRun | None = None
     curves: Curves | None = None
     lint: dict[str, list[LintFinding]] = field(default_factory=dict)
     input_errors: tuple[str, ...] = ()  # files that are there but cannot be read
@@ -438,6 +472,29 @@ class MetricCheck:
     why: str = ""  # the reason for a miss, or why it was not verified
 
 
+class ABOutcome(Enum):
+    """What the judge made of one A/B ratio against the policy's limit."""
+
+    WITHIN = "PASS"  # the whole interval lies within the limit
+    BEYOND = "REGRESSION"  # the whole interval lies beyond the limit: a blocking finding
+    UNDECIDED = "NOT VERIFIED"  # the interval straddles the limit: never a PASS
+
+
+@dataclass(frozen=True)
+class ABCheck:
+    """One head/base ratio recomputed from an A/B file's windows, and the judge's outcome."""
+
+    metric: str  # "step_time" or "peak_memory"
+    ratio: float
+    low: float
+    high: float
+    limit: float  # the largest head/base ratio the policy accepts
+    outcome: ABOutcome
+    base_sha: str
+    head_sha: str
+    windows: int
+
+
 @dataclass(frozen=True)
 class Deduction:
     severity: Severity
@@ -460,6 +517,8 @@ class StageVerdict:
     data: StageData
     checks: tuple[MetricCheck, ...] = ()
     baseline: BaselineComparison | None = None
+    ab: tuple[ABCheck, ...] = ()
+    history: tuple[Benchmark, ...] = ()  # the trusted GPU baselines, oldest first: shown only
     note: str = ""  # why a stage is NOT VERIFIED, in words
 
     def count(self, severity: Severity) -> int:

@@ -237,7 +237,7 @@ def performance_sections(stage: StageVerdict, policy: Policy) -> list[Section]:
     measured."""
     bench = stage.data.benchmark
     if bench is None:
-        return [NOT_MEASURED]
+        return [] if stage.data.ab is not None else [NOT_MEASURED]
     sections = [
         metrics_section(bench, stage.checks),
         memory_section(bench, policy),

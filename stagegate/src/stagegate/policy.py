@@ -12,7 +12,7 @@ from typing import Any
 
 from stagegate.benchpolicy import BenchmarkPolicy, benchmark_policy
 from stagegate.errors import ConfigError
-from stagegate.model import STAGES, Severity, stage_name_problem
+from stagegate.model import CORE_STAGES, STAGES, Severity, stage_name_problem
 
 __all__ = ["STAGES", "BenchmarkPolicy", "Policy", "Threshold", "check_threshold", "load_policy"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -97,6 +97,10 @@ DEFAULT_SEVERITY = {
     "skipped_test": Severity.INFO,
     "slow_test": Severity.INFO,  # durations depend on the machine's load: never scored
     "improvement": Severity.INFO,
+    # A/B: the head's step is slower than the base's beyond the limit, wholly within the 95%
+    # interval; or the interval straddles the limit (NOT VERIFIED, which never passes).
+    "ab_regression": Severity.HIGH,
+    "ab_undecided": Severity.HIGH,
 }
 
 EVIDENCE_KINDS = (
@@ -106,6 +110,7 @@ EVIDENCE_KINDS = (
     "evidence_unchecked",
     "regression_unverified",
     "target_undecided",
+    "ab_undecided",
 )
 
 DEFAULT_DEDUCTION = {
@@ -121,7 +126,7 @@ DEFAULT_DEDUCTION = {
 class Policy:
     """Everything the judge needs to decide; defaults come from the seed reports."""
 
-    required: tuple[str, ...] = STAGES
+    required: tuple[str, ...] = CORE_STAGES
     # stage -> when it may be skipped; "no-cuda": the benchmark ran without a GPU.
     skippable: Mapping[str, str] = field(default_factory=lambda: {"performance": "no-cuda"})
     thresholds: Mapping[str, Threshold] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
@@ -143,6 +148,12 @@ class Policy:
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
     benchmark: BenchmarkPolicy = field(default_factory=BenchmarkPolicy)
+    # A/B (the regression stage): the largest slowdown of the head's step over the base's, and
+    # the largest growth of its peak CUDA memory, in percent; the fewest windows a side.
+    ab_step_time_limit_pct: float = 10.0
+    ab_memory_limit_pct: float = 5.0
+    ab_min_windows: int = 8
+    history_runs: int = 20  # the trusted baselines the History charts draw, newest last
 
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
@@ -182,6 +193,13 @@ def _number(key: str, value: Any, minimum: float = 0.0) -> float:
     if value < minimum:
         raise ConfigError(f"[tool.stagegate] {key} = {value!r}: must be >= {minimum:g}")
     return float(value)
+
+
+def _whole(key: str, value: Any, minimum: int) -> int:
+    number = _number(key, value, minimum)
+    if number != int(number) or number > 500:
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a whole number up to 500")
+    return int(number)
 
 
 def _text(key: str, value: Any) -> str:
@@ -299,6 +317,10 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "gate_files": _texts,
     "skip_jump_pct": _number,
     "benchmark": benchmark_policy,
+    "ab_step_time_limit_pct": _number,
+    "ab_memory_limit_pct": _number,
+    "ab_min_windows": lambda key, value: _whole(key, value, minimum=2),
+    "history_runs": lambda key, value: _whole(key, value, minimum=0),
 }
 
 

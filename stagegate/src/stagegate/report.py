@@ -38,6 +38,7 @@ class ReportOptions:
     changed_files: Path | None = None  # the change's paths, one a line (in place of a git diff)
     base_raw: Path | None = None  # the base branch's raw results: its skipped tests
     host: Path | None = None  # the GPU job's host.json: the GPU the benchmark must name
+    ab_base: str | None = None  # the commit an A/B file must have measured as its base
 
 
 def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
@@ -121,7 +122,11 @@ def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecor
     for name in _stage_names(records, policy, bool(options.only)):
         data = _collect(records.get(name), options.raw_dir, runs.get(name))
         data = _with_base(data, bases.get(name), note)
-        stages.append(judge_stage(name, data, policy, baselines, baseline_problem, host))
+        stages.append(
+            judge_stage(
+                name, data, policy, baselines, baseline_problem, host, ab_base=options.ab_base
+            )
+        )
     return decide(stages)
 
 

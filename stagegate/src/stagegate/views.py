@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stagegate.abviews import ab_section
 from stagegate.charts import line_chart
+from stagegate.historyviews import history_section
 from stagegate.model import (
     Failure,
     Severity,
@@ -34,6 +36,8 @@ STAGE_TITLES = {
     "execution": (2, "Execution Verification Report"),
     "integration": (3, "Integration Verification Report"),
     "performance": (4, "Performance Verification Report"),
+    "regression": (5, "Regression Verification Report"),
+    "cuda": (6, "CUDA Tests Verification Report"),
 }
 
 
@@ -296,6 +300,7 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
         _issues(stage, ctx),
         *performance_sections(stage, policy),
     ]
+    sections += [s for s in (history_section(stage.history), ab_section(stage)) if s is not None]
     charts = _curves(stage)
     if charts:
         sections.append(Section("Loss Curves", ("From the stage's metrics file.",), (), charts))

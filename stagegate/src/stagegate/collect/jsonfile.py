@@ -27,3 +27,11 @@ def load_json(path: Path, what: str) -> Any:
         raise InputError(
             f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
         ) from None
+
+
+def finite(value: Any) -> float | None:
+    """A finite number, or None (JSON null, NaN, infinity, text and booleans all mean: not
+    measured)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.ab import read_ab
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
 from stagegate.collect.junit import read_junit
@@ -26,6 +27,7 @@ READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "coverage": ("coverage", read_coverage),
     "warnings": ("warnings", read_warnings),
     "benchmark": ("benchmark", read_benchmark),
+    "ab": ("ab", read_ab),
     "metrics": ("curves", read_curves),
 }
 
@@ -86,6 +88,7 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
         coverage=found.get("coverage"),
         warnings=found.get("warnings", ()),
         benchmark=found.get("benchmark"),
+        ab=found.get("ab"),
         curves=found.get("curves"),
         lint=found["lint"],
         input_errors=tuple(errors),

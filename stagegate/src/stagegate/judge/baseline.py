@@ -29,6 +29,13 @@ def pick_baseline(current: Benchmark, baselines: Sequence[Benchmark]) -> Benchma
     return (same or list(baselines) or [None])[0]
 
 
+def history(baselines: Sequence[Benchmark], runs: int) -> tuple[Benchmark, ...]:
+    """The last ``runs`` baselines measured on a GPU, oldest first: the trusted baselines given
+    are the only history (a CPU run is no GPU history)."""
+    gpu = sorted((b for b in baselines if b.gpu_verified and b.commit), key=lambda b: b.datetime)
+    return tuple(gpu[-runs:]) if runs else ()
+
+
 def _noise_pct(a: PrecisionResult, b: PrecisionResult) -> float:
     """Relative spread of both runs' windows: IQR over median, in percent, added."""
     total = 0.0

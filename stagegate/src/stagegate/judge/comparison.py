@@ -75,7 +75,7 @@ def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) ->
     return f"above the GPU's peak ratio ({ceiling:.3g}x)"
 
 
-def _interval(
+def check_interval(
     f: Findings, where: str, claimed: tuple[float, float], dist: RatioDistribution, tol: float
 ) -> None:
     """Each bound of the file's interval lies where the windows' bootstrap puts it: within
@@ -113,7 +113,7 @@ def _speed(f: Findings, where: str, c: Comparison, v: Verified, policy: Policy, 
     speedup, dist = ratio_of_medians(top, bottom), RatioDistribution(top, bottom)
     claimed = None if math.isnan(c.speedup) else c.speedup
     check_summary(f, _at(where, "speedup", c), claimed, speedup, bp.summary_tolerance_pct)
-    _interval(f, _at(where, "speedup_ci95", c), c.speedup_ci95, dist, bp.interval_tolerance)
+    check_interval(f, _at(where, "speedup_ci95", c), c.speedup_ci95, dist, bp.interval_tolerance)
     row.comparison = replace(row.comparison, speedup=speedup, speedup_ci95=dist.interval())
     why = _ceiling(f, _at(where, "speedup", c), c.precision, speedup, v) if v.gpu else ""
     if why:

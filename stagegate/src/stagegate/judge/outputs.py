@@ -25,6 +25,7 @@ PRODUCERS = {
     "warnings": "stagegate's pytest plugin (pytest --stagegate-warnings=FILE)",
     "metrics": 'the stage\'s own code, writing {"curves": ...}',
     "benchmark": "the benchmark command's --out",
+    "ab": "the A/B benchmark's --out (python -m amptrain.benchmark.ab)",
     "lint": "the linter",
 }
 

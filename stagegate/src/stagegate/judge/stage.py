@@ -6,13 +6,21 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
+from stagegate.judge.ab import ab_findings
+from stagegate.judge.baseline import (
+    baseline_findings,
+    compare_to_baseline,
+    history,
+    pick_baseline,
+)
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
 from stagegate.model import (
+    ABCheck,
+    ABOutcome,
     BaselineComparison,
     Benchmark,
     MetricCheck,
@@ -124,6 +132,56 @@ def _performance(
     return checks, cmp
 
 
+def _regression(
+    f: Findings, data: StageData, policy: Policy, ab_base: str | None
+) -> tuple[ABCheck, ...]:
+    """The A/B file's findings and ratios; the regression stage must have one to judge."""
+    if data.ab is None:
+        named = data.record is not None and "ab" in data.record.files
+        if f.stage == "regression" and not named:
+            f.add(
+                "evidence_missing",
+                "the regression stage names no A/B file",
+                fix="run it as stagegate run regression --ab=FILE -- "
+                "python -m amptrain.benchmark.ab --against BASE --out FILE",
+            )
+        return ()
+    commit = data.record.commit if data.record is not None else None
+    return ab_findings(f, data.ab, policy, ab_base, commit)
+
+
+def _undecided_only(f: Findings) -> bool:
+    """Every blocking finding is an A/B interval too wide to decide: NOT VERIFIED, not FAIL."""
+    blocking = [x for x in f.items if x.severity.blocks]
+    return bool(blocking) and all(x.kind == "ab_undecided" for x in blocking)
+
+
+def _undecided_note(checks: tuple[ABCheck, ...]) -> str:
+    undecided = ", ".join(
+        c.metric.replace("_", " ") for c in checks if c.outcome is ABOutcome.UNDECIDED
+    )
+    return (
+        f"the A/B regression check is NOT VERIFIED: the 95% interval of head/base {undecided} "
+        "straddles the policy's limit, so neither a regression nor its absence is shown; "
+        "this never passes"
+    )
+
+
+def _skipped_without_cuda(name: str, data: StageData, policy: Policy) -> bool:
+    """A stage the policy lets skip without CUDA whose every test skipped (or none was found)."""
+    suite = data.suite
+    return policy.skippable.get(name) == "no-cuda" and suite is not None and suite.executed == 0
+
+
+def _skipped_note(name: str, data: StageData) -> str:
+    suite = data.suite
+    reasons = sorted({c.message or "no reason given" for c in suite.cases}) if suite else []
+    return (
+        f"{name} was NOT VERIFIED: every one of its {len(suite.cases) if suite else 0} tests "
+        f"skipped ({'; '.join(reasons)[:300] or 'none collected'}); a machine with CUDA runs them"
+    )
+
+
 def _not_verified_note(bench: Benchmark, policy: Policy) -> str:
     spec = policy.benchmark.presets.get(bench.preset)
     measures = spec.measures if spec is not None else ()
@@ -146,6 +204,7 @@ def judge_stage(
     baselines: Sequence[Benchmark] = (),
     baseline_problem: str = "",
     host: Mapping[str, Any] | None = None,
+    ab_base: str | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
     one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
@@ -166,6 +225,7 @@ def judge_stage(
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
     checks, baseline = _performance(f, data, policy, baselines, baseline_problem, host)
+    ab = _regression(f, data, policy, ab_base)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
             "stage_failed",
@@ -176,10 +236,17 @@ def judge_stage(
     note = ""
     if crashed or errors:
         status = StageStatus.ERROR
+    elif record.succeeded and _undecided_only(f):
+        status, note = StageStatus.NOT_VERIFIED, _undecided_note(ab)
     elif not record.succeeded or f.blocking:
         status = StageStatus.FAIL
     elif data.benchmark is not None and not data.benchmark.gpu_verified:
         status, note = StageStatus.NOT_VERIFIED, _not_verified_note(data.benchmark, policy)
+    elif _skipped_without_cuda(name, data, policy):
+        status, note = StageStatus.NOT_VERIFIED, _skipped_note(name, data)
     else:
         status = StageStatus.PASS
-    return stage_verdict(name, status, f, data, note=note, checks=checks, baseline=baseline)
+    past = history(baselines, policy.history_runs) if data.benchmark is not None else ()
+    return stage_verdict(
+        name, status, f, data, note=note, checks=checks, baseline=baseline, ab=ab, history=past
+    )

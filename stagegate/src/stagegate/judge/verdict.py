@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from stagegate.judge.findings import Findings
 from stagegate.model import (
+    ABCheck,
     BaselineComparison,
+    Benchmark,
     Decision,
     Deduction,
     MetricCheck,
@@ -26,6 +28,8 @@ def stage_verdict(
     note: str = "",
     checks: tuple[MetricCheck, ...] = (),
     baseline: BaselineComparison | None = None,
+    ab: tuple[ABCheck, ...] = (),
+    history: tuple[Benchmark, ...] = (),
 ) -> StageVerdict:
     """A stage's verdict: its findings most severe first, the points each costs, its score."""
     policy = f.policy
@@ -47,6 +51,8 @@ def stage_verdict(
         data=data,
         checks=checks,
         baseline=baseline,
+        ab=ab,
+        history=history,
         note=note,
     )
 

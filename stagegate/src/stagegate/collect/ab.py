@@ -1,0 +1,86 @@
+"""amptrain's A/B benchmark JSON (format version 1) into :class:`stagegate.model.ABRun`.
+
+Reading only: a value of the wrong shape is an InputError that names it; a figure that is
+absent, null or not finite is read as None, and the judge decides what its absence means.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stagegate.collect.jsonfile import finite, load_json
+from stagegate.errors import InputError
+from stagegate.model import ABRun, ABSide
+
+SUPPORTED_VERSION = 1
+KIND = "amptrain-ab"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _whole(value: Any) -> int | None:
+    number = finite(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+def _figures(side: dict[str, Any], key: str, path: Path, role: str) -> tuple[float | None, ...]:
+    values = side.get(key)
+    if values is None:
+        return ()
+    if not isinstance(values, list):
+        raise InputError(f"A/B file {path}: {role}.{key} is not a list")
+    return tuple(finite(v) for v in values)
+
+
+def _side(data: dict[str, Any], role: str, path: Path) -> ABSide:
+    side = data.get(role)
+    if not isinstance(side, dict):
+        raise InputError(f"A/B file {path} has no {role!r} object: it must hold both sides")
+    preset = side.get("preset")
+    dirty = side.get("dirty")
+    return ABSide(
+        sha=_text(side.get("sha")),
+        dirty=dirty if isinstance(dirty, bool) else None,
+        preset=preset if isinstance(preset, dict) else {},
+        window_s=_figures(side, "window_s", path, role),
+        peak_mb=_figures(side, "peak_mb", path, role),
+    )
+
+
+def _interval(summary: dict[str, Any]) -> tuple[float, float] | None:
+    ci = summary.get("step_time_ratio_ci95")
+    if not isinstance(ci, list) or len(ci) != 2:
+        return None
+    low, high = (finite(x) for x in ci)
+    return None if low is None or high is None else (low, high)
+
+
+def read_ab(path: Path) -> ABRun:
+    """Read an A/B document; wrong kinds, versions and shapes are InputErrors."""
+    data = load_json(path, "A/B file")
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise InputError(f"A/B file {path} is not an amptrain A/B result (kind {KIND!r})")
+    if data.get("format_version") != SUPPORTED_VERSION:
+        raise InputError(
+            f"A/B file {path} has format_version {data.get('format_version')!r}; "
+            f"this stagegate reads {SUPPORTED_VERSION}"
+        )
+    summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+    order = data.get("order")
+    return ABRun(
+        status=str(data.get("status")),
+        error=_text(data.get("error")),
+        preset=_text(data.get("preset")),
+        precision=_text(data.get("precision")),
+        device=_text(data.get("device")),
+        windows=_whole(data.get("windows")),
+        order=tuple(str(o) for o in order) if isinstance(order, list) else (),
+        base=_side(data, "base", path),
+        head=_side(data, "head", path),
+        step_time_ratio=finite(summary.get("step_time_ratio")),
+        step_time_ci95=_interval(summary),
+        peak_memory_ratio=finite(summary.get("peak_memory_ratio")),
+    )

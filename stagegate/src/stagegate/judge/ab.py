@@ -1,0 +1,202 @@
+"""The A/B regression check: a base and a head commit measured in one job, on one device, in
+interleaved windows. First the evidence (both sides there, the commits the ones asked for, the
+same preset, every window finite and positive, the windows interleaved, the file's summary what
+its windows give), then each head/base ratio, recomputed from the raw windows with its exact
+bootstrap interval, against the policy's limit: an interval wholly beyond it is a regression,
+one wholly within it passes, and one that straddles it is NOT VERIFIED, which blocks too."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from stagegate.judge.comparison import check_interval
+from stagegate.judge.evidence import agrees, flag
+from stagegate.judge.findings import Findings
+from stagegate.judge.stats import RatioDistribution, median
+from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
+from stagegate.policy import Policy
+
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+ROLES = ("base", "head")
+
+
+def _commits(f: Findings, run: ABRun, expected_base: str | None, head_commit: str | None) -> bool:
+    """Both commits named in full, the head the one the stage ran at, the base the one asked
+    for, and two different commits unless the same one was asked for on purpose."""
+    base, head = run.base.sha or "", run.head.sha or ""
+    for role, sha in zip(ROLES, (base, head), strict=True):
+        if not _SHA.fullmatch(sha):
+            flag(f, "evidence_missing", f"A/B {role}.sha", "not a full commit id")
+            return False
+    if head_commit and not head.startswith(head_commit.lower()):
+        flag(
+            f,
+            "evidence_inconsistent",
+            "A/B head.sha",
+            f"names {head[:12]}, while the stage ran at {head_commit[:12]}",
+        )
+    if expected_base and not base.startswith(expected_base.lower()):
+        flag(
+            f,
+            "evidence_inconsistent",
+            "A/B base.sha",
+            f"names {base[:12]}, while the base asked for is {expected_base[:12]}",
+            fix="run the A/B against the base the judge is given (--ab-base)",
+        )
+    if base == head and not (expected_base and head.startswith(expected_base.lower())):
+        flag(
+            f,
+            "evidence_unchecked",
+            "A/B base.sha",
+            f"is the head itself ({head[:12]}): a commit measured against itself shows no "
+            "regression",
+            fix="run the A/B against the change's base commit; to measure a commit against "
+            "itself on purpose, give the judge that commit as --ab-base",
+        )
+    return True
+
+
+def _windows(f: Findings, side: ABSide, role: str, expected: int) -> tuple[float, ...] | None:
+    where = f"A/B {role}.window_s"
+    if len(side.window_s) != expected:
+        flag(f, "evidence_missing", where, f"holds {len(side.window_s)} windows, not {expected}")
+        return None
+    if any(w is None for w in side.window_s):
+        flag(f, "evidence_missing", where, "an entry is absent or not a finite number")
+        return None
+    values = tuple(w for w in side.window_s if w is not None)
+    if any(w <= 0 for w in values):
+        flag(f, "evidence_impossible", where, "a window took no time or less")
+        return None
+    return values
+
+
+def _interleaved(f: Findings, run: ABRun, windows: int) -> bool:
+    """Each pair of windows ran one of each side: drift hits both alike."""
+    pairs = [tuple(sorted(run.order[i : i + 2])) for i in range(0, len(run.order), 2)]
+    if len(run.order) == 2 * windows and all(p == ROLES for p in pairs):
+        return True
+    flag(
+        f,
+        "evidence_inconsistent",
+        "A/B order",
+        "the windows did not run in base/head pairs",
+        detail=f"{len(run.order)} entries for {windows} windows a side",
+    )
+    return False
+
+
+def _setup(f: Findings, run: ABRun, policy: Policy) -> int | None:
+    """The run finished, on one declared preset on its device, with enough windows a side."""
+    if run.status != "ok":
+        f.add(
+            "benchmark_failed",
+            "the A/B run did not finish",
+            detail=run.error or f"status {run.status!r}",
+            fix="run the A/B locally (python -m amptrain.benchmark.ab) and read its output",
+        )
+        return None
+    spec = policy.benchmark.presets.get(run.preset or "")
+    if spec is None:
+        flag(f, "evidence_unchecked", "A/B preset", f"{run.preset!r} is not declared in the policy")
+        return None
+    if (run.device or "").split(":")[0] != spec.device:
+        where = f"{run.device!r}, while preset {run.preset} runs on {spec.device}"
+        flag(f, "evidence_impossible", "A/B device", where)
+        return None
+    if run.base.preset != run.head.preset or not run.head.preset:
+        flag(f, "evidence_inconsistent", "A/B preset", "base and head built different steps")
+        return None
+    n = run.windows
+    if n is None or not policy.ab_min_windows <= n <= policy.benchmark.max_windows:
+        flag(
+            f,
+            "evidence_missing",
+            "A/B windows",
+            f"{n} a side; the policy needs {policy.ab_min_windows} to "
+            f"{policy.benchmark.max_windows}",
+        )
+        return None
+    return n
+
+
+def _outcome(low: float, high: float, limit: float) -> ABOutcome:
+    if low > limit:
+        return ABOutcome.BEYOND
+    return ABOutcome.WITHIN if high <= limit else ABOutcome.UNDECIDED
+
+
+def _check(
+    f: Findings, metric: str, head: Sequence[float], base: Sequence[float], limit_pct: float
+) -> tuple[ABCheck, RatioDistribution]:
+    """The median of the rounds' head/base ratios (each round's two windows ran back to back),
+    with its exact bootstrap interval (the rounds resampled), against ``limit_pct``."""
+    paired = [h / b for h, b in zip(head, base, strict=True)]
+    dist = RatioDistribution(paired, (1.0,))
+    ratio = median(paired)
+    low, high = dist.interval()
+    limit = 1 + limit_pct / 100
+    outcome = _outcome(low, high, limit)
+    words = f"head/base {metric.replace('_', ' ')} {ratio:.3f}x (95% interval {low:.3f}-{high:.3f})"
+    if outcome is ABOutcome.BEYOND:
+        f.add(
+            "ab_regression",
+            f"{metric.replace('_', ' ')} regressed: {words}",
+            detail=f"the whole interval lies beyond the limit of {limit:.3f}x "
+            f"(+{limit_pct:g}%) over {len(head)} interleaved windows a side",
+            fix="profile the step on both commits (benchmarks/step_profile.py) and find what "
+            "the change added",
+        )
+    elif outcome is ABOutcome.UNDECIDED:
+        f.add(
+            "ab_undecided",
+            f"{metric.replace('_', ' ')} NOT VERIFIED: {words} straddles the limit {limit:.3f}x",
+            detail="the interval is too wide to tell a regression from noise",
+            fix="run the A/B with more windows (--windows), or on a quieter machine",
+        )
+    return ABCheck(metric, ratio, low, high, limit, outcome, "", "", len(head)), dist
+
+
+def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
+    peaks = []
+    for role, side in zip(ROLES, (run.base, run.head), strict=True):
+        values = side.peak_mb
+        if len(values) != run.windows or any(v is None or v <= 0 for v in values):
+            flag(f, "evidence_missing", f"A/B {role}.peak_mb", "not a positive figure a window")
+            return None
+        peaks.append(tuple(v for v in values if v is not None))
+    check, _ = _check(f, "peak_memory", peaks[1], peaks[0], policy.ab_memory_limit_pct)
+    if not agrees(run.peak_memory_ratio, check.ratio, policy.benchmark.summary_tolerance_pct):
+        flag(f, "evidence_inconsistent", "A/B summary.peak_memory_ratio", "disagrees with windows")
+    return check
+
+
+def ab_findings(
+    f: Findings, run: ABRun, policy: Policy, expected_base: str | None, head_commit: str | None
+) -> tuple[ABCheck, ...]:
+    """Findings about an A/B file, and the outcome of each ratio it lets the judge compute."""
+    n = _setup(f, run, policy)
+    if n is None or not _commits(f, run, expected_base, head_commit):
+        return ()
+    sides = [_windows(f, s, r, n) for r, s in zip(ROLES, (run.base, run.head), strict=True)]
+    if sides[0] is None or sides[1] is None or not _interleaved(f, run, n):
+        return ()
+    step, dist = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
+    if not agrees(run.step_time_ratio, step.ratio, policy.benchmark.summary_tolerance_pct):
+        flag(
+            f,
+            "evidence_inconsistent",
+            "A/B summary.step_time_ratio",
+            f"says {run.step_time_ratio}, the windows give {step.ratio:.4g}",
+        )
+    claimed = run.step_time_ci95 or (math.nan, math.nan)
+    check_interval(
+        f, "A/B summary.step_time_ratio_ci95", claimed, dist, policy.benchmark.interval_tolerance
+    )
+    spec = policy.benchmark.presets[run.preset or ""]
+    memory = _memory(f, run, policy) if "memory" in spec.measures else None
+    shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}
+    return tuple(replace(c, **shas) for c in (step, memory) if c is not None)

@@ -1,0 +1,184 @@
+"""The A/B regression check: a real cpu-smoke A/B of a commit against itself, then the same file
+with the head slowed, made too noisy to decide, and corrupted one field at a time. A slowdown
+beyond the limit blocks as a regression; an interval that straddles the limit is NOT VERIFIED
+and blocks too; every hostile file blocks with a finding that names its field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagegate.collect import collect_stage
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.stats import RatioDistribution, median
+from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
+from stagegate.policy import load_policy
+
+from .builders import FIXTURES, POLICY_FILE, record, sealed
+
+POLICY = load_policy(POLICY_FILE)
+SELF = json.loads((FIXTURES / "ab-cpu-self.json").read_text())
+SHA = SELF["head"]["sha"]
+OTHER = "1" * 40
+Doc = dict[str, Any]
+
+
+def judged(tmp_path: Path, doc: Doc, ab_base: str | None = SHA, commit: str = SHA) -> StageVerdict:
+    """``doc`` written as the regression stage's A/B file, collected and judged."""
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    rec = sealed(record("regression", files={"ab": str(path)}, commit=commit), tmp_path)
+    return judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=ab_base)
+
+
+def resummarized(doc: Doc) -> Doc:
+    """``doc`` with its summary recomputed from its windows, as the producer writes it."""
+    paired = [h / b for h, b in zip(doc["head"]["window_s"], doc["base"]["window_s"], strict=True)]
+    low, high = RatioDistribution(paired, (1.0,)).interval()
+    doc["summary"]["step_time_ratio"] = median(paired)
+    doc["summary"]["step_time_ratio_ci95"] = [low, high]
+    return doc
+
+
+def scaled(factors: Callable[[int], float]) -> Doc:
+    """The real file with head window i taken as base window i times ``factors(i)``, and a
+    different base commit."""
+    doc = copy.deepcopy(SELF)
+    doc["base"]["sha"] = OTHER
+    base = doc["base"]["window_s"]
+    doc["head"]["window_s"] = [b * factors(i) for i, b in enumerate(base)]
+    return resummarized(doc)
+
+
+def kinds(stage: StageVerdict) -> set[str]:
+    return {f.kind for f in stage.blocking}
+
+
+def test_the_real_file_of_a_commit_against_itself_passes_when_asked_for(tmp_path: Path) -> None:
+    stage = judged(tmp_path, SELF)
+    assert stage.status is StageStatus.PASS, [f.title for f in stage.findings]
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.WITHIN and check.high <= check.limit
+    assert decide([stage]).decision is Decision.PASS
+
+
+def test_a_commit_against_itself_blocks_unless_the_judge_asked_for_it(tmp_path: Path) -> None:
+    stage = judged(tmp_path, SELF, ab_base=None)
+    assert "evidence_unchecked" in kinds(stage)
+    assert any("base.sha" in f.title for f in stage.blocking)
+
+
+def test_a_slower_head_beyond_the_limit_is_a_regression(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 1.3), ab_base=OTHER)
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.BEYOND and check.low > check.limit
+    assert kinds(stage) == {"ab_regression"} and stage.status is StageStatus.FAIL
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_slowdown_within_the_limit_passes(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 1.05), ab_base=OTHER)
+    assert stage.ab[0].outcome is ABOutcome.WITHIN and stage.status is StageStatus.PASS
+
+
+def test_an_interval_across_the_limit_is_not_verified_and_never_passes(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 0.9 if i % 2 else 1.3), ab_base=OTHER)
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.UNDECIDED and check.low <= check.limit < check.high
+    assert stage.status is StageStatus.NOT_VERIFIED and "NOT VERIFIED" in stage.note
+    assert kinds(stage) == {"ab_undecided"}
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def _drop_window(doc: Doc) -> None:
+    doc["head"]["window_s"].pop()
+
+
+def _nan_window(doc: Doc) -> None:
+    doc["base"]["window_s"][3] = math.nan
+
+
+def _zero_window(doc: Doc) -> None:
+    doc["head"]["window_s"][0] = 0.0
+
+
+def _summary_ratio(doc: Doc) -> None:
+    doc["summary"]["step_time_ratio"] = 0.9
+
+
+def _summary_interval(doc: Doc) -> None:
+    doc["summary"]["step_time_ratio_ci95"] = [0.5, 1.01]
+
+
+def _not_interleaved(doc: Doc) -> None:
+    n = doc["windows"]
+    doc["order"] = ["base"] * n + ["head"] * n
+
+
+def _presets_differ(doc: Doc) -> None:
+    doc["head"]["preset"] = {**doc["head"]["preset"], "batch_size": 1}
+
+
+def _failed(doc: Doc) -> None:
+    doc["status"], doc["error"] = "error", "the head worker failed"
+
+
+def _few_windows(doc: Doc) -> None:
+    for role in ("base", "head"):
+        doc[role]["window_s"] = doc[role]["window_s"][:4]
+    doc["windows"], doc["order"] = 4, doc["order"][:8]
+
+
+def _wrong_device(doc: Doc) -> None:
+    doc["device"] = "cuda:0"
+
+
+def _short_sha(doc: Doc) -> None:
+    doc["base"]["sha"] = "abc"
+
+
+HOSTILE = {
+    _drop_window: ("evidence_missing", "head.window_s"),
+    _nan_window: ("evidence_missing", "base.window_s"),
+    _zero_window: ("evidence_impossible", "head.window_s"),
+    _summary_ratio: ("evidence_inconsistent", "step_time_ratio"),
+    _summary_interval: ("evidence_inconsistent", "step_time_ratio_ci95"),
+    _not_interleaved: ("evidence_inconsistent", "order"),
+    _presets_differ: ("evidence_inconsistent", "preset"),
+    _failed: ("benchmark_failed", "did not finish"),
+    _few_windows: ("evidence_missing", "windows"),
+    _wrong_device: ("evidence_impossible", "device"),
+    _short_sha: ("evidence_missing", "base.sha"),
+}
+
+
+@pytest.mark.parametrize("corrupt", HOSTILE, ids=lambda c: c.__name__.strip("_"))
+def test_a_hostile_file_blocks_naming_its_field(
+    tmp_path: Path, corrupt: Callable[[Doc], None]
+) -> None:
+    doc = copy.deepcopy(SELF)
+    corrupt(doc)
+    stage = judged(tmp_path, doc)
+    kind, field = HOSTILE[corrupt]
+    assert kind in kinds(stage), [f.title for f in stage.findings]
+    assert any(field in f.title for f in stage.blocking if f.kind == kind)
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_the_base_and_head_must_be_the_commits_asked_for(tmp_path: Path) -> None:
+    wrong_base = judged(tmp_path, scaled(lambda i: 1.0), ab_base="2" * 40)
+    assert any("base.sha" in f.title for f in wrong_base.blocking)
+    wrong_head = judged(tmp_path, scaled(lambda i: 1.0), ab_base=OTHER, commit="3" * 40)
+    assert any("head.sha" in f.title for f in wrong_head.blocking)
+
+
+def test_a_regression_stage_without_an_a_b_file_blocks(tmp_path: Path) -> None:
+    rec = sealed(record("regression", files={}, commit=SHA), tmp_path)
+    stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
+    assert "evidence_missing" in kinds(stage)

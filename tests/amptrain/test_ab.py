@@ -1,0 +1,174 @@
+"""The A/B regression check end to end on CPU: a copy of this tree committed twice in a scratch
+repository, the second commit with a planted 30% slowdown in the training step. The A/B run of
+that commit against the first, recorded by ``stagegate run`` and judged by ``stagegate report``
+under this repository's policy, BLOCKs as a regression; the first commit against itself PASSes.
+Both processes, both libraries and the judge run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amptrain.benchmark import ab
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGEGATE = Path(sys.executable).with_name("stagegate")
+# Appended to engine.py: every training step spends 30% more CPU time than its own work took
+# (busy, on the step's thread, so the A/B's thread-time clock sees it as the step's cost).
+PLANT = """
+
+def _slowed(original):
+    import time
+
+    def step(self, *args, **kwargs):
+        start = time.thread_time()
+        out = original(self, *args, **kwargs)
+        until = time.thread_time() + 0.3 * (time.thread_time() - start)
+        while time.thread_time() < until:
+            pass
+        return out
+
+    return step
+
+
+TrainStep.__call__ = _slowed(TrainStep.__call__)
+"""
+
+pytestmark = pytest.mark.slow
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+    }
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A scratch repository: this tree's src/ and policy (clean), then the planted commit."""
+    repo = tmp_path_factory.mktemp("ab-repo")
+    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "clean")
+    clean = _git(repo, "rev-parse", "HEAD")
+    engine = repo / "src" / "amptrain" / "engine.py"
+    engine.write_text(engine.read_text() + PLANT)
+    _git(repo, "commit", "-qam", "planted slowdown")
+    return repo, clean, _git(repo, "rev-parse", "HEAD")
+
+
+def _judged(repo: Path, head: str, base: str, out: Path) -> tuple[int, dict, str]:
+    """Check out ``head``, run the A/B against ``base`` as the regression stage, judge it."""
+    _git(repo, "checkout", "-q", head)
+    raw = out / "raw"
+    command = [sys.executable, "-m", "amptrain.benchmark.ab", "--against", base]
+    run = subprocess.run(
+        [
+            str(STAGEGATE),
+            "run",
+            "regression",
+            "--out-dir",
+            str(raw),
+            f"--ab={raw}/ab.json",
+            "--",
+            *command,
+            "--out",
+            str(raw / "ab.json"),
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = subprocess.run(
+        [
+            str(STAGEGATE),
+            "report",
+            str(raw),
+            "--out",
+            str(out / "reports"),
+            "--only",
+            "regression",
+            "--require",
+            "regression",
+            "--ab-base",
+            base,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    doc = json.loads((raw / "ab.json").read_text())
+    return report.returncode, doc, (out / "reports" / "regression.md").read_text()
+
+
+def test_a_planted_slowdown_blocks_and_a_commit_against_itself_passes(
+    repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    path, clean, slow = repo
+    code, doc, text = _judged(path, slow, clean, tmp_path / "slow")
+    assert (doc["base"]["sha"], doc["head"]["sha"]) == (clean, slow)
+    low, high = doc["summary"]["step_time_ratio_ci95"]
+    print(f"planted: head/base {doc['summary']['step_time_ratio']:.3f} ({low:.3f}-{high:.3f})")
+    assert code == 1 and "ab_regression" not in text  # findings show titles, not kinds
+    assert "REGRESSION" in text and "step time regressed" in text
+    assert low > 1.1
+
+    code, doc, text = _judged(path, clean, clean, tmp_path / "self")
+    low, high = doc["summary"]["step_time_ratio_ci95"]
+    print(f"itself: head/base {doc['summary']['step_time_ratio']:.3f} ({low:.3f}-{high:.3f})")
+    assert code == 0, text
+    assert high <= 1.1
+
+
+def test_a_base_without_the_benchmark_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    empty = tmp_path / "repo"
+    (empty / "src").mkdir(parents=True)
+    (empty / "src" / "x.py").write_text("")
+    _git(empty, "init", "-q")
+    _git(empty, "add", "-A")
+    _git(empty, "commit", "-qm", "no library")
+    out = tmp_path / "ab.json"
+    code = ab.main(["--repo", str(empty), "--against", "HEAD", "--head", "HEAD", "--out", str(out)])
+    assert code == 2 and not out.exists()
+
+
+def test_a_worker_that_fails_leaves_a_file_that_says_so(
+    repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    path, clean, _ = repo
+    out = tmp_path / "ab.json"
+    code = ab.main(
+        [
+            "--repo",
+            str(path),
+            "--against",
+            clean,
+            "--head",
+            clean,
+            "--precision",
+            "nonsense",
+            "--out",
+            str(out),
+        ]
+    )
+    doc = json.loads(out.read_text())
+    assert code == 1 and doc["status"] == "error" and "nonsense" in doc["error"]
+    assert doc["summary"] is None
