@@ -26,6 +26,7 @@ from amptrain._stack import outside_stacklevel
 from amptrain.adapters import MicroBatch, batch_inputs, counted_tokens, to_device
 from amptrain.callbacks import AtEnd, Callback, Every, Hooks, TrainState
 from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
+from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
 from amptrain.engine import TrainStep, evaluate
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
@@ -127,6 +128,8 @@ class Loop:
         self.hooks = Hooks(self._features(self.callbacks))
         self._pending: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._resume_rng: dict[str, Any] | None = None
+        self._resume_order: dict[str, Any] | None = None
+        self.epoch_order: dict[str, Any] = {}  # what decided this epoch's order (checkpointed)
         self._mark = time.perf_counter()
 
     def _features(self, callbacks: Sequence[Callback]) -> list[Callback]:
@@ -190,7 +193,14 @@ class Loop:
         return batches
 
     def _batches(self) -> Iterator[Any]:
-        """This epoch's batches, past those a resumed run already trained on."""
+        """This epoch's batches, past those a resumed run already trained on: the generators
+        that decide the order are put back as they were when the epoch started, the batches
+        trained are drawn again, then every generator is set as at the checkpoint."""
+        if self._resume_order is not None:
+            set_order_state(self.train_loader, self._resume_order)
+            self.epoch_order, self._resume_order = self._resume_order, None
+        else:
+            self.epoch_order = order_state(self.train_loader)
         sampler = getattr(self.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
             sampler.set_epoch(self.state.epoch)
@@ -316,22 +326,26 @@ class Loop:
         """Every rank's generators gathered; the writing rank writes; all wait for the file."""
         self.flush()
         rngs = self.world.gather(checkpoint.rng_state())
+        orders = self.world.gather(self.epoch_order)
         if self.writes:
             path = checkpoint.save(
                 self.cfg.checkpoint_dir,  # type: ignore[arg-type]  # a feature only with one
                 self.state.step,
-                self.state_dict(rngs),
+                self.state_dict(rngs, orders),
                 self.cfg.keep_checkpoints,
             )
             self.last_checkpoint = str(path)
         self.world.barrier()
 
-    def state_dict(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
+    def state_dict(
+        self, rngs: list[dict[str, Any]], orders: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """What a resumed run needs to go on as if it had never stopped."""
         return {
             "model": self.module.state_dict(),
             **self.step.state_dict(),
             "rng": rngs,
+            "data_order": orders,
             "world_size": self.world.size,
             "position": {"epoch": self.state.epoch, "step": self.state.step},
             "counters": dataclasses.asdict(self.counters),
@@ -346,9 +360,11 @@ class Loop:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take a checkpoint's state; the generators are set when the epoch's batches start."""
         check_resume(self.cfg, state["config"], state["world_size"], self.world.size)
+        check_restorable(self.train_loader)
         self.module.load_state_dict(state["model"])
         self.step.load_state_dict(state)
         self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
+        self._resume_order = state["data_order"][self.world.rank]
         self.state.epoch = int(state["position"]["epoch"])
         self.state.step = int(state["position"]["step"])
         self.counters = EpochCounters(**state["counters"])

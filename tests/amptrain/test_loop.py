@@ -441,6 +441,52 @@ def test_a_callbacks_state_is_resumed_too(
     assert resumed.evals == full.evals and same_weights(whole, again)
 
 
+def _shuffled(rows: torch.Tensor) -> DataLoader:
+    return DataLoader(rows, batch_size=4, shuffle=True)
+
+
+def _shuffled_seeded(rows: torch.Tensor) -> DataLoader:
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("loader", [_shuffled, _shuffled_seeded], ids=["global", "own-generator"])
+def test_a_users_shuffled_loader_resumes_in_the_same_order(
+    resume_pair: Pair, same_weights: Callable[..., bool], loader: Callable[..., DataLoader]
+) -> None:
+    """The sampler draws its order from the global generator (or its own) when an epoch starts:
+    the resumed epoch (the second, from step 12) must draw the same one."""
+    full, resumed, whole, again = resume_pair(train=loader)
+    assert resumed.resumed_from and resumed.resumed_from.endswith("step-00000012.pt")
+    assert resumed.train_loss_history == full.train_loss_history
+    assert same_weights(whole, again)
+
+
+class _OwnOrder(torch.utils.data.Sampler[int]):
+    """A sampler whose order is its own hidden state."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.turn = size, 0
+
+    def __iter__(self) -> Any:
+        self.turn += 1
+        return iter(torch.arange(self.size).roll(self.turn).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def test_a_sampler_whose_state_cannot_be_saved_is_refused_on_resume(
+    tmp_path: Path, make_model: Models, tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    rows = tokens(40)
+    loader = DataLoader(rows, batch_size=4, sampler=_OwnOrder(40))
+    args = {**RUN, "checkpoint_dir": str(tmp_path)}
+    fine_tune(make_model(), loader, **args, checkpoint_every=4)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), loader, **args, resume_from="latest")
+    assert names(str(raised.value), "_OwnOrder", "state_dict()", "load_state_dict()")
+
+
 def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int) -> None:
     return None
 
