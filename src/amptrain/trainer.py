@@ -237,9 +237,11 @@ def _resume(loop: Loop, cfg: TrainConfig, device: torch.device) -> os.PathLike[s
     """Load the checkpoint ``resume_from`` names, if any; the path loaded."""
     if cfg.resume_from is None:
         return None
-    path = checkpoint.resolve(cfg.resume_from, cfg.checkpoint_dir)
-    if path is not None:
-        loop.load_state_dict(checkpoint.load(path, device))
+    found = checkpoint.find(cfg.resume_from, cfg.checkpoint_dir, device)
+    if found is None:
+        return None
+    path, state = found
+    loop.load_state_dict(state)
     return path
 
 
