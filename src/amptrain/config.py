@@ -71,6 +71,7 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     num_workers: int | None = None
+    collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
     pad_token_id: int = 0
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
     console: bool = False
@@ -102,6 +103,8 @@ class TrainConfig:
             "checkpoint_every": self.checkpoint_every is None or self.checkpoint_every >= 1,
             "keep_checkpoints": self.keep_checkpoints >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
+            "collective_timeout": self.collective_timeout is None
+            or (self.collective_timeout > 0 and math.isfinite(self.collective_timeout)),
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():

@@ -74,6 +74,8 @@ _EDGES = [
     ("checkpoint_every", 1, 0),
     ("keep_checkpoints", 1, 0),
     ("num_workers", 0, -1),
+    ("collective_timeout", 0.5, 0.0),
+    ("collective_timeout", 1e6, math.inf),
 ]
 
 
