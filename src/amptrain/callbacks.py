@@ -95,6 +95,28 @@ class AtEnd(Callback):
         self.action()
 
 
+class AgreeStop(Callback):
+    """Under torchrun, after every step and epoch: a stop decided on one rank (a callback that
+    looks at its own shard, the main rank alone) is taken by every rank, with its reason, so no
+    rank waits in a collective for one that has stopped. ``any_rank(flag)`` is whether the flag
+    is set on any rank; ``gather(obj)`` every rank's ``obj``."""
+
+    def __init__(
+        self, any_rank: Callable[[bool], bool], gather: Callable[[Any], list[Any]]
+    ) -> None:
+        self.any_rank, self.gather = any_rank, gather
+
+    def on_step_end(self, state: TrainState) -> None:
+        if self.any_rank(state.should_stop):
+            reasons = self.gather(state.stop_reason if state.should_stop else None)
+            rank, reason = next((r, why) for r, why in enumerate(reasons) if why is not None)
+            if not state.should_stop:
+                state.stop(f"{reason} (on rank {rank})")
+
+    def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
+        self.on_step_end(state)
+
+
 class Hooks:
     """Calls a hook on every callback, in order."""
 

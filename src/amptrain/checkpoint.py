@@ -84,8 +84,9 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
         _sync_folder(folder)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, Exception) and _is_write_failure(exc):
-            raise _write_error(target, folder, exc) from exc
+        cause = _os_error(exc) if isinstance(exc, Exception) else None
+        if cause is not None:
+            raise _write_error(target, folder, cause) from exc
         raise
     for old in checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
@@ -101,19 +102,24 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _is_write_failure(exc: Exception) -> bool:
-    """An OSError, or torch's writer reporting one (it raises RuntimeError: "file write
-    failed")."""
-    return isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "write" in str(exc))
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``, if any: torch's writer may raise its own RuntimeError while
+    it handles the disk's (a full disk, a file-size limit)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
-def _write_error(target: Path, folder: Path, exc: Exception) -> CheckpointWriteError:
+def _write_error(target: Path, folder: Path, cause: OSError) -> CheckpointWriteError:
     kept = [p.name for p in checkpoints(folder)]
     return CheckpointWriteError(
-        getattr(exc, "errno", None) or 0,
-        f"cannot write checkpoint {target}: {exc}. Free space in {folder} (or point "
-        f"checkpoint_dir elsewhere) and resume with resume_from='latest'; the checkpoints "
-        f"already there are kept: {', '.join(kept) or 'none yet'}",
+        cause.errno or 0,
+        f"cannot write checkpoint {target}: {cause.strerror or cause}. Free space in {folder} "
+        f"(or point checkpoint_dir elsewhere) and resume with resume_from='latest'; the "
+        f"checkpoints already there are kept: {', '.join(kept) or 'none yet'}",
     )
 
 

@@ -24,7 +24,7 @@ import torch
 from amptrain import checkpoint
 from amptrain._stack import outside_stacklevel
 from amptrain.adapters import MicroBatch, batch_inputs, counted_tokens, to_device
-from amptrain.callbacks import AtEnd, Callback, Every, Hooks, TrainState
+from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
 from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
 from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
@@ -140,6 +140,8 @@ class Loop:
             features.append(Every(cfg.eval_every, self._validate_mid_epoch))
         if cfg.checkpoint_every:  # TrainConfig has made sure of a checkpoint_dir
             features.append(Every(cfg.checkpoint_every, lambda: self._paused(self.save_checkpoint)))
+        if self.world.distributed:  # once the step's own work is done: one rank's stop, all's
+            features.append(AgreeStop(self.world.any, self.world.gather))
         if cfg.checkpoint_dir:
             features.append(AtEnd(self.save_checkpoint))
         return features

@@ -104,7 +104,7 @@ class _Parts:
 def _place(cfg: TrainConfig) -> tuple[torch.device, World]:
     """The device this process trains on, and its place among torchrun's processes."""
     device = check_device(cfg)
-    world = join_world(device.type)
+    world = join_world(device.type, cfg.collective_timeout)
     if world.distributed and device.type == "cuda":
         device = torch.device("cuda", world.local_rank)  # one GPU per process
     return device, world
