@@ -22,6 +22,7 @@ from amptrain.checkpoint import (
     save,
     set_rng_state,
 )
+from amptrain.config import ResumeSettingsWarning
 
 Tokens = Callable[..., torch.Tensor]
 RUN = {"epochs": 1, "batch_size": 4, "num_workers": 0}
@@ -109,7 +110,8 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_machine(
             serialization, "_package_registry", [as_on_a_gpu, *serialization._package_registry]
         )
         fine_tune(make_model(), tokens(40), **args)
-    result = fine_tune(make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest")
+    with pytest.warns(ResumeSettingsWarning, match="epochs=2"):  # one more epoch, applied
+        result = fine_tune(make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest")
     assert result.resumed_from and result.steps == 20 and result.device == "cpu"
 
 

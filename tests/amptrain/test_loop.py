@@ -32,6 +32,7 @@ from amptrain import (
     lm_loss,
 )
 from amptrain.benchmark.health import count_syncs
+from amptrain.config import ResumeSettingsWarning
 from amptrain.data import EpochShuffle
 from amptrain.loop import SkipGuard
 from amptrain.precision import PrecisionPlan
@@ -504,10 +505,11 @@ def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(
 ) -> None:
     args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
     fine_tune(make_model(), tokens(40), **args)  # its checkpoint holds the schedule's state
-    result = fine_tune(
-        make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest",
-        scheduler_factory=_no_schedule,
-    )  # fmt: skip
+    with pytest.warns(ResumeSettingsWarning):  # one more epoch than the checkpoint's run
+        result = fine_tune(
+            make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest",
+            scheduler_factory=_no_schedule,
+        )  # fmt: skip
     assert result.steps == 20
     # the rate the saved optimizer holds after the schedule's last step (its floor), kept
     assert result.epochs[1].learning_rate == pytest.approx(TrainConfig().learning_rate * 0.1)
