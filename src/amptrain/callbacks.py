@@ -37,8 +37,11 @@ class Callback:
     reduced values, so a stop decision is the same everywhere.
 
     A callback with state to keep across a resume returns it from :meth:`state_dict`
-    (plain values and tensors) and takes it back in :meth:`load_state_dict`.
+    (plain values and tensors) and takes it back in :meth:`load_state_dict`. One that sets
+    ``needs_validation`` makes a run without ``val_data`` an error before its first step.
     """
+
+    needs_validation = False  # whether the callback watches validation metrics (val_data)
 
     def on_train_start(self, state: TrainState) -> None:
         """Before the first step of the run (of a resumed run too, at its position)."""
@@ -61,6 +64,17 @@ class Callback:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`state_dict` gave."""
+
+
+def check_validation(callbacks: Iterable[Callback], has_validation: bool) -> None:
+    """A ValueError naming the callbacks that watch validation metrics, in a run without
+    ``val_data`` (before its first step, not after an epoch)."""
+    watching = [type(cb).__name__ for cb in callbacks if cb.needs_validation]
+    if watching and not has_validation:
+        raise ValueError(
+            f"{', '.join(watching)} watches validation metrics: pass val_data (or leave "
+            f"{watching[0]} out)"
+        )
 
 
 def checked(callbacks: Iterable[Any]) -> list[Callback]:
@@ -147,6 +161,8 @@ class EarlyStopping(Callback):
     """Stops when ``monitor`` (a validation key: ``val/loss``, ``val/accuracy``,
     ``val/perplexity``) has not improved by more than ``min_delta`` for ``patience``
     evaluations in a row. A NaN value never counts as an improvement."""
+
+    needs_validation = True
 
     def __init__(
         self,

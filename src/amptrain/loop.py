@@ -23,7 +23,13 @@ import torch
 
 from amptrain import checkpoint
 from amptrain._stack import outside_stacklevel
-from amptrain.adapters import MicroBatch, batch_inputs, counted_tokens, to_device
+from amptrain.adapters import (
+    MicroBatch,
+    batch_inputs,
+    counted_tokens,
+    to_device,
+    vocabulary_size,
+)
 from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
 from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
 from amptrain.data import check_restorable, order_state, set_order_state
@@ -123,6 +129,7 @@ class Loop:
         self.state.is_main = self.writes
         self.adapter = self.step.adapter
         self.module = self.adapter.module  # the caller's model: evaluated and saved
+        self.vocab = vocabulary_size(self.module)  # every batch's ids are checked against it
         self.guard = SkipGuard(self.cfg.max_consecutive_skips, calibrating=self.plan.scaler_enabled)
         self.counters = EpochCounters()
         self.hooks = Hooks(self._features(self.callbacks))
@@ -172,7 +179,8 @@ class Loop:
     def train_step(self, micro: list[Any]) -> None:
         """One optimizer step on ``micro`` (the loader's batches), then the step hooks."""
         lr = self.step.learning_rate  # the rate this step uses
-        out = self.step.run([self._prepare(batch) for batch in micro])
+        first = self.counters.batches + 1  # the epoch's number of micro's first batch
+        out = self.step.run([self._prepare(batch, first + i) for i, batch in enumerate(micro)])
         self._pending.append((out.loss, out.grad_norm, lr))
         self.counters.batches += len(micro)
         self.counters.lr = lr
@@ -220,15 +228,31 @@ class Loop:
         want = self.layout.next_step_size(self.counters.batches)
         return [b for _, b in zip(range(want), batches, strict=False)]
 
-    def _prepare(self, batch: Any) -> MicroBatch:
-        """A loader's batch as the step takes it, on the device; counted for throughput."""
+    def _prepare(self, batch: Any, number: int) -> MicroBatch:
+        """A loader's batch as the step takes it (its ids checked), on the device; counted for
+        throughput. ``number`` is its place in the epoch, from 1."""
         micro = batch_inputs(batch)
         input_ids, labels, _ = micro
+        self._check_ids(input_ids, number)
         self.counters.samples += input_ids.shape[0]
         self.counters.tokens += counted_tokens(labels)
         micro = to_device(micro, self.device)
         self.adapter.check_batch(micro[0], self.plan)
         return micro
+
+    def _check_ids(self, input_ids: torch.Tensor, number: int) -> None:
+        """Every batch's ids inside the vocabulary, read on the CPU before the copy (no device
+        sync); a batch already on a GPU is left to the first batch's check."""
+        if self.vocab is None or input_ids.device.type != "cpu" or input_ids.numel() == 0:
+            return
+        low, high = (int(v) for v in torch.aminmax(input_ids))
+        if low < 0 or high >= self.vocab:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"batch {number} of epoch {self.state.epoch} holds token id {bad}, outside the "
+                f"model's vocabulary of {self.vocab} (ids 0 to {self.vocab - 1}): check the "
+                "tokenizer and the data against the model"
+            )
 
     # --- features on the hooks ---------------------------------------------------------------
 
@@ -363,7 +387,13 @@ class Loop:
         """Take a checkpoint's state; the generators are set when the epoch's batches start."""
         check_resume(self.cfg, state["config"], state["world_size"], self.world.size)
         check_restorable(self.train_loader)
-        self.module.load_state_dict(state["model"])
+        try:
+            self.module.load_state_dict(state["model"])
+        except RuntimeError as exc:  # torch lists every key and shape that differs
+            raise ValueError(
+                f"the checkpoint holds another model's weights: {exc}. Resume with the model "
+                "(the same class and sizes) the checkpoint was written from"
+            ) from exc
         self.step.load_state_dict(state)
         self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
         self._resume_order = state["data_order"][self.world.rank]

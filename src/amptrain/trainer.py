@@ -15,7 +15,7 @@ from torch import nn
 
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
-from amptrain.callbacks import Callback, checked
+from amptrain.callbacks import Callback, check_validation, checked
 from amptrain.config import (
     Layout,
     TrainConfig,
@@ -83,6 +83,7 @@ def fine_tune(
     """
     cfg = dataclasses.replace(config or TrainConfig(), **options)
     parts = _Parts(checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
+    check_validation(parts.callbacks, val_data is not None)
     dtype = check_model(model)
     with deterministic_kernels(cfg.deterministic):
         try:

@@ -88,9 +88,16 @@ def test_early_stopping_runs_on_while_the_loss_improves(model: TinyGPT, tokens: 
 def test_early_stopping_without_validation_data_says_so(
     model: TinyGPT, tokens: Tokens, names: Names
 ) -> None:
+    steps: list[int] = []
+
+    class _Steps(Callback):
+        def on_step_end(self, state: TrainState) -> None:
+            steps.append(state.step)
+
     with pytest.raises(ValueError) as raised:
-        fine_tune(model, tokens(), epochs=1, num_workers=0, callbacks=[EarlyStopping()])
+        fine_tune(model, tokens(), epochs=1, num_workers=0, callbacks=[_Steps(), EarlyStopping()])
     assert names(str(raised.value), "EarlyStopping", "validation metrics", "pass val_data")
+    assert steps == []  # refused before the first step, not after an epoch
 
 
 def test_early_stopping_counts_evaluations_without_gain_and_takes_back_its_state(

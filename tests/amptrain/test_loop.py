@@ -405,6 +405,24 @@ def test_a_fresh_skip_guard_saves_plain_values() -> None:
     assert all(type(value) in (int, bool) for value in fresh.values())
 
 
+@pytest.mark.parametrize("bad", [24, 99, -3])
+def test_an_id_outside_the_vocabulary_in_any_batch_names_the_batch_and_the_id(
+    model: TinyGPT,
+    tokens: Tokens,
+    names: Callable[..., bool],
+    weights: Callable[..., Any],
+    bad: int,
+) -> None:
+    rows = tokens(40)
+    rows[29, 5] = bad  # in the 8th batch of 4 rows, in order
+    before = weights(model)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(model, DataLoader(rows, batch_size=4), epochs=1, num_workers=0)
+    assert names(str(raised.value), "batch 8", "epoch 1", f"token id {bad}", "24")
+    after = weights(model)  # seven steps trained: the error came at the eighth batch, not later
+    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 # --- resumed runs ----------------------------------------------------------------------------
 
 Pair = Callable[..., tuple[Any, Any, TinyGPT, TinyGPT]]
@@ -460,6 +478,16 @@ def test_a_users_shuffled_loader_resumes_in_the_same_order(
     assert resumed.resumed_from and resumed.resumed_from.endswith("step-00000012.pt")
     assert resumed.train_loss_history == full.train_loss_history
     assert same_weights(whole, again)
+
+
+def test_a_checkpoint_of_another_model_shape_is_refused_with_what_differs(
+    tmp_path: Path, make_model: Models, tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
+    fine_tune(make_model(), tokens(40), **args)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(d_model=16), tokens(40), **args, resume_from="latest")
+    assert names(str(raised.value), "another model's weights", "size mismatch")
 
 
 class _OwnOrder(torch.utils.data.Sampler[int]):
