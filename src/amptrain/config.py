@@ -200,6 +200,21 @@ def check_ids(
         )
 
 
+def check_batch_ids(input_ids: torch.Tensor, vocab: int | None, *, batch: int, epoch: int) -> None:
+    """A batch's ids inside the vocabulary (``None``: the model does not say), read where they
+    are (on the CPU: no device sync), or a ValueError naming the batch, the epoch and the id."""
+    if vocab is None or input_ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(input_ids))
+    if low < 0 or high >= vocab:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"batch {batch} of epoch {epoch} holds token id {bad}, outside the model's "
+            f"vocabulary of {vocab} (ids 0 to {vocab - 1}): check the tokenizer and the data "
+            "against the model"
+        )
+
+
 def check_logits_width(width: int, vocab: int) -> None:
     """The model's output is logits over its vocabulary, not hidden states."""
     if width != vocab:

@@ -31,7 +31,13 @@ from amptrain.adapters import (
     vocabulary_size,
 )
 from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
-from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
+from amptrain.config import (
+    Layout,
+    TrainConfig,
+    check_batch_ids,
+    check_resume,
+    resume_settings,
+)
 from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
 from amptrain.engine import TrainStep, evaluate
@@ -233,26 +239,13 @@ class Loop:
         throughput. ``number`` is its place in the epoch, from 1."""
         micro = batch_inputs(batch)
         input_ids, labels, _ = micro
-        self._check_ids(input_ids, number)
+        if input_ids.device.type == "cpu":  # on a GPU already: the first batch's check only
+            check_batch_ids(input_ids, self.vocab, batch=number, epoch=self.state.epoch)
         self.counters.samples += input_ids.shape[0]
         self.counters.tokens += counted_tokens(labels)
         micro = to_device(micro, self.device)
         self.adapter.check_batch(micro[0], self.plan)
         return micro
-
-    def _check_ids(self, input_ids: torch.Tensor, number: int) -> None:
-        """Every batch's ids inside the vocabulary, read on the CPU before the copy (no device
-        sync); a batch already on a GPU is left to the first batch's check."""
-        if self.vocab is None or input_ids.device.type != "cpu" or input_ids.numel() == 0:
-            return
-        low, high = (int(v) for v in torch.aminmax(input_ids))
-        if low < 0 or high >= self.vocab:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"batch {number} of epoch {self.state.epoch} holds token id {bad}, outside the "
-                f"model's vocabulary of {self.vocab} (ids 0 to {self.vocab - 1}): check the "
-                "tokenizer and the data against the model"
-            )
 
     # --- features on the hooks ---------------------------------------------------------------
 
