@@ -20,7 +20,7 @@ import torch
 
 from amptrain._stack import outside_stacklevel
 
-FORMAT = 1
+FORMAT = 2  # 2: the data order of each rank's epoch, and the training settings
 _PATTERN = re.compile(r"^step-(\d{8,})\.pt$")
 
 

@@ -87,6 +87,7 @@ def join_world(device_type: str, timeout: float | None = None) -> World:
     starting one again on the same rendezvous store can reach the old group's ports)."""
     if dist.is_available() and dist.is_initialized():
         rank, size = dist.get_rank(), dist.get_world_size()
+        _control(dist.get_backend(), {})
         return World(rank, size, _env_int("LOCAL_RANK", rank))
     size = _env_int("WORLD_SIZE", 1)
     if size <= 1:
@@ -99,9 +100,7 @@ def join_world(device_type: str, timeout: float | None = None) -> World:
     wait = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
     backend = "nccl" if device_type == "cuda" else "gloo"
     dist.init_process_group(backend, **_rendezvous(rank, size, wait), **wait)
-    if device_type == "cuda":  # the ranks' agreements travel on the CPU, not through the GPUs
-        global _control_group
-        _control_group = dist.new_group(backend="gloo", **wait)
+    _control(backend, wait)
     _fail_fast(rank)
     atexit.register(_end_group)
     return World(rank, size, local_rank)
@@ -117,6 +116,14 @@ def _rendezvous(rank: int, size: int, wait: dict[str, timedelta]) -> dict[str, A
     store, _, _ = next(dist.rendezvous("env://", rank, size, **wait))
     prefixed = dist.PrefixStore(f"amptrain/attempt-{attempt}/", store)
     return {"store": prefixed, "rank": rank, "world_size": size}
+
+
+def _control(backend: str, wait: dict[str, timedelta]) -> None:
+    """Beside a group that is not gloo (NCCL), a gloo group of the same ranks, once: the ranks'
+    agreements (:meth:`World.any`) travel on the CPU, not through the GPUs."""
+    global _control_group
+    if backend != "gloo" and _control_group is None:
+        _control_group = dist.new_group(backend="gloo", **wait)
 
 
 _control_group: Any = None  # the gloo group World.any uses beside NCCL (None: the default group)

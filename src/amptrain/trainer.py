@@ -25,7 +25,7 @@ from amptrain.config import (
     layout,
 )
 from amptrain.data import TokenData, deterministic_kernels, make_dataloader, seed_everything
-from amptrain.distributed import World, join_world, wrap_model
+from amptrain.distributed import World, join_world, mark_failed, wrap_model
 from amptrain.engine import TrainStep
 from amptrain.loop import Loop, SkipGuard, SkippedStepsWarning, TrainingDivergedError
 from amptrain.metrics import (
@@ -147,6 +147,10 @@ def _train(
         resumed = _resume(loop, cfg, device)
         start = time.perf_counter()
         loop.run()
+    except BaseException:
+        if world.distributed:  # even if the caller catches it: no waiting for the others at exit
+            mark_failed()
+        raise
     finally:
         log.close()
     return _result(loop, loaders, time.perf_counter() - start, resumed)

@@ -43,7 +43,7 @@ def test_a_saved_state_reads_back_and_the_oldest_beyond_keep_are_gone(tmp_path: 
         save(tmp_path / "d", step, {"w": torch.full((2,), float(step))}, keep=2)
     assert [p.name for p in checkpoints(tmp_path / "d")] == ["step-00000007.pt", "step-00000012.pt"]
     state = load(checkpoints(tmp_path / "d")[-1], torch.device("cpu"))
-    assert torch.equal(state["w"], torch.full((2,), 12.0)) and state["format"] == 1
+    assert torch.equal(state["w"], torch.full((2,), 12.0)) and state["format"] == 2
     assert checkpoints(tmp_path / "nowhere") == []
 
 
