@@ -37,8 +37,11 @@ class Callback:
     reduced values, so a stop decision is the same everywhere.
 
     A callback with state to keep across a resume returns it from :meth:`state_dict`
-    (plain values and tensors) and takes it back in :meth:`load_state_dict`.
+    (plain values and tensors) and takes it back in :meth:`load_state_dict`. One that sets
+    ``needs_validation`` makes a run without ``val_data`` an error before its first step.
     """
+
+    needs_validation = False  # whether the callback watches validation metrics (val_data)
 
     def on_train_start(self, state: TrainState) -> None:
         """Before the first step of the run (of a resumed run too, at its position)."""
@@ -61,6 +64,17 @@ class Callback:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`state_dict` gave."""
+
+
+def check_validation(callbacks: Iterable[Callback], has_validation: bool) -> None:
+    """A ValueError naming the callbacks that watch validation metrics, in a run without
+    ``val_data`` (before its first step, not after an epoch)."""
+    watching = [type(cb).__name__ for cb in callbacks if cb.needs_validation]
+    if watching and not has_validation:
+        raise ValueError(
+            f"{', '.join(watching)} watches validation metrics: pass val_data (or leave "
+            f"{watching[0]} out)"
+        )
 
 
 def checked(callbacks: Iterable[Any]) -> list[Callback]:
@@ -95,6 +109,28 @@ class AtEnd(Callback):
         self.action()
 
 
+class AgreeStop(Callback):
+    """Under torchrun, after every step and epoch: a stop decided on one rank (a callback that
+    looks at its own shard, the main rank alone) is taken by every rank, with its reason, so no
+    rank waits in a collective for one that has stopped. ``any_rank(flag)`` is whether the flag
+    is set on any rank; ``gather(obj)`` every rank's ``obj``."""
+
+    def __init__(
+        self, any_rank: Callable[[bool], bool], gather: Callable[[Any], list[Any]]
+    ) -> None:
+        self.any_rank, self.gather = any_rank, gather
+
+    def on_step_end(self, state: TrainState) -> None:
+        if self.any_rank(state.should_stop):
+            reasons = self.gather(state.stop_reason if state.should_stop else None)
+            rank, reason = next((r, why) for r, why in enumerate(reasons) if why is not None)
+            if not state.should_stop:
+                state.stop(f"{reason} (on rank {rank})")
+
+    def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
+        self.on_step_end(state)
+
+
 class Hooks:
     """Calls a hook on every callback, in order."""
 
@@ -125,6 +161,8 @@ class EarlyStopping(Callback):
     """Stops when ``monitor`` (a validation key: ``val/loss``, ``val/accuracy``,
     ``val/perplexity``) has not improved by more than ``min_delta`` for ``patience``
     evaluations in a row. A NaN value never counts as an improvement."""
+
+    needs_validation = True
 
     def __init__(
         self,

@@ -11,13 +11,16 @@ import os
 import random
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-FORMAT = 1
+from amptrain._stack import outside_stacklevel
+
+FORMAT = 2  # 2: the data order of each rank's epoch, and the training settings
 _PATTERN = re.compile(r"^step-(\d{8,})\.pt$")
 
 
@@ -53,11 +56,23 @@ def _as_tuples(value: Any) -> Any:
     return value
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a file-size limit, no permission); the
+    checkpoints already there are kept."""
+
+
 def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep: int) -> Path:
-    """Write ``state`` as the checkpoint of ``step`` (a temporary file, flushed, then renamed,
-    so a reader never sees half a file) and delete all but the newest ``keep``."""
+    """Write ``state`` as the checkpoint of ``step`` and delete all but the newest ``keep``.
+
+    The file is written under a temporary name, flushed to the disk (``fsync``), then renamed,
+    and the folder's entry is flushed too: a kill or a crash at any point leaves either the
+    whole new file or none, never half of one under a checkpoint's name. Older checkpoints are
+    deleted only once the new one is whole; a write that fails (a full disk) deletes nothing
+    but its own temporary file, and raises :class:`CheckpointWriteError`."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(".step-*.pt.*.tmp"):  # left by a run killed while it wrote
+        stale.unlink(missing_ok=True)
     target = folder / checkpoint_name(step)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -66,12 +81,46 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+        _sync_folder(folder)
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        cause = _os_error(exc) if isinstance(exc, Exception) else None
+        if cause is not None:
+            raise _write_error(target, folder, cause) from exc
         raise
     for old in checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
     return target
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush the folder's entries, so the rename itself survives a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``, if any: torch's writer may raise its own RuntimeError while
+    it handles the disk's (a full disk, a file-size limit)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _write_error(target: Path, folder: Path, cause: OSError) -> CheckpointWriteError:
+    kept = [p.name for p in checkpoints(folder)]
+    return CheckpointWriteError(
+        cause.errno or 0,
+        f"cannot write checkpoint {target}: {cause.strerror or cause}. Free space in {folder} "
+        f"(or point checkpoint_dir elsewhere) and resume with resume_from='latest'; the "
+        f"checkpoints already there are kept: {', '.join(kept) or 'none yet'}",
+    )
 
 
 def checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
@@ -100,6 +149,41 @@ def resolve(resume_from: str, checkpoint_dir: str | None) -> Path | None:
     if not path.is_file():
         raise ValueError(f"TrainConfig.resume_from: {path} does not exist")
     return path
+
+
+def find(
+    resume_from: str, checkpoint_dir: str | None, device: torch.device
+) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint ``resume_from`` names (:func:`resolve`) and its state; None for a fresh
+    start. In a folder (``"latest"`` or a directory) the newest file that reads whole is taken:
+    a newer one that does not (cut short by a copy, a full disk or a failing disk) is passed
+    over with an :class:`UnreadableCheckpointWarning` naming it. A folder whose checkpoints
+    all fail to read is an error, not a fresh start."""
+    path = resolve(resume_from, checkpoint_dir)
+    if path is None:
+        return None
+    if resume_from != "latest" and not Path(resume_from).is_dir():
+        return path, load(path, device)  # the file named: it reads, or the run stops
+    errors = []
+    for candidate in reversed(checkpoints(path.parent)):
+        try:
+            return candidate, load(candidate, device)
+        except ValueError as exc:
+            errors.append(str(exc))
+            warnings.warn(
+                f"skipping checkpoint {candidate}, which cannot be read; trying the one before "
+                f"it ({exc})",
+                UnreadableCheckpointWarning,
+                stacklevel=outside_stacklevel(),
+            )
+    raise ValueError(
+        f"no checkpoint in {path.parent} can be read: {'; '.join(errors)}. Move them away to "
+        "start afresh, or restore a good copy"
+    )
+
+
+class UnreadableCheckpointWarning(UserWarning):
+    """``resume_from="latest"`` passed over a checkpoint file that does not read."""
 
 
 def load(path: Path, device: torch.device) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from amptrain._stack import outside_stacklevel
 from amptrain.precision import canonical_precision
 
 # The types each annotation of TrainConfig admits (bool is not an int here).
@@ -71,6 +73,7 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     num_workers: int | None = None
+    collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
     pad_token_id: int = 0
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
     console: bool = False
@@ -102,6 +105,8 @@ class TrainConfig:
             "checkpoint_every": self.checkpoint_every is None or self.checkpoint_every >= 1,
             "keep_checkpoints": self.keep_checkpoints >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
+            "collective_timeout": self.collective_timeout is None
+            or (self.collective_timeout > 0 and math.isfinite(self.collective_timeout)),
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():
@@ -195,6 +200,21 @@ def check_ids(
         )
 
 
+def check_batch_ids(input_ids: torch.Tensor, vocab: int | None, *, batch: int, epoch: int) -> None:
+    """A batch's ids inside the vocabulary (``None``: the model does not say), read where they
+    are (on the CPU: no device sync), or a ValueError naming the batch, the epoch and the id."""
+    if vocab is None or input_ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(input_ids))
+    if low < 0 or high >= vocab:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"batch {batch} of epoch {epoch} holds token id {bad}, outside the model's "
+            f"vocabulary of {vocab} (ids 0 to {vocab - 1}): check the tokenizer and the data "
+            "against the model"
+        )
+
+
 def check_logits_width(width: int, vocab: int) -> None:
     """The model's output is logits over its vocabulary, not hidden states."""
     if width != vocab:
@@ -212,22 +232,54 @@ def check_validation_rows(rows: int | None) -> None:
 
 # What must match between a checkpoint and the run resuming it: the data position depends on it.
 RESUME_KEYS = ("batch_size", "grad_accum_steps", "max_steps_per_epoch", "seed")
+# What the saved optimizer, schedule and scaler were built with: a resumed run takes their saved
+# state, so another value here would be ignored; it is refused instead.
+TRAINING_KEYS = ("learning_rate", "weight_decay", "warmup_ratio", "min_lr_ratio", "precision")
+
+
+class ResumeSettingsWarning(UserWarning):
+    """A resumed run applies a setting that differs from its checkpoint's (``epochs``)."""
 
 
 def resume_settings(cfg: TrainConfig) -> dict[str, Any]:
     """The settings a checkpoint keeps, for :func:`check_resume` to compare."""
-    return {key: getattr(cfg, key) for key in RESUME_KEYS}
+    keys = (*RESUME_KEYS, *TRAINING_KEYS, "epochs")
+    return {key: getattr(cfg, key) for key in keys}
+
+
+def _differ(cfg: TrainConfig, saved: Mapping[str, Any], key: str) -> bool:
+    mine, theirs = getattr(cfg, key), saved.get(key)
+    if key == "precision" and theirs is not None:
+        return canonical_precision(mine) != canonical_precision(theirs)
+    return mine != theirs
 
 
 def check_resume(
     cfg: TrainConfig, saved: Mapping[str, Any], saved_world_size: int, world_size: int
 ) -> None:
-    """A checkpoint resumes only under the settings and world size it was written with."""
-    differ = [k for k in RESUME_KEYS if saved.get(k) != getattr(cfg, k)]
+    """A checkpoint resumes only under the settings and world size it was written with; a
+    different ``epochs`` is applied (the schedule stretched to the new length), with a
+    :class:`ResumeSettingsWarning`."""
+    differ = [k for k in RESUME_KEYS if _differ(cfg, saved, k)]
     if saved_world_size != world_size:
         differ.append(f"world size ({saved_world_size} processes)")
     if differ:
         raise ValueError(
             f"the checkpoint was written with other settings ({', '.join(differ)}): the data "
             "position would not be the same; resume with the settings it was written with"
+        )
+    changed = [f"{k}={saved.get(k)!r}" for k in TRAINING_KEYS if _differ(cfg, saved, k)]
+    if changed:
+        raise ValueError(
+            f"the checkpoint was written with {', '.join(changed)}, and its optimizer, schedule "
+            "and scaler keep those values: resume with them, or start a new run (without "
+            "resume_from) to train with other ones"
+        )
+    if "epochs" in saved and saved["epochs"] != cfg.epochs:
+        warnings.warn(
+            f"resuming with epochs={cfg.epochs}, where the checkpoint's run had "
+            f"epochs={saved['epochs']}: the learning-rate schedule is stretched to the new "
+            "length from this step on",
+            ResumeSettingsWarning,
+            stacklevel=outside_stacklevel(),
         )

@@ -6,12 +6,25 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 
-from amptrain.distributed import World, shard_loader, shard_sampler
+from amptrain.checkpoint import rng_state, set_rng_state
+from amptrain.distributed import ShardSampler, World, shard_loader, shard_sampler
 
 IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
@@ -232,3 +245,80 @@ def synthetic_token_data(
         keep = torch.rand(n_samples, generator=g) >= noise
         out[:, t] = torch.where(keep, successor[out[:, t - 1]], random_ids)
     return out
+
+
+# Samplers whose order is a function of what amptrain saves (the global generators, their own
+# generator, set_epoch), so a resumed epoch draws the same batches as the uninterrupted one.
+_RESTORABLE: tuple[type, ...] = (
+    SequentialSampler,
+    RandomSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+    DistributedSampler,
+    EpochShuffle,
+    ShardSampler,
+)
+
+
+def _samplers(loader: Any) -> list[Any]:
+    """The loader's samplers, a batch sampler's own sampler included."""
+    found = [getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)]
+    batch = found[1]
+    if isinstance(batch, BatchSampler):
+        found.append(batch.sampler)
+    return [s for s in found if s is not None]
+
+
+def _generators(loader: Any) -> list[torch.Generator]:
+    """The generators the loader and its samplers hold (each once)."""
+    gens = [getattr(x, "generator", None) for x in [loader, *_samplers(loader)]]
+    unique = {id(g): g for g in gens if isinstance(g, torch.Generator)}
+    return list(unique.values())
+
+
+def check_restorable(loader: Any) -> None:
+    """A ValueError naming the sampler whose order a resumed run could not draw again: its
+    state is its own, and neither amptrain nor torch can save it."""
+    if isinstance(getattr(loader, "dataset", None), IterableDataset):
+        return  # a stream is replayed from its start (see docs/faults.md)
+    for sampler in _samplers(loader):
+        if isinstance(sampler, (*_RESTORABLE, BatchSampler)):
+            continue
+        if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict"):
+            continue
+        raise ValueError(
+            f"the training DataLoader's sampler {type(sampler).__name__} keeps a state amptrain "
+            "cannot save, so a resumed run could draw other batches: give it state_dict() and "
+            "load_state_dict(), or use a torch sampler (DataLoader(shuffle=True) resumes exactly)"
+        )
+
+
+def order_state(loader: Any) -> dict[str, Any]:
+    """What decides the order of the epoch about to start: every global generator, the
+    loader's and samplers' own, and the state of samplers that save one."""
+    stateful = [s.state_dict() for s in _samplers(loader) if _saves_state(s)]
+    return {
+        "rng": rng_state(),
+        "generators": [g.get_state() for g in _generators(loader)],
+        "samplers": stateful,
+    }
+
+
+def set_order_state(loader: Any, state: dict[str, Any]) -> None:
+    """Put back what :func:`order_state` took, before the epoch's iterator is made."""
+    set_rng_state(state["rng"])
+    gens = _generators(loader)
+    if len(gens) != len(state["generators"]):
+        raise ValueError(
+            f"the training DataLoader has {len(gens)} generators, the checkpoint saved "
+            f"{len(state['generators'])}: resume with the loader the run was started with"
+        )
+    for generator, saved in zip(gens, state["generators"], strict=True):
+        generator.set_state(saved)
+    stateful = [s for s in _samplers(loader) if _saves_state(s)]
+    for sampler, saved in zip(stateful, state["samplers"], strict=True):
+        sampler.load_state_dict(saved)
+
+
+def _saves_state(sampler: Any) -> bool:
+    return not isinstance(sampler, _RESTORABLE) and hasattr(sampler, "load_state_dict")

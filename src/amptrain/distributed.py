@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -55,6 +58,15 @@ class World:
         if self.distributed:
             dist.barrier()
 
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank. A CPU all-reduce (on a gloo group beside NCCL):
+        asking costs no device sync."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([int(flag)], dtype=torch.int32)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_control_group)
+        return bool(value.item())
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -66,14 +78,16 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def join_world(device_type: str) -> World:
+def join_world(device_type: str, timeout: float | None = None) -> World:
     """The world torchrun describes (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), with its
-    process group: NCCL on CUDA, gloo on CPU. One process when ``WORLD_SIZE`` is unset or 1.
+    process group: NCCL on CUDA, gloo on CPU, whose collectives wait ``timeout`` seconds for the
+    other ranks (None: torch's default). One process when ``WORLD_SIZE`` is unset or 1.
 
     A group started here lives until the process exits (a later run reuses it: ending and
     starting one again on the same rendezvous store can reach the old group's ports)."""
     if dist.is_available() and dist.is_initialized():
         rank, size = dist.get_rank(), dist.get_world_size()
+        _control(dist.get_backend(), {})
         return World(rank, size, _env_int("LOCAL_RANK", rank))
     size = _env_int("WORLD_SIZE", 1)
     if size <= 1:
@@ -83,14 +97,81 @@ def join_world(device_type: str) -> World:
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    wait = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, **_rendezvous(rank, size, wait), **wait)
+    _control(backend, wait)
+    _fail_fast(rank)
     atexit.register(_end_group)
     return World(rank, size, local_rank)
 
 
+def _rendezvous(rank: int, size: int, wait: dict[str, timedelta]) -> dict[str, Any]:
+    """How the group meets. After torchrun restarts the job (``--max-restarts``), on a store
+    of this attempt's own: torchrun's store outlives the killed workers and still holds their
+    addresses, which the new group would try to reach."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return {}
+    store, _, _ = next(dist.rendezvous("env://", rank, size, **wait))
+    prefixed = dist.PrefixStore(f"amptrain/attempt-{attempt}/", store)
+    return {"store": prefixed, "rank": rank, "world_size": size}
+
+
+def _control(backend: str, wait: dict[str, timedelta]) -> None:
+    """Beside a group that is not gloo (NCCL), a gloo group of the same ranks, once: the ranks'
+    agreements (:meth:`World.any`) travel on the CPU, not through the GPUs."""
+    global _control_group
+    if backend != "gloo" and _control_group is None:
+        _control_group = dist.new_group(backend="gloo", **wait)
+
+
+_control_group: Any = None  # the gloo group World.any uses beside NCCL (None: the default group)
+_failed = False  # whether this process is ending on an exception (its peers will not follow)
+
+
+def mark_failed() -> None:
+    """This rank is ending on an exception: at exit it leaves at once, without waiting for the
+    other ranks (they are in a collective, or gone), so torchrun sees it end and stops them."""
+    global _failed
+    _failed = True
+
+
+def _fail_fast(rank: int) -> None:
+    """An uncaught exception marks the rank failed; one that only says a peer went away (a
+    collective broken by the rank that failed first) is a line, not a second traceback."""
+    shown = sys.excepthook  # torch's: each line prefixed with the rank
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        mark_failed()
+        if _broken_collective(exc):
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(
+                f"[rank{rank}]: stopped: a collective broke, most likely because another rank "
+                f"ended first (its traceback says why): {first}",
+                file=sys.stderr,
+            )
+            return
+        shown(kind, exc, tb)
+
+    sys.excepthook = hook
+
+
+def _broken_collective(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that a collective broke (a peer closed its connection, or
+    the collective timed out): NCCL raises a DistError, gloo a RuntimeError from its
+    transport."""
+    return isinstance(exc, dist.DistError) or (
+        isinstance(exc, RuntimeError) and "gloo/transport" in str(exc)
+    )
+
+
 def _end_group() -> None:
     """At exit: every rank reaches the teardown before any rank tears its group down (a rank
-    whose peer closed its sockets first can abort in gloo's threads)."""
+    whose peer closed its sockets first can abort in gloo's threads). A rank that failed
+    leaves at once: its peers would never reach the barrier."""
+    if _failed:
+        return
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

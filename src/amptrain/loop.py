@@ -23,9 +23,22 @@ import torch
 
 from amptrain import checkpoint
 from amptrain._stack import outside_stacklevel
-from amptrain.adapters import MicroBatch, batch_inputs, counted_tokens, to_device
-from amptrain.callbacks import AtEnd, Callback, Every, Hooks, TrainState
-from amptrain.config import Layout, TrainConfig, check_resume, resume_settings
+from amptrain.adapters import (
+    MicroBatch,
+    batch_inputs,
+    counted_tokens,
+    to_device,
+    vocabulary_size,
+)
+from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
+from amptrain.config import (
+    Layout,
+    TrainConfig,
+    check_batch_ids,
+    check_resume,
+    resume_settings,
+)
+from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
 from amptrain.engine import TrainStep, evaluate
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
@@ -122,11 +135,14 @@ class Loop:
         self.state.is_main = self.writes
         self.adapter = self.step.adapter
         self.module = self.adapter.module  # the caller's model: evaluated and saved
+        self.vocab = vocabulary_size(self.module)  # every batch's ids are checked against it
         self.guard = SkipGuard(self.cfg.max_consecutive_skips, calibrating=self.plan.scaler_enabled)
         self.counters = EpochCounters()
         self.hooks = Hooks(self._features(self.callbacks))
         self._pending: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._resume_rng: dict[str, Any] | None = None
+        self._resume_order: dict[str, Any] | None = None
+        self.epoch_order: dict[str, Any] = {}  # what decided this epoch's order (checkpointed)
         self._mark = time.perf_counter()
 
     def _features(self, callbacks: Sequence[Callback]) -> list[Callback]:
@@ -137,6 +153,8 @@ class Loop:
             features.append(Every(cfg.eval_every, self._validate_mid_epoch))
         if cfg.checkpoint_every:  # TrainConfig has made sure of a checkpoint_dir
             features.append(Every(cfg.checkpoint_every, lambda: self._paused(self.save_checkpoint)))
+        if self.world.distributed:  # once the step's own work is done: one rank's stop, all's
+            features.append(AgreeStop(self.world.any, self.world.gather))
         if cfg.checkpoint_dir:
             features.append(AtEnd(self.save_checkpoint))
         return features
@@ -167,7 +185,8 @@ class Loop:
     def train_step(self, micro: list[Any]) -> None:
         """One optimizer step on ``micro`` (the loader's batches), then the step hooks."""
         lr = self.step.learning_rate  # the rate this step uses
-        out = self.step.run([self._prepare(batch) for batch in micro])
+        first = self.counters.batches + 1  # the epoch's number of micro's first batch
+        out = self.step.run([self._prepare(batch, first + i) for i, batch in enumerate(micro)])
         self._pending.append((out.loss, out.grad_norm, lr))
         self.counters.batches += len(micro)
         self.counters.lr = lr
@@ -190,7 +209,14 @@ class Loop:
         return batches
 
     def _batches(self) -> Iterator[Any]:
-        """This epoch's batches, past those a resumed run already trained on."""
+        """This epoch's batches, past those a resumed run already trained on: the generators
+        that decide the order are put back as they were when the epoch started, the batches
+        trained are drawn again, then every generator is set as at the checkpoint."""
+        if self._resume_order is not None:
+            set_order_state(self.train_loader, self._resume_order)
+            self.epoch_order, self._resume_order = self._resume_order, None
+        else:
+            self.epoch_order = order_state(self.train_loader)
         sampler = getattr(self.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
             sampler.set_epoch(self.state.epoch)
@@ -208,10 +234,13 @@ class Loop:
         want = self.layout.next_step_size(self.counters.batches)
         return [b for _, b in zip(range(want), batches, strict=False)]
 
-    def _prepare(self, batch: Any) -> MicroBatch:
-        """A loader's batch as the step takes it, on the device; counted for throughput."""
+    def _prepare(self, batch: Any, number: int) -> MicroBatch:
+        """A loader's batch as the step takes it (its ids checked), on the device; counted for
+        throughput. ``number`` is its place in the epoch, from 1."""
         micro = batch_inputs(batch)
         input_ids, labels, _ = micro
+        if input_ids.device.type == "cpu":  # on a GPU already: the first batch's check only
+            check_batch_ids(input_ids, self.vocab, batch=number, epoch=self.state.epoch)
         self.counters.samples += input_ids.shape[0]
         self.counters.tokens += counted_tokens(labels)
         micro = to_device(micro, self.device)
@@ -316,22 +345,26 @@ class Loop:
         """Every rank's generators gathered; the writing rank writes; all wait for the file."""
         self.flush()
         rngs = self.world.gather(checkpoint.rng_state())
+        orders = self.world.gather(self.epoch_order)
         if self.writes:
             path = checkpoint.save(
                 self.cfg.checkpoint_dir,  # type: ignore[arg-type]  # a feature only with one
                 self.state.step,
-                self.state_dict(rngs),
+                self.state_dict(rngs, orders),
                 self.cfg.keep_checkpoints,
             )
             self.last_checkpoint = str(path)
         self.world.barrier()
 
-    def state_dict(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
+    def state_dict(
+        self, rngs: list[dict[str, Any]], orders: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """What a resumed run needs to go on as if it had never stopped."""
         return {
             "model": self.module.state_dict(),
             **self.step.state_dict(),
             "rng": rngs,
+            "data_order": orders,
             "world_size": self.world.size,
             "position": {"epoch": self.state.epoch, "step": self.state.step},
             "counters": dataclasses.asdict(self.counters),
@@ -346,9 +379,17 @@ class Loop:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take a checkpoint's state; the generators are set when the epoch's batches start."""
         check_resume(self.cfg, state["config"], state["world_size"], self.world.size)
-        self.module.load_state_dict(state["model"])
+        check_restorable(self.train_loader)
+        try:
+            self.module.load_state_dict(state["model"])
+        except RuntimeError as exc:  # torch lists every key and shape that differs
+            raise ValueError(
+                f"the checkpoint holds another model's weights: {exc}. Resume with the model "
+                "(the same class and sizes) the checkpoint was written from"
+            ) from exc
         self.step.load_state_dict(state)
         self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
+        self._resume_order = state["data_order"][self.world.rank]
         self.state.epoch = int(state["position"]["epoch"])
         self.state.step = int(state["position"]["step"])
         self.counters = EpochCounters(**state["counters"])

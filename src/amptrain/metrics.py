@@ -117,7 +117,8 @@ class ConsoleSink:
 
 
 class JsonlSink:
-    """Appends every record, with its run id and step, as one JSON object per line.
+    """Appends every record, with its run id and step, as one JSON object per line, handed to
+    the operating system as it is logged (a process killed after it keeps the line).
 
     Runs appended to one file are told apart by ``run`` (each run's steps count from 1).
     """
@@ -134,6 +135,7 @@ class JsonlSink:
             for k, v in record.items()
         }
         self._file.write(json.dumps({"run": self.run_id, "step": step, **clean}) + "\n")
+        self._file.flush()  # each line reaches the OS at once: a killed run keeps all it logged
 
     def close(self) -> None:
         self._file.close()

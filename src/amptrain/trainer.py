@@ -15,7 +15,7 @@ from torch import nn
 
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
-from amptrain.callbacks import Callback, checked
+from amptrain.callbacks import Callback, check_validation, checked
 from amptrain.config import (
     Layout,
     TrainConfig,
@@ -25,7 +25,7 @@ from amptrain.config import (
     layout,
 )
 from amptrain.data import TokenData, deterministic_kernels, make_dataloader, seed_everything
-from amptrain.distributed import World, join_world, wrap_model
+from amptrain.distributed import World, join_world, mark_failed, wrap_model
 from amptrain.engine import TrainStep
 from amptrain.loop import Loop, SkipGuard, SkippedStepsWarning, TrainingDivergedError
 from amptrain.metrics import (
@@ -83,6 +83,7 @@ def fine_tune(
     """
     cfg = dataclasses.replace(config or TrainConfig(), **options)
     parts = _Parts(checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
+    check_validation(parts.callbacks, val_data is not None)
     dtype = check_model(model)
     with deterministic_kernels(cfg.deterministic):
         try:
@@ -104,7 +105,7 @@ class _Parts:
 def _place(cfg: TrainConfig) -> tuple[torch.device, World]:
     """The device this process trains on, and its place among torchrun's processes."""
     device = check_device(cfg)
-    world = join_world(device.type)
+    world = join_world(device.type, cfg.collective_timeout)
     if world.distributed and device.type == "cuda":
         device = torch.device("cuda", world.local_rank)  # one GPU per process
     return device, world
@@ -146,6 +147,10 @@ def _train(
         resumed = _resume(loop, cfg, device)
         start = time.perf_counter()
         loop.run()
+    except BaseException:
+        if world.distributed:  # even if the caller catches it: no waiting for the others at exit
+            mark_failed()
+        raise
     finally:
         log.close()
     return _result(loop, loaders, time.perf_counter() - start, resumed)
@@ -237,9 +242,11 @@ def _resume(loop: Loop, cfg: TrainConfig, device: torch.device) -> os.PathLike[s
     """Load the checkpoint ``resume_from`` names, if any; the path loaded."""
     if cfg.resume_from is None:
         return None
-    path = checkpoint.resolve(cfg.resume_from, cfg.checkpoint_dir)
-    if path is not None:
-        loop.load_state_dict(checkpoint.load(path, device))
+    found = checkpoint.find(cfg.resume_from, cfg.checkpoint_dir, device)
+    if found is None:
+        return None
+    path, state = found
+    loop.load_state_dict(state)
     return path
 
 

@@ -126,27 +126,32 @@ RESUMED_RUN = {"epochs": 2, "batch_size": 4, "num_workers": 0, "eval_every": 3, 
 def resume_pair(
     tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Callable[..., torch.Tensor]
 ) -> Callable[..., tuple[Any, Any, TinyGPT, TinyGPT]]:
-    """``resume_pair(callbacks, **options)``: an uninterrupted run, and one killed at step 14
-    and resumed from its checkpoint (of step 12), as ``(full, resumed, full's model, resumed's
-    model)``; ``callbacks`` holds each of the three runs' own."""
+    """``resume_pair(callbacks, train=..., **options)``: an uninterrupted run, and one killed at
+    step 14 and resumed from its checkpoint (of step 12), as ``(full, resumed, full's model,
+    resumed's model)``; ``callbacks`` holds each of the three runs' own, ``train(rows)`` makes
+    each run's training data afresh (as a new process would) from 40 rows of tokens."""
 
     def run(
-        callbacks: tuple[list[Callback], ...] = ([], [], []), **extra: Any
+        callbacks: tuple[list[Callback], ...] = ([], [], []),
+        *,
+        train: Callable[[torch.Tensor], Any] = lambda rows: rows,
+        **extra: Any,
     ) -> tuple[Any, Any, TinyGPT, TinyGPT]:
         args = {**RESUMED_RUN, **extra, "checkpoint_every": 4, "keep_checkpoints": 2}
-        train, val = tokens(40), tokens(8, seed=1)
+        rows, val = tokens(40), tokens(8, seed=1)
         whole = make_model(dropout=0.2)  # dropout: a resumed run must go on with the random stream
         full = fine_tune(
-            whole, train, val, checkpoint_dir=str(tmp_path / "a"), callbacks=callbacks[0], **args
-        )
+            whole, train(rows), val, checkpoint_dir=str(tmp_path / "a"), callbacks=callbacks[0],
+            **args,
+        )  # fmt: skip
         with pytest.raises(KeyboardInterrupt):
             fine_tune(
-                make_model(dropout=0.2), train, val, checkpoint_dir=str(tmp_path / "b"),
+                make_model(dropout=0.2), train(rows), val, checkpoint_dir=str(tmp_path / "b"),
                 callbacks=[*callbacks[1], Crash(14)], **args,
             )  # fmt: skip
         again = make_model(dropout=0.2)
         resumed = fine_tune(
-            again, train, val, checkpoint_dir=str(tmp_path / "b"), resume_from="latest",
+            again, train(rows), val, checkpoint_dir=str(tmp_path / "b"), resume_from="latest",
             callbacks=callbacks[2], **args,
         )  # fmt: skip
         return full, resumed, whole, again

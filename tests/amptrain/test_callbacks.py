@@ -88,9 +88,16 @@ def test_early_stopping_runs_on_while_the_loss_improves(model: TinyGPT, tokens: 
 def test_early_stopping_without_validation_data_says_so(
     model: TinyGPT, tokens: Tokens, names: Names
 ) -> None:
+    steps: list[int] = []
+
+    class _Steps(Callback):
+        def on_step_end(self, state: TrainState) -> None:
+            steps.append(state.step)
+
     with pytest.raises(ValueError) as raised:
-        fine_tune(model, tokens(), epochs=1, num_workers=0, callbacks=[EarlyStopping()])
+        fine_tune(model, tokens(), epochs=1, num_workers=0, callbacks=[_Steps(), EarlyStopping()])
     assert names(str(raised.value), "EarlyStopping", "validation metrics", "pass val_data")
+    assert steps == []  # refused before the first step, not after an epoch
 
 
 def test_early_stopping_counts_evaluations_without_gain_and_takes_back_its_state(
@@ -179,3 +186,27 @@ def test_callbacks_state_is_kept_by_class_and_place_and_stateless_ones_are_left_
     later = [Every(1, print), _Counter(0), _Counter(0)]
     Hooks(later).load_state_dict(saved)
     assert [cb.count for cb in later[1:]] == [1, 2]  # type: ignore[attr-defined]
+
+
+def test_a_stop_on_one_rank_is_taken_with_its_reason_and_rank() -> None:
+    # two ranks seen from rank 0, which did not stop; rank 1 did
+    from amptrain.callbacks import AgreeStop
+
+    asked: list[bool] = []
+
+    def any_rank(flag: bool) -> bool:
+        asked.append(flag)
+        return True
+
+    agree = AgreeStop(any_rank, lambda reason: [reason, "patience ran out"])
+    state = TrainState()
+    agree.on_step_end(state)
+    assert asked == [False] and state.should_stop
+    assert state.stop_reason == "patience ran out (on rank 1)"
+    own = TrainState()
+    own.stop("mine")  # a rank that stopped keeps its own reason
+    AgreeStop(lambda flag: flag, lambda reason: [reason, None]).on_epoch_end(own, None)
+    assert own.stop_reason == "mine"
+    calm = TrainState()
+    AgreeStop(lambda flag: False, lambda reason: [reason]).on_step_end(calm)
+    assert not calm.should_stop and calm.stop_reason is None

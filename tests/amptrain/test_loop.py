@@ -32,6 +32,7 @@ from amptrain import (
     lm_loss,
 )
 from amptrain.benchmark.health import count_syncs
+from amptrain.config import ResumeSettingsWarning
 from amptrain.data import EpochShuffle
 from amptrain.loop import SkipGuard
 from amptrain.precision import PrecisionPlan
@@ -268,7 +269,8 @@ def test_the_progress_bar_shows_the_latest_loss_and_the_token_rate(
     shown = re.split(r"[\r\n]", err)
     for epoch, metrics in enumerate(result.epochs, start=1):
         bar = [ln for ln in shown if ln.startswith(f"epoch {epoch}/2:")]
-        assert "0/5" in bar[0] and "step/s" in bar[-1] and "5/5" in bar[-1]
+        # a rate is shown: tqdm writes s/step instead of step/s when a step takes over 1 s
+        assert "0/5" in bar[0] and re.search(r"step/s|s/step", bar[-1]) and "5/5" in bar[-1]
         # the last bar of the epoch: its last step's loss, and the token rate so far, which the
         # epoch's (its clock stopped a moment later) cannot exceed
         loss, rate = re.search(r"loss=([\d.]+), tok_s=(\d+)\]", bar[-1]).groups()
@@ -404,6 +406,24 @@ def test_a_fresh_skip_guard_saves_plain_values() -> None:
     assert all(type(value) in (int, bool) for value in fresh.values())
 
 
+@pytest.mark.parametrize("bad", [24, 99, -3])
+def test_an_id_outside_the_vocabulary_in_any_batch_names_the_batch_and_the_id(
+    model: TinyGPT,
+    tokens: Tokens,
+    names: Callable[..., bool],
+    weights: Callable[..., Any],
+    bad: int,
+) -> None:
+    rows = tokens(40)
+    rows[29, 5] = bad  # in the 8th batch of 4 rows, in order
+    before = weights(model)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(model, DataLoader(rows, batch_size=4), epochs=1, num_workers=0)
+    assert names(str(raised.value), "batch 8", "epoch 1", f"token id {bad}", "24")
+    after = weights(model)  # seven steps trained: the error came at the eighth batch, not later
+    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 # --- resumed runs ----------------------------------------------------------------------------
 
 Pair = Callable[..., tuple[Any, Any, TinyGPT, TinyGPT]]
@@ -441,6 +461,62 @@ def test_a_callbacks_state_is_resumed_too(
     assert resumed.evals == full.evals and same_weights(whole, again)
 
 
+def _shuffled(rows: torch.Tensor) -> DataLoader:
+    return DataLoader(rows, batch_size=4, shuffle=True)
+
+
+def _shuffled_seeded(rows: torch.Tensor) -> DataLoader:
+    return DataLoader(rows, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("loader", [_shuffled, _shuffled_seeded], ids=["global", "own-generator"])
+def test_a_users_shuffled_loader_resumes_in_the_same_order(
+    resume_pair: Pair, same_weights: Callable[..., bool], loader: Callable[..., DataLoader]
+) -> None:
+    """The sampler draws its order from the global generator (or its own) when an epoch starts:
+    the resumed epoch (the second, from step 12) must draw the same one."""
+    full, resumed, whole, again = resume_pair(train=loader)
+    assert resumed.resumed_from and resumed.resumed_from.endswith("step-00000012.pt")
+    assert resumed.train_loss_history == full.train_loss_history
+    assert same_weights(whole, again)
+
+
+def test_a_checkpoint_of_another_model_shape_is_refused_with_what_differs(
+    tmp_path: Path, make_model: Models, tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
+    fine_tune(make_model(), tokens(40), **args)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(d_model=16), tokens(40), **args, resume_from="latest")
+    assert names(str(raised.value), "another model's weights", "size mismatch")
+
+
+class _OwnOrder(torch.utils.data.Sampler[int]):
+    """A sampler whose order is its own hidden state."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.turn = size, 0
+
+    def __iter__(self) -> Any:
+        self.turn += 1
+        return iter(torch.arange(self.size).roll(self.turn).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def test_a_sampler_whose_state_cannot_be_saved_is_refused_on_resume(
+    tmp_path: Path, make_model: Models, tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    rows = tokens(40)
+    loader = DataLoader(rows, batch_size=4, sampler=_OwnOrder(40))
+    args = {**RUN, "checkpoint_dir": str(tmp_path)}
+    fine_tune(make_model(), loader, **args, checkpoint_every=4)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), loader, **args, resume_from="latest")
+    assert names(str(raised.value), "_OwnOrder", "state_dict()", "load_state_dict()")
+
+
 def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int) -> None:
     return None
 
@@ -458,10 +534,11 @@ def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(
 ) -> None:
     args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
     fine_tune(make_model(), tokens(40), **args)  # its checkpoint holds the schedule's state
-    result = fine_tune(
-        make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest",
-        scheduler_factory=_no_schedule,
-    )  # fmt: skip
+    with pytest.warns(ResumeSettingsWarning):  # one more epoch than the checkpoint's run
+        result = fine_tune(
+            make_model(), tokens(40), **{**args, "epochs": 2}, resume_from="latest",
+            scheduler_factory=_no_schedule,
+        )  # fmt: skip
     assert result.steps == 20
     # the rate the saved optimizer holds after the schedule's last step (its floor), kept
     assert result.epochs[1].learning_rate == pytest.approx(TrainConfig().learning_rate * 0.1)

@@ -149,7 +149,7 @@ def test_a_rank_other_than_0_writes_nothing_and_leaves_the_callers_sinks_alone(
     tokens: Tokens,
 ) -> None:
     # rank 1 of a world of one: every collective is a no-op, every rank decision is rank 1's
-    monkeypatch.setattr("amptrain.trainer.join_world", lambda device_type: World(rank=1))
+    monkeypatch.setattr("amptrain.trainer.join_world", lambda *args: World(rank=1))
     sink = _Sink()
     tracker = MetricsTracker([sink])
     seen: list[bool] = []

@@ -1,13 +1,17 @@
 """fine_tune under ``torchrun --nproc_per_node=2`` on CPU (gloo), for real: sharding, set_epoch,
 gradients averaged by DDP, metrics reduced over ranks, one writer, and no_sync while
-accumulating; compared with one process on the same global batch."""
+accumulating; compared with one process on the same global batch. Then under faults: a rank
+that raises ends the job, a stop on one rank is every rank's, and a SIGKILLed rank restarted by
+``torchrun --max-restarts`` ends bit for bit where the uninterrupted job does."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ from amptrain.data import PadCollate
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_worker
+import fault_worker
 
 from wandb_files import logged_keys
 
@@ -116,3 +121,70 @@ def test_accumulating_ranks_sync_gradients_once_per_step(two_ranks: dict[str, An
     plain, accumulated = _state(out / "weights-0.pt"), _state(out / "weights-accum-0.pt")
     for name, value in plain.items():  # 2 micro-batches of 2 rows = the batch of 4
         torch.testing.assert_close(accumulated[name], value, rtol=1e-4, atol=1e-5)
+
+
+# --- under faults ----------------------------------------------------------------------------
+
+FAIL_FAST_S = 30  # a failed job ends this long after the failure, at most (the hang was 30 min)
+
+
+def _torchrun(
+    out: Path, *args: str, restarts: int = 0, limit: float = 300
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """fault_worker under torchrun with 2 ranks (killed after ``limit`` seconds); what it gave
+    and when it ended (epoch seconds)."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        f"--max-restarts={restarts}", str(Path(fault_worker.__file__)), str(out), *args,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit)
+    return done, time.time()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fault worker's job run to its end, untouched."""
+    out = tmp_path_factory.mktemp("whole")
+    done, _ = _torchrun(out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_a_rank_that_raises_ends_the_job_at_once_with_its_traceback_printed_once(
+    tmp_path: Path,
+) -> None:
+    # a collective timeout far beyond the bound: only failing fast can end the job in time
+    done, ended = _torchrun(tmp_path, "--raise-at=3", "--rank=1", "--timeout=600", limit=120)
+    failed = float((tmp_path / "failed-at").read_text())
+    assert done.returncode != 0
+    assert ended - failed < FAIL_FAST_S, done.stderr[-3000:]
+    tracebacks = [line for line in done.stderr.splitlines() if "Traceback (most recent" in line]
+    ranked = [line for line in tracebacks if line.startswith("[rank")]
+    assert ranked == ["[rank1]: Traceback (most recent call last):"], done.stderr[-3000:]
+    assert done.stderr.count("planted failure at step 3") == 1
+
+
+def test_a_stop_decided_on_one_rank_is_taken_by_every_rank(tmp_path: Path) -> None:
+    done, _ = _torchrun(tmp_path, "--stop-at=3", "--rank=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / f"result-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["steps"] for r in results] == [3, 3]
+    assert all("planted stop" in r["stop_reason"] for r in results)
+    assert "rank 1" in results[0]["stop_reason"]
+
+
+def test_a_killed_rank_is_restarted_and_the_job_ends_bit_for_bit(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    steps = fault_worker.STEPS // 2  # each rank trains on half the rows
+    kill_at = random.randint(2, steps - 1)
+    done, _ = _torchrun(tmp_path, f"--kill-at={kill_at}", "--rank=1", restarts=1)
+    assert done.returncode == 0, f"killed at step {kill_at}: " + done.stderr[-3000:]
+    assert "exitcode: -9" in done.stderr  # the rank was SIGKILLed, and torchrun restarted it
+    expected = _state(uninterrupted / "weights-0.pt")
+    for rank in (0, 1):
+        got = _state(tmp_path / f"weights-{rank}.pt")
+        assert all(torch.equal(got[k], expected[k]) for k in expected), f"killed at {kill_at}"
+    result = json.loads((tmp_path / "result-0.json").read_text())
+    assert result["resumed_from"] and result["steps"] == steps
