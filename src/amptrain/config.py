@@ -71,7 +71,8 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     num_workers: int | None = None
-    pad_token_id: int = 0
+    pad_token_id: int | None = None  # given: the positions holding it are padding (not scored)
+    padding_side: str = "right"  # where ragged rows are padded ("left" for some decoders)
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
     console: bool = False
     jsonl_path: str | None = None
@@ -102,6 +103,8 @@ class TrainConfig:
             "checkpoint_every": self.checkpoint_every is None or self.checkpoint_every >= 1,
             "keep_checkpoints": self.keep_checkpoints >= 1,
             "num_workers": self.num_workers is None or self.num_workers >= 0,
+            "pad_token_id": self.pad_token_id is None or self.pad_token_id >= 0,
+            "padding_side": self.padding_side in ("right", "left"),
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():

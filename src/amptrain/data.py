@@ -6,16 +6,18 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from amptrain.distributed import World, shard_loader, shard_sampler
 
 IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
-TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader
+# token tensors, a DataLoader, or what amptrain.collate reads (BatchEncoding, rows, datasets)
+TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader | Any
 
 
 def seed_everything(seed: int, *, deterministic: bool = False) -> None:
@@ -160,28 +162,38 @@ def make_dataloader(
     device: torch.device,
     seed: int = 0,
     num_workers: int | None = None,
-    pad_token_id: int = 0,
+    pad_token_id: int | None = None,
+    padding_side: str = "right",
     world: World | None = None,
 ) -> DataLoader:
-    """Wrap token ids in a DataLoader; a ready DataLoader is returned unchanged (under
-    torchrun, rebuilt over this rank's shard).
+    """Wrap token data in a DataLoader; a ready DataLoader is returned unchanged (under
+    torchrun, rebuilt over this rank's shard). Rows of other shapes (``BatchEncoding``, row
+    mappings, NumPy, ``datasets``) are read and padded by :func:`amptrain.collate.token_rows`.
 
     Workers prefetch batches and stay alive across epochs; on CUDA, batches are pinned so
     the host-to-device copy can be ``non_blocking``. ``num_workers=None`` picks 2 on CUDA and
-    1 on CPU (the CPU's cores are the ones doing the training).
+    none on CPU: the rows are in memory, and a worker process would only take a core from
+    the training.
     """
+    from amptrain.collate import token_rows  # it reads rows with this module's datasets
+
     world = world or World()
     if isinstance(data, DataLoader):
         return shard_loader(data, world, shuffle=shuffle, seed=seed)
     if num_workers is None:
-        num_workers = 2 if device.type == "cuda" else 1
+        num_workers = 2 if device.type == "cuda" else 0
     num_workers = min(num_workers, os.cpu_count() or 1)
     generator = torch.Generator()
     generator.manual_seed(seed)  # the workers' seeds; the order has a generator of its own
     workers = num_workers > 0
-    dataset = _SequenceDataset(data)
-    if world.distributed:
-        sampler: Sampler[int] | None = shard_sampler(
+    dataset, collate = token_rows(
+        data, pad_token_id=pad_token_id, padding_side=padding_side, world=world
+    )
+    sampler: Sampler[int] | None = None  # a stream has its own order (and shard)
+    if isinstance(dataset, IterableDataset):
+        pass
+    elif world.distributed:
+        sampler = shard_sampler(
             len(dataset), world, shuffle=shuffle, seed=seed
         )
     else:
@@ -190,7 +202,7 @@ def make_dataloader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
-        collate_fn=PadCollate(pad_token_id),
+        collate_fn=collate,
         num_workers=num_workers,
         pin_memory=device.type == "cuda",
         persistent_workers=workers,

@@ -16,6 +16,7 @@ from torch import nn
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
 from amptrain.callbacks import Callback, checked
+from amptrain.collate import padding_of
 from amptrain.config import (
     Layout,
     TrainConfig,
@@ -65,14 +66,18 @@ def fine_tune(
     loss_fn: LossFn | None = None,
     optimizer_factory: OptimizerFactory | None = None,
     scheduler_factory: SchedulerFactory | None = None,
+    tokenizer: Any = None,
     **options: Any,
 ) -> FineTuneResult:
     """Fine-tune ``model`` on token ids with a next-token language-model loss.
 
     ``train_data`` and ``val_data`` are a ``[N, T]`` tensor of token ids, a list of 1-D
-    tensors (padded; padding is ignored), or a ready DataLoader. ``options`` are
-    :class:`TrainConfig` fields and override ``config``. The precision falls back (with one
-    warning) where the device cannot run it; the result records the one used.
+    tensors (padded; padding is ignored), a ready DataLoader, or rows as Hugging Face hands
+    them over (a ``BatchEncoding``, a list of mappings, NumPy arrays, a ``datasets``
+    ``Dataset`` or ``IterableDataset``: see :mod:`amptrain.collate`). ``options`` are
+    :class:`TrainConfig` fields and override ``config``; a ``tokenizer`` gives its
+    ``pad_token_id`` and ``padding_side`` unless ``options`` set them. The precision falls
+    back (with one warning) where the device cannot run it; the result records the one used.
 
     ``loss_fn(logits, labels)`` replaces the next-token cross-entropy for training (validation
     keeps it, so perplexity means what it says); ``optimizer_factory(model)`` and
@@ -81,7 +86,7 @@ def fine_tune(
     shard of the data, and only rank 0 writes sinks and checkpoints. ``tracker`` counts the
     run's records; its sinks are written by rank 0 only, and are closed at the end.
     """
-    cfg = dataclasses.replace(config or TrainConfig(), **options)
+    cfg = dataclasses.replace(config or TrainConfig(), **{**padding_of(tokenizer), **options})
     parts = _Parts(checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
     dtype = check_model(model)
     with deterministic_kernels(cfg.deterministic):
@@ -183,6 +188,7 @@ def _loaders(
         "seed": cfg.seed,
         "num_workers": cfg.num_workers,
         "pad_token_id": cfg.pad_token_id,
+        "padding_side": cfg.padding_side,
         "world": world,
     }
     train = make_dataloader(train_data, shuffle=True, **args)
