@@ -18,6 +18,11 @@ from torch import nn
 
 from amptrain.precision import canonical_precision
 
+# transformers.get_scheduler's names that amptrain.optim builds
+SCHEDULE_NAMES = (
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+)  # fmt: skip
+
 # The types each annotation of TrainConfig admits (bool is not an int here).
 _TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
@@ -54,8 +59,13 @@ class TrainConfig:
     batch_size: int = 8
     learning_rate: float = 3e-4
     weight_decay: float = 0.01
-    warmup_ratio: float = 0.1  # share of all steps spent warming the learning rate up
-    min_lr_ratio: float = 0.1  # the cosine decay ends at learning_rate * min_lr_ratio
+    # the learning-rate schedule, by transformers' name: linear, cosine, cosine_with_restarts,
+    # polynomial, constant, constant_with_warmup (each as transformers.get_scheduler gives it)
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.1  # share of all steps (rounded up) warming the rate up from 0
+    min_lr_ratio: float = 0.0  # "cosine" ends at learning_rate * min_lr_ratio
+    lr_cycles: int = 1  # "cosine_with_restarts": hard restarts
+    lr_power: float = 1.0  # "polynomial": the decay's power (to transformers' lr_end, 1e-7)
     max_grad_norm: float | None = 1.0
     max_steps_per_epoch: int | None = None
     max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
@@ -93,6 +103,9 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0,
             "warmup_ratio": 0 <= self.warmup_ratio < 1,
             "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+            "lr_scheduler_type": self.lr_scheduler_type in SCHEDULE_NAMES,
+            "lr_cycles": self.lr_cycles >= 1,
+            "lr_power": self.lr_power > 0 and math.isfinite(self.lr_power),
             "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_steps_per_epoch": self.max_steps_per_epoch is None
             or self.max_steps_per_epoch >= 1,

@@ -1,0 +1,63 @@
+"""amptrain's named schedules give transformers' learning rate at every step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from amptrain import TrainConfig
+from amptrain.config import SCHEDULE_NAMES
+from amptrain.optim import build_schedule
+
+transformers = pytest.importorskip("transformers")
+
+LR = 3e-4
+
+
+def _rates(schedule: object, optimizer: torch.optim.Optimizer, steps: int) -> list[float]:
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()  # type: ignore[attr-defined]
+    return rates
+
+
+def _optimizer() -> torch.optim.Optimizer:
+    return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=LR)
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+@pytest.mark.parametrize(("total", "ratio"), [(7, 0.1), (30, 0.1), (50, 0.25), (12, 0.0)])
+def test_every_named_schedule_gives_transformers_rate_at_every_step(
+    name: str, total: int, ratio: float
+) -> None:
+    cfg = TrainConfig(lr_scheduler_type=name, warmup_ratio=ratio, learning_rate=LR)
+    ours = _optimizer()
+    mine = _rates(build_schedule(ours, cfg, total), ours, total + 3)  # past the end too
+    theirs = _optimizer()
+    args = transformers.TrainingArguments(output_dir="unused", warmup_steps=ratio, report_to=[])
+    reference = transformers.get_scheduler(
+        name, theirs, num_warmup_steps=args.get_warmup_steps(total), num_training_steps=total
+    )
+    assert mine == pytest.approx(_rates(reference, theirs, total + 3), rel=1e-12, abs=1e-18)
+    if ratio:  # the warm-up starts from 0, even in a run of under 10 steps
+        assert mine[0] == (LR if name == "constant" else 0.0)
+
+
+def test_cosine_with_a_floor_is_transformers_cosine_with_min_lr() -> None:
+    cfg = TrainConfig(lr_scheduler_type="cosine", warmup_ratio=0.2, min_lr_ratio=0.1)
+    ours, theirs = _optimizer(), _optimizer()
+    reference = transformers.get_scheduler(
+        "cosine_with_min_lr", theirs, num_warmup_steps=4, num_training_steps=20,
+        scheduler_specific_kwargs={"min_lr_rate": 0.1},
+    )  # fmt: skip
+    assert _rates(build_schedule(ours, cfg, 20), ours, 22) == pytest.approx(
+        _rates(reference, theirs, 22), rel=1e-12
+    )
+
+
+def test_an_unknown_schedule_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"\blr_scheduler_type\b"):
+        TrainConfig(lr_scheduler_type="cosine_annealing")
