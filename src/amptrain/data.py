@@ -189,15 +189,11 @@ def make_dataloader(
     dataset, collate = token_rows(
         data, pad_token_id=pad_token_id, padding_side=padding_side, world=world
     )
-    sampler: Sampler[int] | None = None  # a stream has its own order (and shard)
-    if isinstance(dataset, IterableDataset):
-        pass
-    elif world.distributed:
-        sampler = shard_sampler(
-            len(dataset), world, shuffle=shuffle, seed=seed
-        )
-    else:
-        sampler = EpochShuffle(len(dataset), seed) if shuffle else None
+    sampler: Sampler[int] | None = None  # a stream (IterableDataset) has its own order and shard
+    if world.distributed and not isinstance(dataset, IterableDataset):
+        sampler = shard_sampler(len(dataset), world, shuffle=shuffle, seed=seed)
+    elif shuffle and not isinstance(dataset, IterableDataset):
+        sampler = EpochShuffle(len(dataset), seed)
     return DataLoader(
         dataset,
         batch_size=batch_size,

@@ -236,6 +236,8 @@ def _build_step(
         scheduler=make_schedule(optimizer, shape.total_steps),
         max_grad_norm=cfg.max_grad_norm,
         loss_fn=parts.loss_fn,
+        reduce=world.sum if world.distributed else None,
+        ranks=world.size,
     )
 
 
