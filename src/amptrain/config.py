@@ -54,7 +54,7 @@ def check_types(cfg: Any) -> None:
 class TrainConfig:
     """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
 
-    precision: str = "32-true"
+    precision: str | int = "32-true"  # Lightning's names: 32, 16, "16-mixed", "bf16", ...
     epochs: int = 3
     batch_size: int = 8
     learning_rate: float = 3e-4
@@ -94,6 +94,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_types(self)
         canonical_precision(self.precision)
+        object.__setattr__(self, "precision", str(self.precision))  # Lightning's 16 is "16"
         if self.wandb_mode == "dryrun":  # W&B's older name for offline (WANDB_MODE=dryrun)
             object.__setattr__(self, "wandb_mode", "offline")
         checks = {

@@ -61,3 +61,17 @@ def test_cosine_with_a_floor_is_transformers_cosine_with_min_lr() -> None:
 def test_an_unknown_schedule_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"\blr_scheduler_type\b"):
         TrainConfig(lr_scheduler_type="cosine_annealing")
+
+
+@pytest.mark.parametrize(("given", "used"), [(16, "16-mixed"), ("16", "16-mixed"),
+                                             ("bf16", "bf16-mixed"), (32, "32-true")])  # fmt: skip
+def test_precision_takes_lightnings_names(given: object, used: str) -> None:
+    from amptrain import canonical_precision
+
+    cfg = TrainConfig(precision=given)  # type: ignore[arg-type]
+    assert canonical_precision(cfg.precision) == used
+
+
+def test_a_bool_is_no_precision() -> None:
+    with pytest.raises(ValueError, match=r"\bprecision\b"):
+        TrainConfig(precision=True)  # type: ignore[arg-type]
