@@ -68,6 +68,7 @@ class TrainConfig:
     lr_power: float = 1.0  # "polynomial": the decay's power (to transformers' lr_end, 1e-7)
     max_grad_norm: float | None = 1.0
     max_steps_per_epoch: int | None = None
+    max_steps: int | None = None  # optimizer steps of the whole run: overrides epochs
     max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
     grad_accum_steps: int = 1  # micro-batches per optimizer step
     log_every: int = 10  # optimizer steps between host reads of the loss and gradient norm
@@ -110,6 +111,7 @@ class TrainConfig:
             "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_steps_per_epoch": self.max_steps_per_epoch is None
             or self.max_steps_per_epoch >= 1,
+            "max_steps": self.max_steps is None or self.max_steps >= 1,
             "max_consecutive_skips": self.max_consecutive_skips >= 1,
             "grad_accum_steps": self.grad_accum_steps >= 1,
             "log_every": self.log_every >= 1,
@@ -138,6 +140,7 @@ class Layout:
     epochs: int
     batches_per_epoch: int  # micro-batches an epoch trains on
     grad_accum_steps: int  # micro-batches per optimizer step (the epoch's last step may have fewer)
+    max_steps: int | None = None  # the run ends at this step, inside its last epoch
 
     @property
     def steps_per_epoch(self) -> int:
@@ -147,7 +150,8 @@ class Layout:
     @property
     def total_steps(self) -> int:
         """Optimizer steps in the whole run."""
-        return self.epochs * self.steps_per_epoch
+        steps = self.epochs * self.steps_per_epoch
+        return steps if self.max_steps is None else min(steps, self.max_steps)
 
     def steps_after(self, batches: int) -> int:
         """Optimizer steps taken once ``batches`` micro-batches of an epoch are trained."""
@@ -159,20 +163,25 @@ class Layout:
 
 
 def layout(cfg: TrainConfig, batches: int | None) -> Layout:
-    """The run's :class:`Layout`, from the training loader's length (``None``: it has none)."""
-    cap = cfg.max_steps_per_epoch * cfg.grad_accum_steps if cfg.max_steps_per_epoch else None
+    """The run's :class:`Layout`, from the training loader's length (``None``: it has none).
+    ``max_steps`` sets the epochs (as many as its steps need; a stream's epoch is the run)."""
+    accum = cfg.grad_accum_steps
+    cap = cfg.max_steps_per_epoch * accum if cfg.max_steps_per_epoch else None
     if batches is None:  # an iterable dataset has no length: the epoch needs a stated size
-        if cap is None:
+        if cap is None and cfg.max_steps is None:
             raise ValueError(
                 "the training DataLoader has no length (an IterableDataset?): "
-                "pass max_steps_per_epoch"
+                "pass max_steps_per_epoch or max_steps"
             )
-        batches = cap
+        batches = cap if cap is not None else cfg.max_steps * accum  # type: ignore[operator]
     if cap is not None:
         batches = min(batches, cap)
     if batches == 0:
         raise ValueError("the training data gives no batch: is it empty?")
-    return Layout(cfg.epochs, batches, cfg.grad_accum_steps)
+    epochs = cfg.epochs
+    if cfg.max_steps is not None:
+        epochs = -(-cfg.max_steps // -(-batches // accum))
+    return Layout(epochs, batches, accum, cfg.max_steps)
 
 
 def check_device(cfg: TrainConfig) -> torch.device:

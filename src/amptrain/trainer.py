@@ -15,7 +15,7 @@ from torch import nn
 
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
-from amptrain.callbacks import Callback, checked
+from amptrain.callbacks import Callback, TrainState, checked
 from amptrain.collate import padding_of
 from amptrain.config import (
     Layout,
@@ -146,7 +146,7 @@ def _train(
             val_loader=loaders[1],
             log=log,
             progress=ProgressBar(writes and _on_terminal(cfg)),
-            callbacks=parts.callbacks,
+            callbacks=[*parts.callbacks, *_stop_at(shape)],
         )
         resumed = _resume(loop, cfg, device)
         start = time.perf_counter()
@@ -154,6 +154,21 @@ def _train(
     finally:
         log.close()
     return _result(loop, loaders, time.perf_counter() - start, resumed)
+
+
+class _StopAt(Callback):
+    """Ends the run once it has taken ``steps`` optimizer steps (``max_steps``)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_step_end(self, state: TrainState) -> None:
+        if state.step >= self.steps:
+            state.should_stop = True  # the planned end: no stop reason
+
+
+def _stop_at(shape: Layout) -> list[Callback]:
+    return [] if shape.max_steps is None else [_StopAt(shape.max_steps)]
 
 
 def _on_terminal(cfg: TrainConfig) -> bool:

@@ -75,3 +75,36 @@ def test_precision_takes_lightnings_names(given: object, used: str) -> None:
 def test_a_bool_is_no_precision() -> None:
     with pytest.raises(ValueError, match=r"\bprecision\b"):
         TrainConfig(precision=True)  # type: ignore[arg-type]
+
+
+def _tokens(rows: int) -> torch.Tensor:
+    return torch.randint(1, 20, (rows, 8), generator=torch.Generator().manual_seed(0))
+
+
+def _lrs(**options: object) -> tuple[object, list[float]]:
+    from amptrain import MetricsTracker, TinyGPT, fine_tune
+
+    tracker = MetricsTracker(history_size=100)
+    model = TinyGPT(20, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    result = fine_tune(model, tracker=tracker, log_every=1, **options)  # type: ignore[arg-type]
+    return result, [r["train/lr"] for r in tracker.history if "train/lr" in r]
+
+
+@pytest.mark.parametrize("epochs", [1, 9])
+def test_max_steps_overrides_epochs_and_sets_the_schedules_length(epochs: int) -> None:
+    # 4 steps an epoch: 6 steps end inside the second epoch, whatever epochs says
+    run = {"lr_scheduler_type": "linear", "warmup_ratio": 0.0, "learning_rate": 1e-3}
+    result, lrs = _lrs(train_data=_tokens(16), batch_size=4, epochs=epochs, max_steps=6, **run)
+    assert result.steps == 6 and len(result.epochs) == 2  # type: ignore[attr-defined]
+    assert lrs == pytest.approx([1e-3 * (6 - s) / 6 for s in range(6)])  # linear to 0 at 6
+
+
+def test_max_steps_sizes_a_stream_without_length() -> None:
+    from torch.utils.data import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(_tokens(40))
+
+    result, lrs = _lrs(train_data=Stream(), batch_size=4, max_steps=5)
+    assert result.steps == 5 and len(lrs) == 5  # type: ignore[attr-defined]
