@@ -61,7 +61,7 @@ def batch_inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torc
     for the model to take those its forward accepts. Text fields are left out.
 
     Without ``labels``, the positions ``attention_mask`` masks (padding, left or right) are
-    not scored.
+    not scored (:func:`scored_positions`).
     """
     input_ids, labels = unpack_batch(batch)
     inputs: dict[str, torch.Tensor] = {}
@@ -73,8 +73,17 @@ def batch_inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torc
         }
     mask = inputs.get("attention_mask")
     if mask is not None and batch.get("labels") is None:  # a mask comes only in a mapping
-        labels = input_ids.masked_fill(mask == 0, IGNORE_INDEX)
+        labels = input_ids.masked_fill(~scored_positions(mask), IGNORE_INDEX)
     return input_ids, labels, inputs
+
+
+def scored_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Where a label is scored: a real token whose predecessor is real too. Position t is
+    predicted from t - 1, so after left padding the first real token, which only padding
+    precedes, is not scored: left-padded rows score what right-padded ones do."""
+    keep = mask != 0
+    keep[:, 1:] &= keep[:, :-1].clone()
+    return keep
 
 
 def to_device(micro: MicroBatch, device: torch.device) -> MicroBatch:

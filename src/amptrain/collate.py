@@ -56,7 +56,9 @@ class PadRows:
     Every sequence field is padded to the batch's longest row on ``padding_side``:
     ``input_ids`` with ``pad_token_id``, ``labels`` with ``IGNORE_INDEX``, the rest with 0.
     A row without ``attention_mask`` gets one: 0 at the padding added here and, when
-    ``pad_token_id`` is given, wherever the row holds that id. Text fields are left out.
+    ``pad_token_id`` is given, wherever the row holds that id. Left-padded rows without
+    ``position_ids`` get them, counted from each row's first real token (GPT-2 and Llama
+    would otherwise place the tokens after the padding). Text fields are left out.
     """
 
     def __init__(self, pad_token_id: int | None = None, padding_side: str = "right") -> None:
@@ -72,6 +74,10 @@ class PadRows:
         batch = {name: self._field(rows, name) for name in names}
         if "attention_mask" not in batch:
             batch["attention_mask"] = self._mask(rows, batch)
+        if self.padding_side == "left" and "position_ids" not in batch:
+            # left padding shifts every token's position: count them from the first real one
+            # (models without position_ids in their forward never see this field)
+            batch["position_ids"] = (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
         return batch
 
     def _field(self, rows: list[Mapping[str, Any]], name: str) -> torch.Tensor:
