@@ -67,7 +67,11 @@ def gpt2(seed: int = 0) -> torch.nn.Module:
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=0, bos_token_id=1,
         eos_token_id=1,
     )  # fmt: skip
-    return transformers.GPT2LMHeadModel(config)
+    model = transformers.GPT2LMHeadModel(config)
+    # transformers infers the loss from the class name, which GPT2LMHeadModel's does not hold:
+    # unnamed, the Trainer counts a causal loss's tokens unshifted (one per row too many)
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 def llama(seed: int = 0) -> torch.nn.Module:
