@@ -18,8 +18,6 @@ from amptrain import fine_tune
 
 from . import ddp_tokens_worker as worker
 
-pytestmark = pytest.mark.integration
-
 
 def test_two_ranks_train_and_validate_as_one_process(tmp_path: Path) -> None:
     command = [
