@@ -1,4 +1,4 @@
-"""docs/huggingface.md's GPT-2 example runs as written and trains."""
+"""docs/huggingface.md's examples run as written: GPT-2 trains, and is saved in its own format."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ DOC = Path(__file__).parents[2] / "docs" / "huggingface.md"
 
 
 def test_the_gpt2_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (block,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    block, saving = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(block.strip().splitlines()) < 20
     gpt2().save_pretrained(tmp_path / "gpt2-tiny")  # the folder the example loads
     build_tokenizer().save_pretrained(tmp_path / "gpt2-tiny")
@@ -25,3 +25,5 @@ def test_the_gpt2_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mo
     losses = scope["result"].val_loss_history  # type: ignore[attr-defined]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert (tmp_path / "gpt2-alice" / "model.safetensors").is_file()
+    exec(compile(saving, str(DOC), "exec"), scope)  # goes on from the first example
+    assert (tmp_path / "gpt2-alice" / "best" / "model.safetensors").is_file()
