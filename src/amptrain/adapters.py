@@ -10,25 +10,30 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from amptrain import config
+from amptrain.collate import field_tensor, is_text
 from amptrain.data import IGNORE_INDEX
 from amptrain.precision import PrecisionPlan
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MicroBatch = tuple[torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor]]
+_TARGETS = ("input_ids", "labels")  # read by unpack_batch; every other field is an input
 
 
 def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, labels)`` from a tensor, a tuple/list, or a mapping with ``input_ids``.
+    """``(input_ids, labels)`` from a tensor, a NumPy array, a tuple/list, or a mapping with
+    ``input_ids`` (a ``BatchEncoding`` too); integer ids as int64 (embeddings and the loss
+    take no other).
 
     Without labels, the labels are the input ids (next-token prediction is shifted later).
     """
     labels = None
-    if isinstance(batch, torch.Tensor):
+    if isinstance(batch, torch.Tensor | np.ndarray):
         input_ids = batch
     elif isinstance(batch, Mapping):
         if "input_ids" not in batch:
@@ -39,23 +44,46 @@ def unpack_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         labels = batch[1] if len(batch) > 1 else None
     else:
         raise TypeError(f"cannot read token ids from a batch of type {type(batch).__name__}")
-    return input_ids, input_ids if labels is None else labels
+    input_ids = _ids(input_ids, "input_ids")
+    return input_ids, input_ids if labels is None else _ids(labels, "labels")
+
+
+def _ids(value: Any, name: str) -> torch.Tensor:
+    tensor = field_tensor(value, name)
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise ValueError(f"batch field {name!r} must hold integer token ids, got {tensor.dtype}")
+    return tensor
 
 
 def batch_inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """``(input_ids, labels, inputs)``: the ids, the labels, and what else the model takes.
+    """``(input_ids, labels, inputs)``: the ids, the labels, and every other field of a
+    mapping batch (``attention_mask``, ``position_ids``, ``token_type_ids``, ...) as a tensor,
+    for the model to take those its forward accepts. Text fields are left out.
 
-    A mapping's ``attention_mask`` is passed on to the model; without ``labels``, the
-    positions it masks (padding, left or right) are not scored.
+    Without ``labels``, the positions ``attention_mask`` masks (padding, left or right) are
+    not scored (:func:`scored_positions`).
     """
     input_ids, labels = unpack_batch(batch)
     inputs: dict[str, torch.Tensor] = {}
-    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
-    if mask is not None:
-        inputs["attention_mask"] = mask
-        if batch.get("labels") is None:
-            labels = input_ids.masked_fill(mask == 0, IGNORE_INDEX)
+    if isinstance(batch, Mapping):
+        inputs = {
+            name: field_tensor(value, name)
+            for name, value in batch.items()
+            if name not in _TARGETS and value is not None and not is_text(value)
+        }
+    mask = inputs.get("attention_mask")
+    if mask is not None and batch.get("labels") is None:  # a mask comes only in a mapping
+        labels = input_ids.masked_fill(~scored_positions(mask), IGNORE_INDEX)
     return input_ids, labels, inputs
+
+
+def scored_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Where a label is scored: a real token whose predecessor is real too. Position t is
+    predicted from t - 1, so after left padding the first real token, which only padding
+    precedes, is not scored: left-padded rows score what right-padded ones do."""
+    keep = mask != 0
+    keep[:, 1:] &= keep[:, :-1].clone()
+    return keep
 
 
 def to_device(micro: MicroBatch, device: torch.device) -> MicroBatch:

@@ -20,6 +20,11 @@ from torch import nn
 from amptrain._stack import outside_stacklevel
 from amptrain.precision import canonical_precision
 
+# transformers.get_scheduler's names that amptrain.optim builds
+SCHEDULE_NAMES = (
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+)  # fmt: skip
+
 # The types each annotation of TrainConfig admits (bool is not an int here).
 _TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
@@ -51,15 +56,21 @@ def check_types(cfg: Any) -> None:
 class TrainConfig:
     """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
 
-    precision: str = "32-true"
+    precision: str | int = "32-true"  # Lightning's names: 32, 16, "16-mixed", "bf16", ...
     epochs: int = 3
     batch_size: int = 8
     learning_rate: float = 3e-4
     weight_decay: float = 0.01
-    warmup_ratio: float = 0.1  # share of all steps spent warming the learning rate up
-    min_lr_ratio: float = 0.1  # the cosine decay ends at learning_rate * min_lr_ratio
+    # the learning-rate schedule, by transformers' name: linear, cosine, cosine_with_restarts,
+    # polynomial, constant, constant_with_warmup (each as transformers.get_scheduler gives it)
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.1  # share of all steps (rounded up) warming the rate up from 0
+    min_lr_ratio: float = 0.0  # "cosine" ends at learning_rate * min_lr_ratio
+    lr_cycles: int = 1  # "cosine_with_restarts": hard restarts
+    lr_power: float = 1.0  # "polynomial": the decay's power (to transformers' lr_end, 1e-7)
     max_grad_norm: float | None = 1.0
     max_steps_per_epoch: int | None = None
+    max_steps: int | None = None  # optimizer steps of the whole run: overrides epochs
     max_consecutive_skips: int = 10  # steps skipped in a row (non-finite) before the run stops
     grad_accum_steps: int = 1  # micro-batches per optimizer step
     log_every: int = 10  # optimizer steps between host reads of the loss and gradient norm
@@ -74,7 +85,8 @@ class TrainConfig:
     deterministic: bool = False
     num_workers: int | None = None
     collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
-    pad_token_id: int = 0
+    pad_token_id: int | None = None  # given: the positions holding it are padding (not scored)
+    padding_side: str = "right"  # where ragged rows are padded ("left" for some decoders)
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
     console: bool = False
     jsonl_path: str | None = None
@@ -86,6 +98,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_types(self)
         canonical_precision(self.precision)
+        object.__setattr__(self, "precision", str(self.precision))  # Lightning's 16 is "16"
         if self.wandb_mode == "dryrun":  # W&B's older name for offline (WANDB_MODE=dryrun)
             object.__setattr__(self, "wandb_mode", "offline")
         checks = {
@@ -95,9 +108,13 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0,
             "warmup_ratio": 0 <= self.warmup_ratio < 1,
             "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+            "lr_scheduler_type": self.lr_scheduler_type in SCHEDULE_NAMES,
+            "lr_cycles": self.lr_cycles >= 1,
+            "lr_power": self.lr_power > 0 and math.isfinite(self.lr_power),
             "max_grad_norm": self.max_grad_norm is None or self.max_grad_norm > 0,
             "max_steps_per_epoch": self.max_steps_per_epoch is None
             or self.max_steps_per_epoch >= 1,
+            "max_steps": self.max_steps is None or self.max_steps >= 1,
             "max_consecutive_skips": self.max_consecutive_skips >= 1,
             "grad_accum_steps": self.grad_accum_steps >= 1,
             "log_every": self.log_every >= 1,
@@ -107,6 +124,8 @@ class TrainConfig:
             "num_workers": self.num_workers is None or self.num_workers >= 0,
             "collective_timeout": self.collective_timeout is None
             or (self.collective_timeout > 0 and math.isfinite(self.collective_timeout)),
+            "pad_token_id": self.pad_token_id is None or self.pad_token_id >= 0,
+            "padding_side": self.padding_side in ("right", "left"),
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():
@@ -126,6 +145,7 @@ class Layout:
     epochs: int
     batches_per_epoch: int  # micro-batches an epoch trains on
     grad_accum_steps: int  # micro-batches per optimizer step (the epoch's last step may have fewer)
+    max_steps: int | None = None  # the run ends at this step, inside its last epoch
 
     @property
     def steps_per_epoch(self) -> int:
@@ -135,7 +155,8 @@ class Layout:
     @property
     def total_steps(self) -> int:
         """Optimizer steps in the whole run."""
-        return self.epochs * self.steps_per_epoch
+        steps = self.epochs * self.steps_per_epoch
+        return steps if self.max_steps is None else min(steps, self.max_steps)
 
     def steps_after(self, batches: int) -> int:
         """Optimizer steps taken once ``batches`` micro-batches of an epoch are trained."""
@@ -147,20 +168,25 @@ class Layout:
 
 
 def layout(cfg: TrainConfig, batches: int | None) -> Layout:
-    """The run's :class:`Layout`, from the training loader's length (``None``: it has none)."""
-    cap = cfg.max_steps_per_epoch * cfg.grad_accum_steps if cfg.max_steps_per_epoch else None
+    """The run's :class:`Layout`, from the training loader's length (``None``: it has none).
+    ``max_steps`` sets the epochs (as many as its steps need; a stream's epoch is the run)."""
+    accum = cfg.grad_accum_steps
+    cap = cfg.max_steps_per_epoch * accum if cfg.max_steps_per_epoch else None
     if batches is None:  # an iterable dataset has no length: the epoch needs a stated size
-        if cap is None:
+        if cap is None and cfg.max_steps is None:
             raise ValueError(
                 "the training DataLoader has no length (an IterableDataset?): "
-                "pass max_steps_per_epoch"
+                "pass max_steps_per_epoch or max_steps"
             )
-        batches = cap
+        batches = cap if cap is not None else cfg.max_steps * accum  # type: ignore[operator]
     if cap is not None:
         batches = min(batches, cap)
     if batches == 0:
         raise ValueError("the training data gives no batch: is it empty?")
-    return Layout(cfg.epochs, batches, cfg.grad_accum_steps)
+    epochs = cfg.epochs
+    if cfg.max_steps is not None:
+        epochs = -(-cfg.max_steps // -(-batches // accum))
+    return Layout(epochs, batches, accum, cfg.max_steps)
 
 
 def check_device(cfg: TrainConfig) -> torch.device:

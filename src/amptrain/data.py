@@ -28,7 +28,8 @@ from amptrain.distributed import ShardSampler, World, shard_loader, shard_sample
 
 IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
-TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader
+# token tensors, a DataLoader, or what amptrain.collate reads (BatchEncoding, rows, datasets)
+TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader | Any
 
 
 def seed_everything(seed: int, *, deterministic: bool = False) -> None:
@@ -173,37 +174,43 @@ def make_dataloader(
     device: torch.device,
     seed: int = 0,
     num_workers: int | None = None,
-    pad_token_id: int = 0,
+    pad_token_id: int | None = None,
+    padding_side: str = "right",
     world: World | None = None,
 ) -> DataLoader:
-    """Wrap token ids in a DataLoader; a ready DataLoader is returned unchanged (under
-    torchrun, rebuilt over this rank's shard).
+    """Wrap token data in a DataLoader; a ready DataLoader is returned unchanged (under
+    torchrun, rebuilt over this rank's shard). Rows of other shapes (``BatchEncoding``, row
+    mappings, NumPy, ``datasets``) are read and padded by :func:`amptrain.collate.token_rows`.
 
     Workers prefetch batches and stay alive across epochs; on CUDA, batches are pinned so
     the host-to-device copy can be ``non_blocking``. ``num_workers=None`` picks 2 on CUDA and
-    1 on CPU (the CPU's cores are the ones doing the training).
+    none on CPU: the rows are in memory, and a worker process would only take a core from
+    the training.
     """
+    from amptrain.collate import token_rows  # it reads rows with this module's datasets
+
     world = world or World()
     if isinstance(data, DataLoader):
         return shard_loader(data, world, shuffle=shuffle, seed=seed)
     if num_workers is None:
-        num_workers = 2 if device.type == "cuda" else 1
+        num_workers = 2 if device.type == "cuda" else 0
     num_workers = min(num_workers, os.cpu_count() or 1)
     generator = torch.Generator()
     generator.manual_seed(seed)  # the workers' seeds; the order has a generator of its own
     workers = num_workers > 0
-    dataset = _SequenceDataset(data)
-    if world.distributed:
-        sampler: Sampler[int] | None = shard_sampler(
-            len(dataset), world, shuffle=shuffle, seed=seed
-        )
-    else:
-        sampler = EpochShuffle(len(dataset), seed) if shuffle else None
+    dataset, collate = token_rows(
+        data, pad_token_id=pad_token_id, padding_side=padding_side, world=world
+    )
+    sampler: Sampler[int] | None = None  # a stream (IterableDataset) has its own order and shard
+    if world.distributed and not isinstance(dataset, IterableDataset):
+        sampler = shard_sampler(len(dataset), world, shuffle=shuffle, seed=seed)
+    elif shuffle and not isinstance(dataset, IterableDataset):
+        sampler = EpochShuffle(len(dataset), seed)
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
-        collate_fn=PadCollate(pad_token_id),
+        collate_fn=collate,
         num_workers=num_workers,
         pin_memory=device.type == "cuda",
         persistent_workers=workers,

@@ -44,7 +44,10 @@ class TrainStep:
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
     ``loss_fn(logits, labels)`` returns the mean over the counted tokens (labels not
-    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default.
+    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default. Under DDP, ``reduce``
+    (a sum over the ``ranks`` processes) makes the step's loss the sum over every rank's
+    tokens divided by their global count (transformers' ``average_tokens_across_devices``),
+    not the mean of each rank's mean, which unequal padding would bias.
     """
 
     def __init__(
@@ -56,6 +59,8 @@ class TrainStep:
         scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
         max_grad_norm: float | None = 1.0,
         loss_fn: LossFn = lm_loss,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        ranks: int = 1,
     ) -> None:
         self.model = model
         self.adapter = ModelAdapter(model)
@@ -64,6 +69,7 @@ class TrainStep:
         self.scheduler = scheduler
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.loss_fn = loss_fn
+        self.reduce, self.ranks = reduce, ranks
         self.scaler = plan.grad_scaler()
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
@@ -105,16 +111,20 @@ class TrainStep:
         return StepOutput(loss=loss, grad_norm=grad_norm.detach())
 
     def _backward(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
-        """Scaled backward of every micro-batch; the step's loss, detached."""
+        """Scaled backward of every micro-batch, each weighted by its share of the step's
+        counted tokens (over all ranks: DDP then averages the gradients); the step's loss
+        on this rank, detached (its mean over ranks is the global token mean)."""
         if not micro_batches:
             raise ValueError("a training step needs at least one micro-batch")
-        if len(micro_batches) == 1:
+        if len(micro_batches) == 1 and self.reduce is None:
             input_ids, labels, inputs = micro_batches[0]
             loss = self._loss(input_ids, labels, inputs)
             self.scaler.scale(loss).backward()
             return loss.detach()
         counts = [scored_tokens(labels) for _, labels, _ in micro_batches]
         total = torch.stack(counts).sum()
+        if self.reduce is not None:  # every rank's tokens, per rank (DDP divides by ranks)
+            total = self.reduce(total) / self.ranks
         step_loss = torch.zeros((), dtype=torch.float32, device=total.device)
         last = len(micro_batches) - 1
         for i, ((input_ids, labels, inputs), count) in enumerate(

@@ -15,7 +15,8 @@ from torch import nn
 
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
-from amptrain.callbacks import Callback, check_validation, checked
+from amptrain.callbacks import Callback, TrainState, check_validation, checked
+from amptrain.collate import padding_of
 from amptrain.config import (
     Layout,
     TrainConfig,
@@ -65,14 +66,18 @@ def fine_tune(
     loss_fn: LossFn | None = None,
     optimizer_factory: OptimizerFactory | None = None,
     scheduler_factory: SchedulerFactory | None = None,
+    tokenizer: Any = None,
     **options: Any,
 ) -> FineTuneResult:
     """Fine-tune ``model`` on token ids with a next-token language-model loss.
 
     ``train_data`` and ``val_data`` are a ``[N, T]`` tensor of token ids, a list of 1-D
-    tensors (padded; padding is ignored), or a ready DataLoader. ``options`` are
-    :class:`TrainConfig` fields and override ``config``. The precision falls back (with one
-    warning) where the device cannot run it; the result records the one used.
+    tensors (padded; padding is ignored), a ready DataLoader, or rows as Hugging Face hands
+    them over (a ``BatchEncoding``, a list of mappings, NumPy arrays, a ``datasets``
+    ``Dataset`` or ``IterableDataset``: see :mod:`amptrain.collate`). ``options`` are
+    :class:`TrainConfig` fields and override ``config``; a ``tokenizer`` gives its
+    ``pad_token_id`` and ``padding_side`` unless ``options`` set them. The precision falls
+    back (with one warning) where the device cannot run it; the result records the one used.
 
     ``loss_fn(logits, labels)`` replaces the next-token cross-entropy for training (validation
     keeps it, so perplexity means what it says); ``optimizer_factory(model)`` and
@@ -81,7 +86,7 @@ def fine_tune(
     shard of the data, and only rank 0 writes sinks and checkpoints. ``tracker`` counts the
     run's records; its sinks are written by rank 0 only, and are closed at the end.
     """
-    cfg = dataclasses.replace(config or TrainConfig(), **options)
+    cfg = dataclasses.replace(config or TrainConfig(), **{**padding_of(tokenizer), **options})
     parts = _Parts(checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
     check_validation(parts.callbacks, val_data is not None)
     dtype = check_model(model)
@@ -142,7 +147,7 @@ def _train(
             val_loader=loaders[1],
             log=log,
             progress=ProgressBar(writes and _on_terminal(cfg)),
-            callbacks=parts.callbacks,
+            callbacks=[*parts.callbacks, *_stop_at(shape)],
         )
         resumed = _resume(loop, cfg, device)
         start = time.perf_counter()
@@ -154,6 +159,21 @@ def _train(
     finally:
         log.close()
     return _result(loop, loaders, time.perf_counter() - start, resumed)
+
+
+class _StopAt(Callback):
+    """Ends the run once it has taken ``steps`` optimizer steps (``max_steps``)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_step_end(self, state: TrainState) -> None:
+        if state.step >= self.steps:
+            state.should_stop = True  # the planned end: no stop reason
+
+
+def _stop_at(shape: Layout) -> list[Callback]:
+    return [] if shape.max_steps is None else [_StopAt(shape.max_steps)]
 
 
 def _on_terminal(cfg: TrainConfig) -> bool:
@@ -188,6 +208,7 @@ def _loaders(
         "seed": cfg.seed,
         "num_workers": cfg.num_workers,
         "pad_token_id": cfg.pad_token_id,
+        "padding_side": cfg.padding_side,
         "world": world,
     }
     train = make_dataloader(train_data, shuffle=True, **args)
@@ -235,6 +256,8 @@ def _build_step(
         scheduler=make_schedule(optimizer, shape.total_steps),
         max_grad_norm=cfg.max_grad_norm,
         loss_fn=parts.loss_fn,
+        reduce=world.sum if world.distributed else None,
+        ranks=world.size,
     )
 
 

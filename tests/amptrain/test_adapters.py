@@ -63,7 +63,8 @@ def test_without_labels_the_masked_positions_are_not_scored() -> None:
     ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 4]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])  # left padding on the first row
     _, labels, inputs = batch_inputs({"input_ids": ids, "attention_mask": mask})
-    assert labels.tolist() == [[IGNORE_INDEX, IGNORE_INDEX, 5, 6], [7, 8, 9, 4]]
+    # 5 would be predicted from padding alone: not scored, as no row's first token is
+    assert labels.tolist() == [[IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, 6], [7, 8, 9, 4]]
     assert set(inputs) == {"attention_mask"}
     assert batch_inputs(ids)[2] == {}  # a bare tensor has nothing else
 
@@ -251,10 +252,9 @@ def test_attention_mask_reaches_the_model_and_padding_is_not_scored(
 ) -> None:
     model, tracker = _MaskAware(make_model()), MetricsTracker()
     batches = _left_padded(tokens)
-    expected = lm_loss(
-        make_model()(batches[0]["input_ids"]),
-        batches[0]["input_ids"].masked_fill(batches[0]["attention_mask"] == 0, -100),
-    ).item()
+    scored = batches[0]["input_ids"].masked_fill(batches[0]["attention_mask"] == 0, -100)
+    scored[:, 4] = -100  # the first real token: only padding precedes it
+    expected = lm_loss(make_model()(batches[0]["input_ids"]), scored).item()
     loader = DataLoader(batches, batch_size=None)  # ready batches, as a tokenizer pipeline gives
     fine_tune(model, loader, epochs=1, tracker=tracker, max_grad_norm=None, learning_rate=1e-9)
     assert any(m is not None and torch.equal(m, batches[0]["attention_mask"]) for m in model.masks)

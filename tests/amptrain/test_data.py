@@ -217,12 +217,14 @@ def test_the_loaders_settings_follow_the_device(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     data = synthetic_token_data(10, 6, 20)
     make = lambda **kw: make_dataloader(data, batch_size=4, **kw)  # noqa: E731
-    cpu = make(shuffle=True, device=CPU)  # built, never iterated: no worker starts
-    assert (cpu.num_workers, cpu.pin_memory, cpu.prefetch_factor, cpu.persistent_workers) == (
-        1, False, 2, True,
-    )  # fmt: skip
-    assert cpu.worker_init_fn is _seed_worker and cpu.collate_fn.pad_token_id == 0
+    # in-memory rows on the CPU: no worker process takes a core from the training
+    cpu = make(shuffle=True, device=CPU)
+    assert (cpu.num_workers, cpu.pin_memory, cpu.persistent_workers) == (0, False, False)
+    assert cpu.collate_fn.pad_token_id == 0
     assert cpu.sampler.seed == 0 and cpu.generator.initial_seed() == 0
+    one = make(shuffle=True, device=CPU, num_workers=1)  # built, never iterated: none starts
+    assert (one.num_workers, one.prefetch_factor, one.persistent_workers) == (1, 2, True)
+    assert one.worker_init_fn is _seed_worker
     gpu = make(shuffle=True, device=torch.device("cuda"))  # pinned batches, two workers
     assert (gpu.num_workers, gpu.pin_memory) == (2, True)
     assert make(shuffle=False, device=CPU, num_workers=64).num_workers == 16  # the cores

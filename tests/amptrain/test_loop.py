@@ -100,9 +100,9 @@ def test_the_logged_learning_rate_is_the_one_the_step_used(model: TinyGPT, token
     fine_tune(
         model, tokens(64), epochs=1, batch_size=4, learning_rate=1e-3, warmup_ratio=0.25,
         tracker=tracker, num_workers=0,
-    )  # fmt: skip  # 16 steps: the first 4 warm up, the first at 1/4 of the rate
+    )  # fmt: skip  # 16 steps: the first 4 warm up from 0 (as transformers does)
     lrs = [r["train/lr"] for r in tracker.history]
-    assert lrs[:4] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert lrs[:5] == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3])
 
 
 # --- reading back and validating -------------------------------------------------------------
@@ -532,7 +532,7 @@ def test_a_run_without_a_scheduler_resumes_exactly(
 def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(
     tmp_path: Path, make_model: Models, tokens: Tokens
 ) -> None:
-    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path)}
+    args = {**RUN, "epochs": 1, "checkpoint_dir": str(tmp_path), "min_lr_ratio": 0.1}
     fine_tune(make_model(), tokens(40), **args)  # its checkpoint holds the schedule's state
     with pytest.warns(ResumeSettingsWarning):  # one more epoch than the checkpoint's run
         result = fine_tune(
@@ -542,6 +542,7 @@ def test_a_saved_schedule_is_left_alone_by_a_run_resumed_without_one(
     assert result.steps == 20
     # the rate the saved optimizer holds after the schedule's last step (its floor), kept
     assert result.epochs[1].learning_rate == pytest.approx(TrainConfig().learning_rate * 0.1)
+    assert result.epochs[1].learning_rate > 0  # the floor is not the default 0
 
 
 def _poisoned_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,43 @@
+"""Under torchrun (2 ranks, gloo) the loss is every rank's token losses summed and divided by
+the global token count, and validation scores each row once: the run equals one process on
+the same global batch, with rows of very unequal length and a row count that 2 does not
+divide."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from amptrain import fine_tune
+
+from . import ddp_tokens_worker as worker
+
+
+def test_two_ranks_train_and_validate_as_one_process(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(Path(worker.__file__)), str(tmp_path),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranked = json.loads((tmp_path / "rank-0.json").read_text())
+    weights = torch.load(tmp_path / "weights-0.pt", weights_only=True)
+
+    single = worker.model()
+    train, val = worker.rows(worker.TRAIN_LENGTHS, 0), worker.rows(worker.VAL_LENGTHS, 1)
+    alone = fine_tune(single, train, val, batch_size=4, **worker.RUN).to_dict()
+
+    losses = [e["train_loss"] for e in ranked["epochs"]]
+    assert losses == pytest.approx([e["train_loss"] for e in alone["epochs"]], abs=1e-5)
+    for key, value in single.state_dict().items():
+        assert torch.allclose(weights[key], value, atol=1e-5), key
+    for ddp_eval, one_eval in zip(ranked["evals"], alone["evals"], strict=True):
+        for key in ("val/loss", "val/perplexity", "val/accuracy"):
+            assert ddp_eval[key] == pytest.approx(one_eval[key], abs=1e-5), key

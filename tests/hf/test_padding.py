@@ -1,0 +1,53 @@
+"""Padding never trains: a pad id marks it in token tensors, a mask in rows, left padding
+keeps every token's position, and the token rate counts real tokens only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from amptrain import TinyGPT, fine_tune
+
+from .conftest import MODELS, encode
+
+PAD = 0
+RUN = {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3, "log_every": 1}
+
+
+def _weights(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _tiny() -> TinyGPT:
+    torch.manual_seed(0)
+    return TinyGPT(20, d_model=16, n_layers=1, n_heads=2, max_seq_len=12)
+
+
+def test_a_padded_tensor_with_its_pad_id_trains_as_the_unpadded_rows() -> None:
+    rows = torch.randint(1, 20, (8, 7), generator=torch.Generator().manual_seed(0))
+    padded = torch.cat([rows, torch.full((8, 5), PAD)], dim=1)  # 5 pad columns on the right
+    plain, reference = _tiny(), _tiny()
+    unpadded = fine_tune(reference, rows, **RUN)
+    result = fine_tune(plain, padded, pad_token_id=PAD, **RUN)
+    assert result.train_loss_history == pytest.approx(unpadded.train_loss_history, abs=1e-6)
+    assert torch.allclose(_weights(plain), _weights(reference), atol=1e-6)
+    # the token rate counts the 56 real tokens an epoch, not the 96 positions
+    for epoch in result.epochs:
+        assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(56)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_left_padded_rows_train_as_right_padded_ones(name: str, tokenizer: Any) -> None:
+    rows = encode(tokenizer, 8)  # rows of unequal length
+    runs = {}
+    for side in ("right", "left"):
+        model = MODELS[name]()
+        result = fine_tune(model, rows, rows, tokenizer=tokenizer, padding_side=side, **RUN)
+        runs[side] = (result, _weights(model))
+    (right, right_weights), (left, left_weights) = runs["right"], runs["left"]
+    assert left.train_loss_history == pytest.approx(right.train_loss_history, abs=1e-5)
+    assert left.val_loss_history == pytest.approx(right.val_loss_history, abs=1e-5)
+    assert torch.allclose(left_weights, right_weights, atol=1e-5)
