@@ -41,15 +41,22 @@ _RERUN = ("rerunFailure", "rerunError")  # Surefire/nextest: a re-run that faile
 _FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later passed
 
 
+# pytest writes one <failure>, <error> or <skipped> element for each report it counts in
+# failures=, errors= and skipped=, but counts in tests= every passing report too: each subtest
+# that passed (pytest-subtests, pytest 9's subtests, unittest's subTest) writes no element.
+_PYTEST_COUNTS = {"failures": "failure", "errors": "error", "skipped": "skipped"}
+
+
 @dataclass
 class _Suite:
-    """An open ``<testsuite>``: its name, place in the file and declared test count."""
+    """An open ``<testsuite>``: its name, place in the file, the counts it declares (``tests``,
+    ``failures``, ...) and the elements it holds (``testcase``, ``failure``, ...)."""
 
     name: str
     ordinal: int
     file: str = ""
-    declared: int | None = None
-    held: int = 0
+    declared: dict[str, int | None] = field(default_factory=dict)
+    held: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -238,16 +245,23 @@ def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: 
     if elem.tag == "testsuite":
         ctx.suites += 1
         name, file = elem.get("name") or "", elem.get("file") or ""
-        suites.append(_Suite(name, ctx.suites, file, _int(elem.get("tests"))))
+        declared = {a: _int(elem.get(a)) for a in ("tests", *_PYTEST_COUNTS)}
+        suites.append(_Suite(name, ctx.suites, file, declared))
     open_.append(elem)
 
 
 def _close_suite(suite: _Suite, ctx: _Context) -> None:
-    if suite.declared is not None and suite.held < suite.declared:
-        ctx.mismatches.append(
-            f"suite {suite.name or '(unnamed)'} declares {suite.declared} tests; "
-            f"the file holds {suite.held}"
-        )
+    """A count the suite declares that is larger than what it holds: the file lost tests. A
+    pytest suite is checked by its failures, errors and skips, one element each; its tests=
+    also counts passing subtests, which leave no element."""
+    checks = {"tests": "testcase"} if not ctx.pytest else _PYTEST_COUNTS
+    for attribute, element in checks.items():
+        declared, held = suite.declared.get(attribute), suite.held[element]
+        if declared is not None and held < declared:
+            ctx.mismatches.append(
+                f"suite {suite.name or '(unnamed)'} declares {declared} {attribute}; "
+                f"the file holds {held}"
+            )
 
 
 def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
@@ -266,8 +280,10 @@ def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
             ctx.cases += 1
             suite = suites[-1] if suites else top
             grouped.setdefault(_key(elem, suite, ctx), []).append(_case(elem, ctx, suite))
+            held = Counter(child.tag for child in elem)
+            held["testcase"] = 1
             for open_suite in suites:
-                open_suite.held += 1
+                open_suite.held.update(held)
         elif elem.tag == "testsuite":
             _close_suite(suites.pop(), ctx)
         if parent is not None and (
