@@ -93,13 +93,14 @@ def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
 def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) -> Failure:
     message = child.get("message") or ""
     text = "".join(child.itertext())[:TEXT_LIMIT]  # Surefire nests <stackTrace> inside
-    location = None
-    if child.get("file"):
-        location = Location(relative(child.get("file", ""), ctx.root), _int(child.get("line")))
+    file = child.get("file")
+    location: Location | None
+    if file:
+        location = Location(relative(file, ctx.root), _int(child.get("line")))
     elif ctx.pytest:
         location = innermost_frame(text, ctx.root)
     else:
-        own = (case.get("file") or "", suite.file)
+        own = [f for f in (case.get("file"), suite.file) if f]
         location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname") or "", own)
     location = location or _case_location(case, ctx)
     kind = "error" if child.tag.lower().endswith("error") else "failure"
