@@ -78,7 +78,7 @@ def last_frame(text: str) -> Location | None:
     return Location(frames[-1]["file"], int(frames[-1]["line"])) if frames else None
 
 
-def _jvm_frame(text: str, classname: str) -> Location | None:
+def _jvm_frame(text: str, classname: str | None) -> Location | None:
     """The first frame of the test's own class (or its inner classes and lambdas); else the
     first frame outside the JVM's and the test frameworks' packages."""
     frames = list(_JVM_FRAME.finditer(text))
@@ -102,7 +102,9 @@ def _same_file(frame: str, own: Iterable[str]) -> bool:
     return False
 
 
-def first_frame(text: str, root: Path, classname: str, own_files: Iterable[str]) -> Location | None:
+def first_frame(
+    text: str, root: Path, classname: str | None, own_files: Iterable[str]
+) -> Location | None:
     """The place a non-pytest failure points to: the test class's frame of a JVM stack, else
     the first ``file:line`` in the test's own file, else the first outside the dependencies
     and the runtime (``node:internal``)."""

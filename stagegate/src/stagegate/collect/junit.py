@@ -101,10 +101,10 @@ def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) 
         location = innermost_frame(text, ctx.root)
     else:
         own = [f for f in (case.get("file"), suite.file) if f]
-        location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname") or "", own)
+        location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname"), own)
     location = location or _case_location(case, ctx)
     kind = "error" if child.tag.lower().endswith("error") else "failure"
-    return Failure(kind, message or text.strip().split("\n", 1)[0][:500], text, location)
+    return Failure(kind, message or text.strip().partition("\n")[0][:500], text, location)
 
 
 def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:

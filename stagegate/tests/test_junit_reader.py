@@ -1,0 +1,39 @@
+"""Details of the JUnit reader that decide what a report names: a failure with no message, the
+same test in two unnamed suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stagegate.collect import read_junit
+
+
+def _read(tmp_path: Path, document: str) -> dict:
+    path = tmp_path / "junit.xml"
+    path.write_text(document)
+    return {c.nodeid: c for c in read_junit(path, root=tmp_path).cases}
+
+
+def test_a_failure_without_a_message_is_named_by_its_first_line(tmp_path: Path) -> None:
+    text = "\n  expected 1, got 2\nat t.c:5\nat t.c:9\n"
+    cases = _read(
+        tmp_path,
+        f'<testsuite name="s"><testcase classname="c" name="t"><failure>{text}</failure>'
+        '</testcase><testcase classname="c" name="u"><error/></testcase></testsuite>',
+    )
+    failed = cases["c::t"]
+    assert failed.message == "expected 1, got 2" and failed.text == text
+    assert failed.failures[0].message == "expected 1, got 2"
+    assert cases["c::u"].message == "" and cases["c::u"].outcome == "error"
+
+
+def test_the_same_test_in_two_unnamed_suites_is_numbered_alone(tmp_path: Path) -> None:
+    suite = '<testsuite><testcase classname="c" name="t">{}</testcase></testsuite>'
+    cases = _read(
+        tmp_path,
+        f"<testsuites>{suite.format('<failure/>')}{suite.format('')}</testsuites>",
+    )
+    assert {n: c.outcome for n, c in cases.items()} == {
+        "c::t (#1)": "failed",
+        "c::t (#2)": "passed",
+    }
