@@ -37,3 +37,17 @@ def test_the_same_test_in_two_unnamed_suites_is_numbered_alone(tmp_path: Path) -
         "c::t (#1)": "failed",
         "c::t (#2)": "passed",
     }
+
+
+def test_the_worst_of_the_status_and_result_attributes_decides(tmp_path: Path) -> None:
+    said = {
+        "a": ('status="run" result="failed"', "failed"),
+        "b": ('status="failed" result="skipped"', "failed"),
+        "c": ('status="run" result="skipped"', "skipped"),  # GoogleTest's GTEST_SKIP
+        "d": ('status="run" result="completed"', "passed"),
+        "e": ('status="notrun" result="error"', "error"),
+    }
+    cases = "".join(f'<testcase classname="k" name="{n}" {a}/>' for n, (a, _) in said.items())
+    read = _read(tmp_path, f'<testsuite name="s">{cases}</testsuite>')
+    assert {n: read[f"k::{n}"].outcome for n in said} == {n: o for n, (_, o) in said.items()}
+    assert read["k::a"].message == "status failed" and read["k::c"].message == "status skipped"

@@ -36,6 +36,8 @@ _STATUS = {"fail": "failed", "failed": "failed", "failure": "failed", "error": "
 _STATUS |= {"errored": "error", "broken": "error", **dict.fromkeys(_NOT_RUN, "skipped")}
 # Worst first: the outcome of a test written several times is its worst attempt's.
 RANK = {"error": 4, "failed": 3, "flaky": 2, "passed": 1, "skipped": 0}
+_WORD_RANK = {word: RANK[outcome] for word, outcome in _STATUS.items()}
+_UNKNOWN_WORD = -1  # below every outcome: a word no producer documents claims nothing
 _FINAL = ("failure", "error")
 _RERUN = ("rerunFailure", "rerunError")  # Surefire/nextest: a re-run that failed again
 _FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later passed
@@ -131,7 +133,7 @@ def _status(case: ET.Element) -> tuple[str, str]:
     """(outcome, word): the worst outcome the ``status`` and ``result`` attributes claim
     (GoogleTest's ``notrun``, an export's ``failed``) and the word that said it; ("", "")."""
     said = [(case.get(a) or "").strip().lower() for a in ("status", "result")]
-    word = max(said, key=lambda w: RANK.get(_STATUS.get(w, ""), -1))
+    word = max(said, key=lambda w: _WORD_RANK.get(w, _UNKNOWN_WORD))
     return _STATUS.get(word, ""), word if word in _STATUS else ""
 
 
