@@ -51,3 +51,12 @@ def test_the_worst_of_the_status_and_result_attributes_decides(tmp_path: Path) -
     read = _read(tmp_path, f'<testsuite name="s">{cases}</testsuite>')
     assert {n: read[f"k::{n}"].outcome for n in said} == {n: o for n, (_, o) in said.items()}
     assert read["k::a"].message == "status failed" and read["k::c"].message == "status skipped"
+
+
+def test_a_skip_without_a_reason_says_none(tmp_path: Path) -> None:
+    cases = _read(
+        tmp_path,
+        '<testsuite name="s"><testcase classname="k" name="a"><skipped/></testcase>'
+        '<testcase classname="k" name="b" status="weird"><skipped/></testcase></testsuite>',
+    )
+    assert [(c.outcome, c.message) for c in cases.values()] == [("skipped", "")] * 2
