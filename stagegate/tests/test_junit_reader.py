@@ -53,10 +53,15 @@ def test_the_worst_of_the_status_and_result_attributes_decides(tmp_path: Path) -
     assert read["k::a"].message == "status failed" and read["k::c"].message == "status skipped"
 
 
-def test_a_skip_without_a_reason_says_none(tmp_path: Path) -> None:
+def test_a_skip_without_a_reason_and_a_pass_say_none(tmp_path: Path) -> None:
     cases = _read(
         tmp_path,
         '<testsuite name="s"><testcase classname="k" name="a"><skipped/></testcase>'
-        '<testcase classname="k" name="b" status="weird"><skipped/></testcase></testsuite>',
+        '<testcase classname="k" name="b" status="weird"><skipped/></testcase>'
+        '<testcase classname="k" name="c"/></testsuite>',
     )
-    assert [(c.outcome, c.message) for c in cases.values()] == [("skipped", "")] * 2
+    assert [(c.outcome, c.message, c.attempts) for c in cases.values()] == [
+        ("skipped", "", 1),
+        ("skipped", "", 1),
+        ("passed", "", 1),
+    ]
