@@ -18,6 +18,7 @@ from stagegate.model import Location
 
 DEPENDENCY_DIRS = {"site-packages", "dist-packages", "node_modules", ".nox", ".venv", ".tox"}
 _DRIVE = r"(?:[A-Za-z]:[\\/])?"
+_WINDOWS_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 # pytest's traceback lines: "src/pkg/mod.py:80: KeyError" or "C:\src\mod.py:80: in func".
 _PYTEST_FRAME = re.compile(rf"^(?P<file>{_DRIVE}[^\s:][^:\n]*\.py):(?P<line>\d+): ", re.MULTILINE)
 # Any other producer: "file.ext:LINE" (GoogleTest, Catch2's "at f.cpp:5", JavaScript stacks).
@@ -36,8 +37,9 @@ _JVM_LIBRARIES = (
 
 
 def parts(file: str) -> tuple[str, ...]:
-    """The path's parts, whether it was written with / or with \\."""
-    return PureWindowsPath(file).parts if "\\" in file else Path(file).parts
+    """The path's parts, whether it was written with / or with \\ (``C:/a`` is ``C:\\a``)."""
+    windows = "\\" in file or _WINDOWS_DRIVE.match(file)
+    return PureWindowsPath(file).parts if windows else Path(file).parts
 
 
 def in_dependency(file: str) -> bool:
@@ -64,8 +66,7 @@ def innermost_frame(text: str, root: Path | None = None) -> Location | None:
     dependency); the innermost frame of all when none does."""
     root = root or Path.cwd()
     frames = [
-        Location(relative(m["file"], root), int(m["line"]))
-        for m in _PYTEST_FRAME.finditer(text or "")
+        Location(relative(m["file"], root), int(m["line"])) for m in _PYTEST_FRAME.finditer(text)
     ]
     ours = [f for f in frames if _in_repo(f.file, root)]
     return (ours or frames or [None])[-1]
@@ -73,11 +74,11 @@ def innermost_frame(text: str, root: Path | None = None) -> Location | None:
 
 def last_frame(text: str) -> Location | None:
     """The innermost ``file.py:line`` of a pytest traceback, wherever it is."""
-    frames = list(_PYTEST_FRAME.finditer(text or ""))
+    frames = list(_PYTEST_FRAME.finditer(text))
     return Location(frames[-1]["file"], int(frames[-1]["line"])) if frames else None
 
 
-def _jvm_frame(text: str, classname: str) -> Location | None:
+def _jvm_frame(text: str, classname: str | None) -> Location | None:
     """The first frame of the test's own class (or its inner classes and lambdas); else the
     first frame outside the JVM's and the test frameworks' packages."""
     frames = list(_JVM_FRAME.finditer(text))
@@ -90,24 +91,31 @@ def _jvm_frame(text: str, classname: str) -> Location | None:
 
 
 def _same_file(frame: str, own: Iterable[str]) -> bool:
-    name = parts(frame)[-1:]
-    return any(o and (frame.endswith(o) or o.endswith(frame) or parts(o)[-1:] == name) for o in own)
+    """The frame's file is one of ``own``: the shorter path is the end of the longer, part for
+    part (``test/a.spec.js`` is ``/ci/test/a.spec.js``; ``src/a.spec.js`` is not)."""
+    mine = parts(frame)
+    for file in own:
+        theirs = parts(file)
+        shorter = min(len(mine), len(theirs))
+        if shorter and mine[-shorter:] == theirs[-shorter:]:
+            return True
+    return False
 
 
 def first_frame(
-    text: str, root: Path, classname: str = "", own_files: Iterable[str] = ()
+    text: str, root: Path, classname: str | None, own_files: Iterable[str]
 ) -> Location | None:
     """The place a non-pytest failure points to: the test class's frame of a JVM stack, else
     the first ``file:line`` in the test's own file, else the first outside the dependencies
     and the runtime (``node:internal``)."""
-    text = _FILE_URL.sub("", text or "")
+    text = _FILE_URL.sub("", text)
     found = _jvm_frame(text, classname)
     if found is not None:
-        return Location(relative(found.file, root), found.line)
+        return found  # a JVM frame names its file alone, never a path
     frames = [
         (m["file"], int(m["line"]))
         for m in _ANY_FRAME.finditer(text)
-        if not text.endswith("node:", 0, m.start()) and not in_dependency(m["file"])
+        if not text[: m.start()].endswith("node:") and not in_dependency(m["file"])
     ]
     own = [f for f in frames if _same_file(f[0], own_files)]
     chosen = (own or frames or [None])[0]

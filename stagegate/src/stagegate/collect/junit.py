@@ -36,20 +36,29 @@ _STATUS = {"fail": "failed", "failed": "failed", "failure": "failed", "error": "
 _STATUS |= {"errored": "error", "broken": "error", **dict.fromkeys(_NOT_RUN, "skipped")}
 # Worst first: the outcome of a test written several times is its worst attempt's.
 RANK = {"error": 4, "failed": 3, "flaky": 2, "passed": 1, "skipped": 0}
+_WORD_RANK = {word: RANK[outcome] for word, outcome in _STATUS.items()}
+_UNKNOWN_WORD = -1  # below every outcome: a word no producer documents claims nothing
 _FINAL = ("failure", "error")
 _RERUN = ("rerunFailure", "rerunError")  # Surefire/nextest: a re-run that failed again
 _FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later passed
 
 
+# pytest writes one <failure>, <error> or <skipped> element for each report it counts in
+# failures=, errors= and skipped=, but counts in tests= every passing report too: each subtest
+# that passed (pytest-subtests, pytest 9's subtests, unittest's subTest) writes no element.
+_PYTEST_COUNTS = {"failures": "failure", "errors": "error", "skipped": "skipped"}
+
+
 @dataclass
 class _Suite:
-    """An open ``<testsuite>``: its name, place in the file and declared test count."""
+    """An open ``<testsuite>``: its name, place in the file, the counts it declares (``tests``,
+    ``failures``, ...) and the elements it holds (``testcase``, ``failure``, ...)."""
 
     name: str
     ordinal: int
     file: str = ""
-    declared: int | None = None
-    held: int = 0
+    declared: dict[str, int | None] = field(default_factory=dict)
+    held: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -86,17 +95,18 @@ def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
 def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) -> Failure:
     message = child.get("message") or ""
     text = "".join(child.itertext())[:TEXT_LIMIT]  # Surefire nests <stackTrace> inside
-    location = None
-    if child.get("file"):
-        location = Location(relative(child.get("file", ""), ctx.root), _int(child.get("line")))
+    file = child.get("file")
+    location: Location | None
+    if file:
+        location = Location(relative(file, ctx.root), _int(child.get("line")))
     elif ctx.pytest:
         location = innermost_frame(text, ctx.root)
     else:
-        own = (case.get("file") or "", suite.file)
-        location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname") or "", own)
+        own = [f for f in (case.get("file"), suite.file) if f]
+        location = first_frame(f"{message}\n{text}", ctx.root, case.get("classname"), own)
     location = location or _case_location(case, ctx)
     kind = "error" if child.tag.lower().endswith("error") else "failure"
-    return Failure(kind, message or text.strip().split("\n", 1)[0][:500], text, location)
+    return Failure(kind, message or text.strip().partition("\n")[0][:500], text, location)
 
 
 def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:
@@ -123,7 +133,7 @@ def _status(case: ET.Element) -> tuple[str, str]:
     """(outcome, word): the worst outcome the ``status`` and ``result`` attributes claim
     (GoogleTest's ``notrun``, an export's ``failed``) and the word that said it; ("", "")."""
     said = [(case.get(a) or "").strip().lower() for a in ("status", "result")]
-    word = max(said, key=lambda w: RANK.get(_STATUS.get(w, ""), -1))
+    word = max(said, key=lambda w: _WORD_RANK.get(w, _UNKNOWN_WORD))
     return _STATUS.get(word, ""), word if word in _STATUS else ""
 
 
@@ -238,16 +248,23 @@ def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: 
     if elem.tag == "testsuite":
         ctx.suites += 1
         name, file = elem.get("name") or "", elem.get("file") or ""
-        suites.append(_Suite(name, ctx.suites, file, _int(elem.get("tests"))))
+        declared = {a: _int(elem.get(a)) for a in ("tests", *_PYTEST_COUNTS)}
+        suites.append(_Suite(name, ctx.suites, file, declared))
     open_.append(elem)
 
 
 def _close_suite(suite: _Suite, ctx: _Context) -> None:
-    if suite.declared is not None and suite.held < suite.declared:
-        ctx.mismatches.append(
-            f"suite {suite.name or '(unnamed)'} declares {suite.declared} tests; "
-            f"the file holds {suite.held}"
-        )
+    """A count the suite declares that is larger than what it holds: the file lost tests. A
+    pytest suite is checked by its failures, errors and skips, one element each; its tests=
+    also counts passing subtests, which leave no element."""
+    checks = {"tests": "testcase"} if not ctx.pytest else _PYTEST_COUNTS
+    for attribute, element in checks.items():
+        declared, held = suite.declared.get(attribute), suite.held[element]
+        if declared is not None and held < declared:
+            ctx.mismatches.append(
+                f"suite {suite.name or '(unnamed)'} declares {declared} {attribute}; "
+                f"the file holds {held}"
+            )
 
 
 def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
@@ -266,8 +283,10 @@ def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
             ctx.cases += 1
             suite = suites[-1] if suites else top
             grouped.setdefault(_key(elem, suite, ctx), []).append(_case(elem, ctx, suite))
+            held = Counter(child.tag for child in elem)
+            held["testcase"] = 1
             for open_suite in suites:
-                open_suite.held += 1
+                open_suite.held.update(held)
         elif elem.tag == "testsuite":
             _close_suite(suites.pop(), ctx)
         if parent is not None and (
