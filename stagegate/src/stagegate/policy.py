@@ -101,6 +101,17 @@ EVIDENCE_KINDS = (
     "evidence_unchecked",
 )
 
+# The files each stage must declare and produce, whatever its record says (``--junit`` ...);
+# "lint" asks for at least one linter's file, "lint:TOOL" for that tool's. By default, the one
+# file without which the stage cannot be judged at all; a repository's policy adds the rest.
+OUTPUT_KINDS = ("junit", "coverage", "warnings", "benchmark", "metrics", "lint")
+DEFAULT_OUTPUTS = {
+    "static": ("lint",),
+    "execution": ("junit",),
+    "integration": ("junit",),
+    "performance": ("benchmark",),
+}
+
 DEFAULT_DEDUCTION = {
     Severity.CRITICAL: 40,
     Severity.HIGH: 20,
@@ -135,6 +146,8 @@ class Policy:
     # A finding when a stage's skipped share rises more than this (percentage points) over the
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
+    # stage -> the files it must produce (see DEFAULT_OUTPUTS); one it leaves out blocks.
+    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_OUTPUTS))
     benchmark: BenchmarkPolicy = field(default_factory=BenchmarkPolicy)
 
     def require(self, stages: tuple[str, ...]) -> Policy:
@@ -276,6 +289,29 @@ def _required_tests(key: str, value: Any) -> dict[str, tuple[str, ...]]:
     return required
 
 
+def _output_kind(key: str, kind: str) -> str:
+    name, sep, tool = kind.partition(":")
+    if name not in OUTPUT_KINDS or (sep and (name != "lint" or stage_name_problem(tool))):
+        raise ConfigError(
+            f"[tool.stagegate] {key} = {kind!r}: use one of {', '.join(OUTPUT_KINDS)}, "
+            'or "lint:TOOL" for one linter\'s file'
+        )
+    return kind
+
+
+def _outputs(key: str, value: Any) -> dict[str, tuple[str, ...]]:
+    outputs = dict(DEFAULT_OUTPUTS)
+    for stage, kinds in _table(key, value).items():
+        problem = stage_name_problem(stage)
+        if problem:
+            raise ConfigError(f"[tool.stagegate] {key}: {problem}")
+        where = f"{key}.{stage}"
+        if not isinstance(kinds, list):
+            raise ConfigError(f"[tool.stagegate] {where} = {kinds!r}: a list of file kinds")
+        outputs[stage] = tuple(_output_kind(where, str(k)) for k in kinds)
+    return outputs
+
+
 # Each key of [tool.stagegate] and the function that checks and converts its value.
 _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required": _stage_list,
@@ -291,6 +327,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required_tests": _required_tests,
     "gate_files": _texts,
     "skip_jump_pct": _number,
+    "outputs": _outputs,
     "benchmark": benchmark_policy,
 }
 
