@@ -61,10 +61,10 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
 
 
 def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
+    """A stage without a record: removed since it ran, or never run. Either blocks a required
+    stage: ``skippable`` lets a stage that ran without CUDA go unverified, never one that did
+    not run (what the CPU can check, the CPU checks)."""
     f = Findings(name, policy)
-    if policy.skippable.get(name) == "no-cuda":
-        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
-        return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     how = (
         f"{policy.rerun} runs every stage"
         if policy.rerun
@@ -79,10 +79,18 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
             fix="find what deletes files under the raw directory between the stage and the "
             f"report, then run the {name} stage again ({how})",
         )
+    elif name not in policy.required and policy.skippable.get(name) == "no-cuda":
+        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
+        return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     else:
+        skippable = policy.skippable.get(name) == "no-cuda"
         f.add(
             "stage_failed",
             f"{name} has no record: the stage did not run",
+            detail="it may go unverified only where it ran without CUDA; what it checks on "
+            "a CPU was not checked"
+            if skippable
+            else "",
             fix=f"run the {name} stage ({how})",
         )
     return stage_verdict(name, StageStatus.MISSING, f, data)
