@@ -28,7 +28,6 @@ from stagegate.model import (
 )
 from stagegate.report import ReportOptions, build_report
 
-
 # The file a stage of that name declares unless a test says otherwise: the one the default
 # policy requires of it (judged data is built by hand; nothing reads these paths).
 DECLARED = {

@@ -52,3 +52,34 @@ def test_a_performance_stage_that_never_ran_blocks_on_a_cpu_too(run: Path) -> No
     (RAW / "stagegate-runs.jsonl").unlink()
     assert report_cli(run) == 1 and _status("performance") == "MISSING"
     assert "did not run" in Path("reports/performance.md").read_text(encoding="utf-8")
+
+
+def _set_commit(stage: str, commit: str | None) -> None:
+    path = RAW / f"{stage}.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["commit"] = commit
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_records_of_two_commits_block_naming_both(run: Path) -> None:
+    head = _verdict()["commit"]
+    _set_commit("performance", "feedface" * 5)
+    assert report_cli(run) == 1 and _status("performance") == "FAIL"
+    (mismatch,) = [
+        f for s in _verdict()["stages"] for f in s["findings"] if f["kind"] == "commit_mismatch"
+    ]
+    assert "feedface" in mismatch["title"] and head[:12] in mismatch["title"]
+    assert _verdict()["commit"] == head  # the commit most records name
+
+
+def test_a_record_naming_no_commit_beside_records_that_do_blocks(run: Path) -> None:
+    _set_commit("static", None)
+    assert report_cli(run) == 1 and _status("static") == "FAIL"
+    assert "no commit" in Path("reports/static.md").read_text(encoding="utf-8")
+
+
+def test_whichever_record_is_first_the_mismatch_blocks(run: Path) -> None:
+    for stage in ("static", "execution", "integration"):
+        _set_commit(stage, "1234567")  # the first records read, and most of them
+    assert report_cli(run) == 1
+    assert _status("performance") == "FAIL" and _verdict()["commit"] == "1234567"

@@ -86,6 +86,7 @@ DEFAULT_SEVERITY = {
     "skipped_share_rose": Severity.MEDIUM,  # tests that ran on the base branch skip here
     "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
     "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
+    "commit_mismatch": Severity.CRITICAL,  # records of another commit than the others
     "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,

@@ -13,6 +13,7 @@ from stagegate.errors import InputError, InternalError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
+from stagegate.judge.commits import run_commit
 from stagegate.model import STAGES, Benchmark, StageData, StageRecord, Verdict
 from stagegate.policy import Policy, load_policy
 from stagegate.render import render_stage, render_summary, verdict_json
@@ -101,11 +102,13 @@ def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecor
     baselines, baseline_problem = _baselines(options.baseline)
     bases, note = _base_results(options.base_raw)
     runs = read_run_log(options.raw_dir)
+    names = _stage_names(records, policy, bool(options.only))
+    commit = run_commit({n: records[n] for n in names if n in records})
     stages = []
-    for name in _stage_names(records, policy, bool(options.only)):
+    for name in names:
         data = _collect(records.get(name), options.raw_dir, runs.get(name))
         data = _with_base(data, bases.get(name), note)
-        stages.append(judge_stage(name, data, policy, baselines, baseline_problem))
+        stages.append(judge_stage(name, data, policy, baselines, baseline_problem, commit=commit))
     return decide(stages)
 
 
@@ -115,7 +118,8 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     records = _records(options, policy)
     verdict = _judge(options, policy, records)
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
+    judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
+    commit = run_commit(judged) or "unknown"
     base, changed = changed_files(options.changed_files, options.base_ref, env)
     ctx = Context(
         generated_at,

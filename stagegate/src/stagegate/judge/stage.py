@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from stagegate.judge.baseline import baseline_findings, compare_to_baseline, pick_baseline
 from stagegate.judge.benchmark import benchmark_findings
+from stagegate.judge.commits import commit_findings
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
@@ -142,13 +143,18 @@ def judge_stage(
     policy: Policy,
     baselines: Sequence[Benchmark] = (),
     baseline_problem: str = "",
+    *,
+    commit: str | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
-    one of ``baselines``, or, with ``baseline_problem``, marked as not compared."""
+    one of ``baselines``, or, with ``baseline_problem``, marked as not compared. A record of
+    another commit than the run's ``commit`` (when given; "": the run names none) blocks."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
     f = Findings(name, policy)
+    if commit is not None:
+        commit_findings(f, record, commit)
     crashed = _record_findings(f, record)
     errors = unreadable(data)
     for error in data.input_errors:  # missing and refused files: judge/outputs.py
