@@ -5,9 +5,16 @@ over an old report) blocks or is refused, and names what it found."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+from stagegate.cli import main
+from stagegate.errors import ConfigError, UsageError
+from stagegate.model import RESERVED_STAGE_NAMES
+from stagegate.policy import policy_from_mapping
+from stagegate.runner import run_stage
 
 from .builders import copy_scenario, report_cli
 
@@ -83,3 +90,29 @@ def test_whichever_record_is_first_the_mismatch_blocks(run: Path) -> None:
         _set_commit(stage, "1234567")  # the first records read, and most of them
     assert report_cli(run) == 1
     assert _status("performance") == "FAIL" and _verdict()["commit"] == "1234567"
+
+
+@pytest.mark.parametrize("name", RESERVED_STAGE_NAMES)
+def test_a_stage_named_after_a_report_file_is_refused_by_run(tmp_path: Path, name: str) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError, match=name):
+        run_stage(name, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"], out_dir=tmp_path)
+    assert not marker.exists() and list(tmp_path.iterdir()) == []
+    assert main(["run", name, "--out-dir", str(tmp_path), "--", "true"]) == 2
+
+
+@pytest.mark.parametrize("name", ["summary", "comment"])
+def test_a_record_named_after_a_report_file_is_refused(
+    run: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = json.loads((RAW / "static.json").read_text(encoding="utf-8"))
+    (RAW / f"{name}.json").write_text(json.dumps({**record, "stage": name}), encoding="utf-8")
+    assert report_cli(run, "--github") == 2
+    err = capsys.readouterr().err
+    assert f"{name}.json" in err and "report file" in err and "Traceback" not in err
+
+
+def test_a_policy_naming_a_report_file_as_a_stage_is_refused() -> None:
+    for key in ("required_tests", "outputs"):
+        with pytest.raises(ConfigError, match="summary"):
+            policy_from_mapping({key: {"summary": ["junit"]}})

@@ -132,10 +132,13 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
-    for stage in verdict.stages:
-        files[f"{stage.name}.md"] = render_stage(stage_view(stage, policy, ctx))
     if options.github:
         files["comment.md"] = comment_body(summary)
+    for stage in verdict.stages:
+        name = f"{stage.name}.md"
+        if name in files:  # stage names are refused before this: never write one over another
+            raise InternalError(f"stage {stage.name!r} would overwrite the report's {name}")
+        files[name] = render_stage(stage_view(stage, policy, ctx))
     return verdict, files
 
 
