@@ -116,3 +116,41 @@ def test_a_policy_naming_a_report_file_as_a_stage_is_refused() -> None:
     for key in ("required_tests", "outputs"):
         with pytest.raises(ConfigError, match="summary"):
             policy_from_mapping({key: {"summary": ["junit"]}})
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "refuse",
+    [
+        lambda: (RAW / "execution.json").write_text("{not json", encoding="utf-8"),
+        lambda: Path("pyproject.toml").write_text("[tool.stagegate]\nslow_test_s = -1\n"),
+    ],
+    ids=["broken-record", "bad-policy"],
+)
+def test_a_refused_input_leaves_no_earlier_verdict_behind(run: Path, refuse) -> None:
+    assert _verdict()["decision"] == "PASS"
+    raw_before = _tree(RAW)
+    keep = Path("reports/baseline/keep.json")
+    keep.parent.mkdir()
+    keep.write_text("{}", encoding="utf-8")
+    refuse()
+    assert main(["report", "reports/raw", "--out", "reports", "--pyproject", "pyproject.toml"]) == 2
+    left = sorted(p.name for p in Path("reports").iterdir())
+    assert left == ["baseline", "raw"]  # no summary, comment, verdict or stage report
+    assert keep.read_text(encoding="utf-8") == "{}"
+    changed = {k for k, v in _tree(RAW).items() if raw_before.get(k) != v}
+    assert changed <= {"execution.json"}  # only what the test broke
+
+
+def test_a_stage_report_this_run_did_not_write_is_removed(run: Path) -> None:
+    old = _verdict()
+    old["stages"].append({**old["stages"][0], "name": "docs"})
+    Path("reports/verdict.json").write_text(json.dumps(old), encoding="utf-8")
+    Path("reports/docs.md").write_text("# docs: **PASS**\n", encoding="utf-8")
+    Path("reports/notes.md").write_text("mine\n", encoding="utf-8")
+    assert report_cli(run) == 0
+    assert not Path("reports/docs.md").exists()
+    assert Path("reports/notes.md").read_text(encoding="utf-8") == "mine\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -14,7 +15,14 @@ from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, c
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
-from stagegate.model import STAGES, Benchmark, StageData, StageRecord, Verdict
+from stagegate.model import (
+    STAGES,
+    Benchmark,
+    StageData,
+    StageRecord,
+    Verdict,
+    stage_name_problem,
+)
 from stagegate.policy import Policy, load_policy
 from stagegate.render import render_stage, render_summary, verdict_json
 from stagegate.summaryviews import summary_view
@@ -150,12 +158,36 @@ def _target(out_dir: Path, name: str) -> Path:
     return out_dir / name
 
 
+def _previous_outputs(out_dir: Path) -> set[str]:
+    """The files an earlier report may have left in ``out_dir``: its summary, comment and
+    verdict, and a report for each stage it (or any known stage) judged."""
+    names = {"summary.md", "comment.md", "verdict.json", *(f"{s}.md" for s in STAGES)}
+    try:
+        old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
+        stages = [s.get("name") for s in old.get("stages", [])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return names
+    return names | {f"{n}.md" for n in stages if stage_name_problem(n) is None}
+
+
+def _remove(out_dir: Path, names: set[str]) -> None:
+    for name in sorted(names):
+        _target(out_dir, name).unlink(missing_ok=True)
+
+
 def run_report(options: ReportOptions, env: Mapping[str, str]) -> Verdict:
-    """Build the report, then write it; a failure before writing leaves the old outputs intact."""
-    verdict, files = build_report(options, env)
+    """Build the report, then write it. Input that cannot be judged removes the previous
+    report's files first (its verdict must not be read as this run's) and writes nothing."""
+    previous = _previous_outputs(options.out_dir)
+    try:
+        verdict, files = build_report(options, env)
+    except Exception:
+        _remove(options.out_dir, previous)
+        raise
     targets = {_target(options.out_dir, name): text for name, text in files.items()}
     for target, text in targets.items():
         write_atomic(target, text)
+    _remove(options.out_dir, previous - set(files))  # stages this run did not judge
     if options.github:
         append_step_summary(files["summary.md"], env)
         for line in annotations(verdict):
