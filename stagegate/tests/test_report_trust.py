@@ -5,18 +5,21 @@ over an old report) blocks or is refused, and names what it found."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from stagegate.changes import gate_files
 from stagegate.cli import main
 from stagegate.errors import ConfigError, UsageError
 from stagegate.model import RESERVED_STAGE_NAMES
-from stagegate.policy import policy_from_mapping
+from stagegate.policy import load_policy, policy_from_mapping
 from stagegate.runner import run_stage
 
-from .builders import copy_scenario, report_cli
+from .builders import POLICY_FILE, copy_scenario, report_cli, reseal
 
 RAW = Path("reports/raw")
 
@@ -154,3 +157,61 @@ def test_a_stage_report_this_run_did_not_write_is_removed(run: Path) -> None:
     assert report_cli(run) == 0
     assert not Path("reports/docs.md").exists()
     assert Path("reports/notes.md").read_text(encoding="utf-8") == "mine\n"
+
+
+def _base_raw(root: Path) -> Path:
+    """The same run as the base branch's raw results."""
+    base = root / "base-raw"
+    shutil.copytree(RAW, base)
+    return base
+
+
+def _rewrite_junit(change: Callable[[str], str]) -> None:
+    path = RAW / "junit-execution.xml"
+    path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+    reseal(RAW)  # as written by the stage
+
+
+def test_a_test_deselected_since_the_base_is_named(run: Path) -> None:
+    base = _base_raw(run)
+    _rewrite_junit(
+        lambda x: x.replace(
+            '<testcase classname="test_ok" name="test_two" time="0.010" />', ""
+        ).replace('tests="3"', 'tests="2"')
+    )
+    assert report_cli(run, "--base-raw", str(base)) == 0  # MEDIUM in this policy: named
+    summary = Path("reports/summary.md").read_text(encoding="utf-8")
+    assert "did not run here" in summary
+    shown = Path("reports/execution.md").read_text(encoding="utf-8").replace("\\_", "_")
+    assert "test_ok::test_two" in shown
+
+
+def test_a_new_skip_padded_by_new_tests_is_named(run: Path) -> None:
+    base = _base_raw(run)
+    pads = "".join(
+        f'<testcase classname="test_ok" name="test_pad{i}" time="0.010" />' for i in range(5)
+    )
+    _rewrite_junit(
+        lambda x: (
+            x.replace(
+                '<testcase classname="test_ok" name="test_two" time="0.010" />',
+                '<testcase classname="test_ok" name="test_two" time="0.010">'
+                '<skipped message="off for now">x</skipped></testcase>' + pads,
+            )
+            .replace('tests="3"', 'tests="8"')
+            .replace('skipped="1"', 'skipped="2"')
+        )
+    )
+    assert report_cli(run, "--base-raw", str(base)) == 0  # 33% skipped before, 25% now
+    shown = Path("reports/execution.md").read_text(encoding="utf-8").replace("\\_", "_")
+    assert "newly skipped" in shown and "test_ok::test_two (off for now)" in shown
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["conftest.py", "src/pkg/tests/conftest.py", "pytest.ini", "tox.ini", "setup.cfg",
+     ".coveragerc", "tests/unit/pytest.ini"],
+)  # fmt: skip
+def test_files_that_can_deselect_or_skip_tests_are_gate_files(path: str) -> None:
+    policy = load_policy(POLICY_FILE)
+    assert gate_files((path, "src/amptrain/loop.py"), policy) == (path,)

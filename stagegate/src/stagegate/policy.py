@@ -84,6 +84,8 @@ DEFAULT_SEVERITY = {
     "required_test_missing": Severity.HIGH,  # a test the policy names did not run
     "required_test_skipped": Severity.HIGH,
     "skipped_share_rose": Severity.MEDIUM,  # tests that ran on the base branch skip here
+    "test_newly_skipped": Severity.MEDIUM,  # the same, with the skipped share held down
+    "test_gone": Severity.MEDIUM,  # tests that ran on the base branch are absent here
     "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
     "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
     "commit_mismatch": Severity.CRITICAL,  # records of another commit than the others
