@@ -142,11 +142,15 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
     if not newly:
         return
     before, now = _share(base), _share(suite)
-    rose = now - before > policy.skip_jump_pct
+    if now - before > policy.skip_jump_pct:
+        kind = "skipped_share_rose"
+        title = f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch"
+    else:  # tests added beside them held the share down
+        kind = "test_newly_skipped"
+        title = f"skipped share went from {before:.1f}% to {now:.1f}% against the base branch"
     f.add(
-        "skipped_share_rose" if rose else "test_newly_skipped",
-        f"{len(newly)} test(s) newly skipped against the base branch; the skipped share went "
-        f"from {before:.1f}% to {now:.1f}%",
+        kind,
+        f"{title}: {len(newly)} test(s) newly skipped",
         detail=_listed(newly),
         fix="run them, or say in the change why each is skipped now",
     )
