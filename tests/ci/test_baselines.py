@@ -65,7 +65,14 @@ def test_the_gate_reads_a_baseline_and_finds_it_comparable_with_itself(path: Pat
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(path: Path) -> None:
-    record = StageRecord(stage="performance", command=["x"], exit_code=0, start="", duration_s=1)
+    record = StageRecord(
+        stage="performance",
+        command=["x"],
+        exit_code=0,
+        start="2026-01-01T00:00:00Z",
+        duration_s=1,
+        files={"benchmark": str(path)},  # the file the policy requires of the stage
+    )
     stage = judge_stage("performance", StageData(record, benchmark=read_benchmark(path)), POLICY)
     assert stage.status is StageStatus.PASS and stage.findings == (), stage.findings
 
