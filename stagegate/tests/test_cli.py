@@ -38,18 +38,19 @@ def test_an_unusable_baseline_is_not_verified_never_a_block_nor_silent(
     assert baseline.split(".")[0] in banner  # the file it could not use is named
 
 
-def test_broken_record_exits_2_and_leaves_earlier_reports_alone(
+def test_broken_record_exits_2_and_leaves_no_earlier_verdict_to_be_read_as_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
     assert report_cli(tmp_path) == 0
-    before = (tmp_path / "reports" / "summary.md").read_text()
     (tmp_path / "reports" / "raw" / "execution.json").write_text(
         '{"format_version": 1, "kind": "stagegate-rec'
     )
     assert report_cli(tmp_path) == 2
     assert "execution.json is not valid JSON" in capsys.readouterr().err
-    assert (tmp_path / "reports" / "summary.md").read_text() == before
+    assert not (tmp_path / "reports" / "summary.md").exists()
+    assert not (tmp_path / "reports" / "verdict.json").exists()
+    assert (tmp_path / "reports" / "raw" / "static.json").exists()  # the inputs are kept
 
 
 @pytest.mark.parametrize(

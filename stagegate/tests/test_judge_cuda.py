@@ -17,7 +17,8 @@ CPU_POLICY = replace(POLICY, skippable={**POLICY.skippable, "cuda": "no-cuda"})
 
 
 def cuda_stage(*cases: object) -> StageData:
-    return StageData(record("cuda"), suite=suite(*cases))  # type: ignore[arg-type]
+    rec = record("cuda", files={"junit": "reports/raw/junit-cuda.xml"})
+    return StageData(rec, suite=suite(*cases))  # type: ignore[arg-type]
 
 
 SKIPPED = cuda_stage(

@@ -104,17 +104,61 @@ def test_newly_skipped_tests_are_named_with_their_reasons_when_the_share_rises()
     assert "tests/t.py::b (slow)" in rose.detail and "::d" not in rose.detail
 
 
-def test_no_rise_in_the_skipped_share_or_one_within_the_allowance_is_no_finding() -> None:
+def test_newly_skipped_tests_are_named_when_the_share_does_not_rise_beyond_the_allowance() -> None:
     base = suite(case("a", "skipped", message="x"), case("b"))
     swapped = suite(case("a"), case("b", "skipped", message="y"))  # the share did not rise
     v = judge_stage("execution", StageData(record(), suite=swapped, base_suite=base), Policy())
-    assert "skipped_share_rose" not in {f.kind for f in v.findings}
+    (named,) = [f for f in v.findings if f.kind == "test_newly_skipped"]
+    assert "tests/t.py::b (y)" in named.detail and "::a" not in named.detail
     rose = suite(case("a", "skipped", message="x"), case("b", "skipped", message="y"))
     lenient = Policy(skip_jump_pct=60.0)  # 50% -> 100% is 50 points
     v = judge_stage("execution", StageData(record(), suite=rose, base_suite=base), lenient)
-    assert "skipped_share_rose" not in {f.kind for f in v.findings}
+    assert {"test_newly_skipped"} == {
+        f.kind for f in v.findings if "newly" in f.kind or "rose" in f.kind
+    }
     v = judge_stage("execution", StageData(record(), suite=rose, base_suite=base), Policy())
     assert "skipped_share_rose" in {f.kind for f in v.findings}
+
+
+def test_tests_added_to_hold_the_skipped_share_down_cannot_hide_a_new_skip() -> None:
+    base = suite(*(case(f"t{i}") for i in range(4)), case("s", "skipped", message="old"))
+    padded = suite(
+        case("t0", "skipped", message="quietly off"),
+        *(case(f"t{i}") for i in range(1, 4)),
+        case("s", "skipped", message="old"),
+        *(case(f"pad{i}") for i in range(6)),  # 20% skipped before, 2 of 11 (18%) now
+    )
+    v = judge_stage("execution", StageData(record(), suite=padded, base_suite=base), Policy())
+    (named,) = [f for f in v.findings if f.kind in ("test_newly_skipped", "skipped_share_rose")]
+    assert named.kind == "test_newly_skipped" and "tests/t.py::t0 (quietly off)" in named.detail
+    assert "20.0% to 18.2%" in named.title
+
+
+def test_tests_that_ran_on_the_base_and_are_gone_here_are_named() -> None:
+    base = suite(case("a"), case("b"), case("c"), case("s", "skipped", message="off"))
+    here = suite(case("a"), case("new"))  # b and c deselected; s never ran on the base
+    v = judge_stage("execution", StageData(record(), suite=here, base_suite=base), Policy())
+    (gone,) = [f for f in v.findings if f.kind == "test_gone"]
+    assert gone.severity.value == "MEDIUM" and "2 test(s)" in gone.title
+    assert "tests/t.py::b" in gone.detail and "tests/t.py::c" in gone.detail
+    assert "::s" not in gone.detail and "::new" not in gone.detail
+    blocking = Policy(severity={**Policy().severity, "test_gone": Policy().severity["test_failed"]})
+    v = judge_stage("execution", StageData(record(), suite=here, base_suite=base), blocking)
+    assert decide([v]).decision is Decision.BLOCK
+
+
+def test_a_required_test_gone_is_named_once_as_required() -> None:
+    base = suite(case("test_fine_tuning_fp32"), case("test_fine_tune_bf16"), case("other"))
+    here = suite(case("test_fine_tuning_fp32"))
+    v = _judge(StageData(record("integration"), suite=here, base_suite=base))
+    (gone,) = [f for f in v.findings if f.kind == "test_gone"]
+    assert "::other" in gone.detail and "bf16" not in gone.detail
+    assert [f.kind for f in v.findings if "bf16" in f.title] == ["required_test_missing"]
+
+
+def test_without_base_results_nothing_is_said_gone() -> None:
+    v = judge_stage("execution", StageData(record(), suite=suite(case("a"))), Policy())
+    assert v.findings == ()
 
 
 @pytest.mark.parametrize(

@@ -114,13 +114,32 @@ def test_a_stage_that_did_not_run_blocks_and_the_fix_comes_from_the_policy() -> 
     assert decide([missing]).decision is Decision.BLOCK
 
 
-def test_a_skippable_stage_that_did_not_run_is_not_verified() -> None:
-    skipped = judge_stage("performance", StageData(None), POLICY.only(("static", "performance")))
+def test_a_skippable_stage_that_did_not_run_is_not_verified_only_when_not_required() -> None:
+    optional = replace(POLICY, required=("static",))
+    skipped = judge_stage("performance", StageData(None), optional)
     assert skipped.status is StageStatus.NOT_VERIFIED and skipped.findings == ()
-    assert skipped.required and "performance" in skipped.note and "NOT VERIFIED" in skipped.note
+    assert not skipped.required and "performance" in skipped.note
+    assert "NOT VERIFIED" in skipped.note
     missing = judge_stage("integration", StageData(None), POLICY)
     assert decide([skipped]).decision is Decision.PASS
     assert decide([skipped, missing]).decision is Decision.BLOCK
+
+
+def test_a_required_skippable_stage_that_did_not_run_blocks() -> None:
+    """Skippable covers a run without CUDA; the checks the stage makes on a CPU still count."""
+    v = judge_stage("performance", StageData(None), POLICY.only(("static", "performance")))
+    assert v.status is StageStatus.MISSING and kinds(v) == [("CRITICAL", "stage_failed")]
+    assert "did not run" in v.findings[0].title and "CUDA" in v.findings[0].detail
+    assert decide([v]).decision is Decision.BLOCK
+
+
+def test_a_skippable_stage_whose_record_was_removed_blocks_as_removed() -> None:
+    gone = StageData(None, record_gone="2026-01-01T00:00:00Z")
+    for policy in (POLICY, replace(POLICY, required=("static",))):
+        v = judge_stage("performance", gone, policy)
+        assert v.status is StageStatus.MISSING and decide([v]).decision is Decision.BLOCK
+        assert "removed" in v.findings[0].title and "2026-01-01" in v.findings[0].title
+        assert "NOT VERIFIED" not in v.note
 
 
 def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> None:

@@ -6,6 +6,7 @@ errors; each is reported as what it is."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import sys
 import textwrap
@@ -44,6 +45,16 @@ PROJECT = {
 
         def test_other():
             assert True
+    """,
+    "tests/integration/conftest.py": """
+        import json
+        import os
+
+        def pytest_sessionfinish(session):
+            path = os.environ.get("PROJECT_METRICS")  # set where the stage writes its curves
+            if path:
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump({"curves": {"loss": [3.0, 2.0, 1.5]}}, f)
     """,
     "tests/integration/test_fine_tuning_cpu.py": """
         import pytest
@@ -89,13 +100,16 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _stage(name: str, files: dict[str, str], *pytest_args: str) -> int:
+def _stage(
+    name: str, files: dict[str, str], *pytest_args: str, env: dict[str, str] | None = None
+) -> int:
     """One stage, as the noxfile runs it: pytest through stagegate run into reports/raw."""
     _, code = run_stage(
         name,
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *pytest_args],
         out_dir=Path("reports/raw"),
         files=files,
+        env={**os.environ, **(env or {})},
         stdout=io.StringIO(),
         stderr=io.StringIO(),
     )
@@ -105,19 +119,28 @@ def _stage(name: str, files: dict[str, str], *pytest_args: str) -> int:
 def _unit() -> int:
     return _stage(
         "execution",
-        {"junit": "reports/raw/junit-unit.xml", "warnings": "reports/raw/warnings-unit.json"},
+        {
+            "junit": "reports/raw/junit-unit.xml",
+            "coverage": "reports/raw/coverage.json",
+            "warnings": "reports/raw/warnings-unit.json",
+        },
         "tests/unit",
         "--junitxml=reports/raw/junit-unit.xml",
+        "--cov=lib",
+        "--cov-report=json:reports/raw/coverage.json",
         "--stagegate-warnings=reports/raw/warnings-unit.json",
     )
 
 
-def _integration(*, metrics: bool = False) -> int:
-    files = {"junit": "reports/raw/junit-integration.xml"}
-    if metrics:
-        files["metrics"] = "reports/raw/integration-metrics.json"
+def _integration(*, write_metrics: bool = True) -> int:
+    """The integration stage, declaring its curves; written unless ``write_metrics`` is False."""
+    metrics = "reports/raw/integration-metrics.json"
     return _stage(
-        "integration", files, "tests/integration", "--junitxml=reports/raw/junit-integration.xml"
+        "integration",
+        {"junit": "reports/raw/junit-integration.xml", "metrics": metrics},
+        "tests/integration",
+        "--junitxml=reports/raw/junit-integration.xml",
+        env={"PROJECT_METRICS": metrics} if write_metrics else {},
     )
 
 
@@ -172,9 +195,18 @@ def test_a_deselected_required_module_blocks_naming_its_pattern(project: Path) -
 
 
 def test_a_declared_output_the_stage_did_not_produce_blocks(project: Path) -> None:
-    assert _unit() == 0 and _integration(metrics=True) == 0
+    assert _unit() == 0 and _integration(write_metrics=False) == 0
     code, summary = _report()
     assert code == 1 and "integration-metrics.json was not produced" in summary
+
+
+def test_a_stage_that_declares_none_of_its_outputs_blocks_naming_each(project: Path) -> None:
+    assert _unit() == 0 and _integration() == 0
+    assert _stage("execution", {}, "tests/unit") == 0  # the same tests, no evidence declared
+    code, summary = _report()
+    assert code == 1 and "| [execution](execution.md) | **FAIL** |" in summary
+    for kind in ("junit", "coverage", "warnings"):
+        assert f"execution produced no {kind} file" in summary
 
 
 def test_a_suite_failing_through_a_deprecation_is_failed_with_its_failures_not_missing(

@@ -83,6 +83,7 @@ def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(
         start=written.isoformat(),
         duration_s=600,
         commit=doc["commit_info"]["id"],
+        files={"benchmark": str(tmp_path / path.name)},  # the file the policy requires
     )
     bench = read_benchmark(tmp_path / path.name)
     stage = judge_stage("performance", StageData(record, benchmark=bench), POLICY)

@@ -95,6 +95,18 @@ def test_the_default_branch_policy_requires_what_the_change_dropped(tmp_path: Pa
     assert out["state"] == "failure", out
 
 
+def test_the_cpu_judge_blocks_a_run_whose_cpu_benchmark_did_not_run(tmp_path: Path) -> None:
+    # The CPU stages include the cpu-smoke benchmark: its CPU checks (host syncs, autocast
+    # dtypes, memory growth) are required; only what needs CUDA may go NOT VERIFIED.
+    art = copy_fixture(tmp_path, "pass-cpu")
+    for name in ("performance.json", "benchmark.json"):
+        (art / name).unlink()
+    out = judge(tmp_path, art)
+    assert out["state"] == "failure", out
+    verdict = json.loads((tmp_path / "reports" / "verdict.json").read_text())
+    assert {s["name"]: s["status"] for s in verdict["stages"]}["performance"] == "MISSING"
+
+
 def test_a_known_problem_fails_even_a_passing_run(tmp_path: Path) -> None:
     out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), "--problem", "no CODEOWNERS on main")
     assert (out["state"], out["description"]) == ("failure", "no CODEOWNERS on main")

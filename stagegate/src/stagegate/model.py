@@ -23,11 +23,19 @@ RECORD_KIND = "stagegate-record"
 RUN_LOG = "stagegate-runs.jsonl"  # in the raw directory: one line per stage run, appended
 # A stage's name becomes a file name and a heading: a short identifier and nothing else.
 _STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# The report's own files (summary.md, comment.md, verdict.json, an index or readme beside
+# them): a stage of one of these names would write its report over them.
+RESERVED_STAGE_NAMES = ("summary", "comment", "verdict", "index", "readme")
 
 
 def stage_name_problem(name: object) -> str | None:
     """Why ``name`` cannot name a stage, or None: 1-32 of a-z, 0-9, ``_`` and ``-``, starting
-    with a letter."""
+    with a letter, and none of the report's own file names."""
+    if name in RESERVED_STAGE_NAMES:
+        return (
+            f"stage name {name!r} is the name of a report file ({name}.md); a stage may not "
+            f"be named {', '.join(RESERVED_STAGE_NAMES)}: choose another name"
+        )
     if isinstance(name, str) and _STAGE_NAME.fullmatch(name):
         return None
     return (

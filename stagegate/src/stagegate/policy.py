@@ -89,8 +89,11 @@ DEFAULT_SEVERITY = {
     "required_test_missing": Severity.HIGH,  # a test the policy names did not run
     "required_test_skipped": Severity.HIGH,
     "skipped_share_rose": Severity.MEDIUM,  # tests that ran on the base branch skip here
+    "test_newly_skipped": Severity.MEDIUM,  # the same, with the skipped share held down
+    "test_gone": Severity.MEDIUM,  # tests that ran on the base branch are absent here
     "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
     "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
+    "commit_mismatch": Severity.CRITICAL,  # records of another commit than the others
     "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,
@@ -112,6 +115,19 @@ EVIDENCE_KINDS = (
     "target_undecided",
     "ab_undecided",
 )
+
+# The files each stage must declare and produce, whatever its record says (``--junit`` ...);
+# "lint" asks for at least one linter's file, "lint:TOOL" for that tool's. By default, the one
+# file without which the stage cannot be judged at all; a repository's policy adds the rest.
+OUTPUT_KINDS = ("junit", "coverage", "warnings", "benchmark", "metrics", "ab", "lint")
+DEFAULT_OUTPUTS = {
+    "static": ("lint",),
+    "execution": ("junit",),
+    "integration": ("junit",),
+    "performance": ("benchmark",),
+    "cuda": ("junit",),
+    "regression": ("ab",),
+}
 
 DEFAULT_DEDUCTION = {
     Severity.CRITICAL: 40,
@@ -147,6 +163,8 @@ class Policy:
     # A finding when a stage's skipped share rises more than this (percentage points) over the
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
+    # stage -> the files it must produce (see DEFAULT_OUTPUTS); one it leaves out blocks.
+    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_OUTPUTS))
     benchmark: BenchmarkPolicy = field(default_factory=BenchmarkPolicy)
     # A/B (the regression stage): the largest slowdown of the head's step over the base's, and
     # the largest growth of its peak CUDA memory, in percent; the fewest windows a side.
@@ -301,6 +319,29 @@ def _required_tests(key: str, value: Any) -> dict[str, tuple[str, ...]]:
     return required
 
 
+def _output_kind(key: str, kind: str) -> str:
+    name, sep, tool = kind.partition(":")
+    if name not in OUTPUT_KINDS or (sep and (name != "lint" or stage_name_problem(tool))):
+        raise ConfigError(
+            f"[tool.stagegate] {key} = {kind!r}: use one of {', '.join(OUTPUT_KINDS)}, "
+            'or "lint:TOOL" for one linter\'s file'
+        )
+    return kind
+
+
+def _outputs(key: str, value: Any) -> dict[str, tuple[str, ...]]:
+    outputs = dict(DEFAULT_OUTPUTS)
+    for stage, kinds in _table(key, value).items():
+        problem = stage_name_problem(stage)
+        if problem:
+            raise ConfigError(f"[tool.stagegate] {key}: {problem}")
+        where = f"{key}.{stage}"
+        if not isinstance(kinds, list):
+            raise ConfigError(f"[tool.stagegate] {where} = {kinds!r}: a list of file kinds")
+        outputs[stage] = tuple(_output_kind(where, str(k)) for k in kinds)
+    return outputs
+
+
 # Each key of [tool.stagegate] and the function that checks and converts its value.
 _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required": _stage_list,
@@ -316,6 +357,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required_tests": _required_tests,
     "gate_files": _texts,
     "skip_jump_pct": _number,
+    "outputs": _outputs,
     "benchmark": benchmark_policy,
     "ab_step_time_limit_pct": _number,
     "ab_memory_limit_pct": _number,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -15,7 +16,15 @@ from stagegate.errors import InputError, InternalError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
-from stagegate.model import STAGES, Benchmark, StageData, StageRecord, Verdict
+from stagegate.judge.commits import run_commit
+from stagegate.model import (
+    STAGES,
+    Benchmark,
+    StageData,
+    StageRecord,
+    Verdict,
+    stage_name_problem,
+)
 from stagegate.policy import Policy, load_policy
 from stagegate.render import render_stage, render_summary, verdict_json
 from stagegate.summaryviews import summary_view
@@ -118,13 +127,22 @@ def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecor
     host = _host(options.host)
     bases, note = _base_results(options.base_raw)
     runs = read_run_log(options.raw_dir)
+    names = _stage_names(records, policy, bool(options.only))
+    commit = run_commit({n: records[n] for n in names if n in records})
     stages = []
-    for name in _stage_names(records, policy, bool(options.only)):
+    for name in names:
         data = _collect(records.get(name), options.raw_dir, runs.get(name))
         data = _with_base(data, bases.get(name), note)
         stages.append(
             judge_stage(
-                name, data, policy, baselines, baseline_problem, host, ab_base=options.ab_base
+                name,
+                data,
+                policy,
+                baselines,
+                baseline_problem,
+                host,
+                ab_base=options.ab_base,
+                commit=commit,
             )
         )
     return decide(stages)
@@ -136,7 +154,8 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     records = _records(options, policy)
     verdict = _judge(options, policy, records)
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    commit = next((r.commit for r in records.values() if r.commit), None) or "unknown"
+    judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
+    commit = run_commit(judged) or "unknown"
     base, changed = changed_files(options.changed_files, options.base_ref, env)
     ctx = Context(
         generated_at,
@@ -149,10 +168,13 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
     )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
-    for stage in verdict.stages:
-        files[f"{stage.name}.md"] = render_stage(stage_view(stage, policy, ctx))
     if options.github:
         files["comment.md"] = comment_body(summary)
+    for stage in verdict.stages:
+        name = f"{stage.name}.md"
+        if name in files:  # stage names are refused before this: never write one over another
+            raise InternalError(f"stage {stage.name!r} would overwrite the report's {name}")
+        files[name] = render_stage(stage_view(stage, policy, ctx))
     return verdict, files
 
 
@@ -164,12 +186,36 @@ def _target(out_dir: Path, name: str) -> Path:
     return out_dir / name
 
 
+def _previous_outputs(out_dir: Path) -> set[str]:
+    """The files an earlier report may have left in ``out_dir``: its summary, comment and
+    verdict, and a report for each stage it (or any known stage) judged."""
+    names = {"summary.md", "comment.md", "verdict.json", *(f"{s}.md" for s in STAGES)}
+    try:
+        old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
+        stages = [s.get("name") for s in old.get("stages", [])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return names
+    return names | {f"{n}.md" for n in stages if stage_name_problem(n) is None}
+
+
+def _remove(out_dir: Path, names: set[str]) -> None:
+    for name in sorted(names):
+        _target(out_dir, name).unlink(missing_ok=True)
+
+
 def run_report(options: ReportOptions, env: Mapping[str, str]) -> Verdict:
-    """Build the report, then write it; a failure before writing leaves the old outputs intact."""
-    verdict, files = build_report(options, env)
+    """Build the report, then write it. Input that cannot be judged removes the previous
+    report's files first (its verdict must not be read as this run's) and writes nothing."""
+    previous = _previous_outputs(options.out_dir)
+    try:
+        verdict, files = build_report(options, env)
+    except Exception:
+        _remove(options.out_dir, previous)
+        raise
     targets = {_target(options.out_dir, name): text for name, text in files.items()}
     for target, text in targets.items():
         write_atomic(target, text)
+    _remove(options.out_dir, previous - set(files))  # stages this run did not judge
     if options.github:
         append_step_summary(files["summary.md"], env)
         for line in annotations(verdict):

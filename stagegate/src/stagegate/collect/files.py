@@ -17,6 +17,27 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
+def _percent(value: Any, where: str) -> float:
+    """A share of lines covered: a finite number from 0 to 100, or an error naming it."""
+    percent = _number(value, where)
+    if not (math.isfinite(percent) and 0.0 <= percent <= 100.0):
+        raise InputError(
+            f"{where} is {value!r}: a coverage percent is 0 to 100; the file was not written "
+            "by coverage json as it is: run the stage again"
+        )
+    return percent
+
+
+def _count(value: Any, where: str) -> int:
+    """How many times a warning was seen: a whole number of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(
+            f"{where} is {value!r}: a warning is counted 1 or more times, as a whole number; "
+            "the file was not written by pytest --stagegate-warnings as it is"
+        )
+    return value
+
+
 def read_coverage(path: Path) -> Coverage:
     """Total and per-file coverage from ``coverage json`` output."""
     data = load_json(path, "coverage file")
@@ -29,9 +50,9 @@ def read_coverage(path: Path) -> Coverage:
         ) from None
     per_file = []
     for name, entry in sorted(files.items()):
-        percent = _number(entry["summary"]["percent_covered"], f"{path}: {name} percent_covered")
+        percent = _percent(entry["summary"]["percent_covered"], f"{path}: {name} percent_covered")
         per_file.append(FileCoverage(name, percent, tuple(entry.get("missing_lines", ()))))
-    total = _number(totals.get("percent_covered"), f"{path}: totals.percent_covered")
+    total = _percent(totals.get("percent_covered"), f"{path}: totals.percent_covered")
     return Coverage(percent=total, files=tuple(per_file))
 
 
@@ -43,15 +64,16 @@ def read_warnings(path: Path) -> tuple[WarningEntry, ...]:
     out = []
     for i, w in enumerate(data["warnings"]):
         try:
+            count = _count(w.get("count", 1), f"warnings file {path}: entry {i} count")
             out.append(
                 WarningEntry(
                     str(w["category"]),
                     str(w["message"]),
                     Location(str(w["file"]), w.get("line")),
-                    int(w.get("count", 1)),
+                    count,
                 )
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise InputError(
                 f"warnings file {path}: entry {i} lacks category/message/file"
             ) from None

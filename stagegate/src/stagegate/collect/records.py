@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from stagegate.model import (
 )
 
 _TEXT, _NUMBER, _INT = (str,), (int, float), (int,)
+MAX_DURATION_S = 7 * 24 * 3600  # longer than any CI job may run: such a duration is no run's
 _COMMIT = re.compile(r"[0-9a-f]{7,64}")
 # field -> the JSON types it may hold (None: null allowed); anything else is refused
 _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -68,7 +70,23 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     commit = data.get("commit")
     if commit is not None and not _COMMIT.fullmatch(commit):
         return f"commit {commit[:80]!r} is not a commit id (7 to 64 hex digits)"
-    return stage_name_problem(data.get("stage"))
+    return _time_problem(data) or stage_name_problem(data.get("stage"))
+
+
+def _time_problem(data: dict[str, Any]) -> str | None:
+    """Why the record's start or duration cannot be a stage run's, or None."""
+    duration = data.get("duration_s")
+    if isinstance(duration, int | float) and not (0 <= duration <= MAX_DURATION_S):
+        return (
+            f"duration_s {duration!r} is impossible: a stage runs 0 to {MAX_DURATION_S} s (7 days)"
+        )
+    start = data.get("start")
+    if isinstance(start, str):
+        try:
+            datetime.fromisoformat(start)
+        except ValueError:
+            return f"start {start[:80]!r} is not an ISO 8601 time (stagegate run writes one)"
+    return None
 
 
 def load_record(path: Path) -> StageRecord:

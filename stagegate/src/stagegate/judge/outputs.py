@@ -13,7 +13,7 @@ import shlex
 from pathlib import PurePath
 
 from stagegate.judge.findings import Findings
-from stagegate.model import MissingFile, StageData
+from stagegate.model import MissingFile, StageData, StageRecord
 from stagegate.policy import Policy
 
 # Files a stage may leave unwritten without its results becoming unreadable (their tests may
@@ -76,8 +76,39 @@ def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool)
         )
 
 
+def _declares(record: StageRecord, kind: str) -> bool:
+    """Whether ``record`` names a file of ``kind`` ("lint": any linter's, "lint:TOOL": that
+    tool's)."""
+    return any(kind in (k, label) for k, _, label in record.named_files())
+
+
+def _undeclared(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    record = data.record
+    if record is None:
+        return
+    for kind in policy.outputs.get(stage, ()):
+        if _declares(record, kind):
+            continue
+        flag = (
+            "--lint=" + (kind.partition(":")[2] or "TOOL") + "=FILE"
+            if kind.startswith("lint")
+            else f"--{kind}=FILE"
+        )
+        f.add(
+            "output_missing",
+            f"{stage} produced no {kind} file: the policy requires one",
+            detail=f"the record declares {', '.join(sorted(record.files)) or 'no file'}; "
+            f"[tool.stagegate.outputs] {stage} requires {', '.join(policy.outputs[stage])}. "
+            "What it would hold goes unchecked without it",
+            fix=f"run the stage as stagegate run {stage} {flag} -- COMMAND; the file is "
+            f"written by {PRODUCERS.get(kind.partition(':')[0], 'the stage command')}",
+        )
+
+
 def output_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """A finding for every declared file that is missing, gone or refused."""
+    """A finding for every file the policy requires the stage did not declare, and every
+    declared file that is missing, gone or refused."""
+    _undeclared(f, data, stage, policy)
     for missing in data.missing_files:
         _missing(f, data, missing, stage in policy.required)
     for refused in data.refused_files:

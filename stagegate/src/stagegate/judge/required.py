@@ -1,4 +1,4 @@
-"""The tests the policy requires, and the tests the base branch ran that are skipped here.
+"""The tests the policy requires, and the tests the base branch ran that are skipped or gone here.
 
 A required test is named by a node id or a pattern (``*`` matches anything, brackets are
 literal): ``tests/integration/test_fine_tuning_cpu.py::*``. It must run and pass: one that
@@ -101,8 +101,37 @@ def _share(suite: TestSuite) -> float:
     return 100.0 * suite.count("skipped") / len(suite.cases) if suite.cases else 0.0
 
 
+def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Tests that ran on the base branch and are absent here (deselected, removed or renamed),
+    in one finding that names them; those the policy requires are ``required_test_missing``."""
+    suite, base = data.suite, data.base_suite
+    if suite is None or base is None:
+        return
+    here = {canonical(c) for c in suite.cases}
+    required = policy.required_tests.get(stage, ())
+    gone = [
+        c
+        for c in base.cases
+        if c.executed and canonical(c) not in here and not any(matches(p, c) for p in required)
+    ]
+    if gone:
+        f.add(
+            "test_gone",
+            f"{len(gone)} test(s) that ran on the base branch did not run here",
+            detail="; ".join(c.nodeid for c in gone[:_LISTED])
+            + (f"; and {len(gone) - _LISTED} more" if len(gone) > _LISTED else ""),
+            fix="deselected, removed or renamed: run them, or say in the change why each is "
+            "gone (a deselection in a conftest.py, pytest.ini or the stage's command hides it)",
+        )
+
+
+def _share(suite: TestSuite) -> float:
+    return 100.0 * suite.count("skipped") / len(suite.cases) if suite.cases else 0.0
+
+
 def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """Tests skipped here that were not skipped on the base branch, when the share rose."""
+    """Tests skipped here that were not skipped on the base branch: named whether or not the
+    skipped share rose (tests added beside them can hold the share down)."""
     suite, base = data.suite, data.base_suite
     if suite is None or base is None:
         return
@@ -110,12 +139,18 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
     newly = [
         c for c in suite.cases if c.outcome == "skipped" and canonical(c) not in skipped_before
     ]
+    if not newly:
+        return
     before, now = _share(base), _share(suite)
-    if newly and now - before > policy.skip_jump_pct:
-        f.add(
-            "skipped_share_rose",
-            f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch: "
-            f"{len(newly)} test(s) newly skipped",
-            detail=_listed(newly),
-            fix="run them, or say in the change why each is skipped now",
-        )
+    if now - before > policy.skip_jump_pct:
+        kind = "skipped_share_rose"
+        title = f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch"
+    else:  # tests added beside them held the share down
+        kind = "test_newly_skipped"
+        title = f"skipped share went from {before:.1f}% to {now:.1f}% against the base branch"
+    f.add(
+        kind,
+        f"{title}: {len(newly)} test(s) newly skipped",
+        detail=_listed(newly),
+        fix="run them, or say in the change why each is skipped now",
+    )

@@ -11,7 +11,11 @@ from collections.abc import Callable
 
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import output_findings
-from stagegate.judge.required import required_test_findings, skipped_share_findings
+from stagegate.judge.required import (
+    gone_findings,
+    required_test_findings,
+    skipped_share_findings,
+)
 from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
 from stagegate.policy import Policy, check_threshold
 
@@ -149,6 +153,7 @@ RESULT_CHECKS: tuple[ResultCheck, ...] = (
     suite_findings,
     required_test_findings,
     skipped_share_findings,
+    gone_findings,
     output_findings,
     coverage_findings,
     warning_findings,

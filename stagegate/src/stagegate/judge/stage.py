@@ -14,6 +14,7 @@ from stagegate.judge.baseline import (
     pick_baseline,
 )
 from stagegate.judge.benchmark import benchmark_findings
+from stagegate.judge.commits import commit_findings
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
@@ -70,10 +71,10 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
 
 
 def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
+    """A stage without a record: removed since it ran, or never run. Either blocks a required
+    stage: ``skippable`` lets a stage that ran without CUDA go unverified, never one that did
+    not run (what the CPU can check, the CPU checks)."""
     f = Findings(name, policy)
-    if policy.skippable.get(name) == "no-cuda":
-        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
-        return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     how = (
         f"{policy.rerun} runs every stage"
         if policy.rerun
@@ -88,10 +89,18 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
             fix="find what deletes files under the raw directory between the stage and the "
             f"report, then run the {name} stage again ({how})",
         )
+    elif name not in policy.required and policy.skippable.get(name) == "no-cuda":
+        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
+        return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     else:
+        skippable = policy.skippable.get(name) == "no-cuda"
         f.add(
             "stage_failed",
             f"{name} has no record: the stage did not run",
+            detail="it may go unverified only where it ran without CUDA; what it checks on "
+            "a CPU was not checked"
+            if skippable
+            else "",
             fix=f"run the {name} stage ({how})",
         )
     return stage_verdict(name, StageStatus.MISSING, f, data)
@@ -205,14 +214,19 @@ def judge_stage(
     baseline_problem: str = "",
     host: Mapping[str, Any] | None = None,
     ab_base: str | None = None,
+    *,
+    commit: str | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
     one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
-    the GPU job's ``host`` facts where given."""
+    the GPU job's ``host`` facts where given. A record of another commit than the run's
+    ``commit`` (when given; "": the run names none) blocks."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
     f = Findings(name, policy)
+    if commit is not None:
+        commit_findings(f, record, commit)
     crashed = _record_findings(f, record)
     errors = unreadable(data)
     for error in data.input_errors:  # missing and refused files: judge/outputs.py

@@ -1,0 +1,38 @@
+"""Which commit the records were made of: every record of one report must name the same one.
+
+Records of different commits in one raw directory (a stage's record kept from an earlier run,
+or copied from another branch) would let one commit's results pass for another's. The run's
+commit is the one most records name; each record naming another (or none, beside records that
+name one) is a blocking finding that names both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from stagegate.judge.findings import Findings
+from stagegate.model import StageRecord
+
+
+def run_commit(records: Mapping[str, StageRecord]) -> str:
+    """The commit most records name (on a tie, one that names a commit, then the first named);
+    "" when none names one."""
+    counts = Counter(r.commit or "" for r in records.values())
+    if not counts:
+        return ""
+    return max(counts, key=lambda c: (counts[c], c != ""))
+
+
+def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
+    """A finding when ``record`` names another commit than the run's ``commit`` ("": none)."""
+    if (record.commit or "") == commit:
+        return
+    this, run = record.commit or "no commit", commit or "no commit"
+    f.add(
+        "commit_mismatch",
+        f"{f.stage}'s record is of {this[:12]}; the other records are of {run[:12]}",
+        detail=f"{f.stage}: {this}; the run: {run}. One report judges one commit: results of "
+        "another commit say nothing about this one",
+        fix="run every stage again on one checkout, into an emptied raw directory",
+    )
