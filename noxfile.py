@@ -94,6 +94,11 @@ def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
             "pytest",
             "-m",
             "not integration",
+            # Independent tests, one worker per core; worksteal keeps both busy to the end.
+            "-n",
+            "auto",
+            "--dist",
+            "worksteal",
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
