@@ -8,6 +8,7 @@ nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tomllib
@@ -41,11 +42,34 @@ VENV_PARAMS = ["--system-site-packages", "--without-pip"] if SYSTEM_TORCH else [
 CONSTRAINTS = ["--no-build-isolation"] if SYSTEM_TORCH else ["-c", "constraints-cpu.txt"]
 
 
+# What an install depends on: when none of these changed, a reused virtualenv has it already.
+INSTALL_INPUTS = ("pyproject.toml", "stagegate/pyproject.toml", "constraints-cpu.txt")
+
+
+def install_key(args: list[str], root: Path = ROOT) -> str:
+    """A digest of an install's arguments and of the files that decide what it installs."""
+    digest = hashlib.sha256("\0".join(args).encode())
+    for name in INSTALL_INPUTS:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes())
+    return digest.hexdigest()
+
+
 def install(session: nox.Session, *extras: str) -> None:
     """Install amptrain (editable) with ``extras`` and the stagegate distribution beside it;
-    torch pinned or reused."""
+    torch pinned or reused. A reused virtualenv whose last install had the same inputs is left
+    as it is (the packages are editable: code changes need no install)."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install(*CONSTRAINTS, "-e", spec, "-e", "./stagegate")
+    args = [*CONSTRAINTS, "-e", spec, "-e", "./stagegate"]
+    location = getattr(session.virtualenv, "location", None)
+    stamp = Path(location) / "amptrain-install.sha256" if location else None
+    key = install_key(args)
+    if stamp and stamp.is_file() and stamp.read_text() == key:
+        session.log(f"install skipped: {', '.join(INSTALL_INPUTS)} unchanged since the last one")
+        return
+    session.install(*args)
+    if stamp:  # run_install: skipped exactly when nox skipped the install (-R, --no-install)
+        write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2])"
+        session.run_install("python", "-c", write, str(stamp), key, silent=True)
 
 
 def stage(
@@ -135,11 +159,10 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
 
 
 def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
-    cuda = (
-        session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
-        .strip()
-        .endswith("True")
+    probe = session.run(
+        "python", "-c", "import torch; print(torch.cuda.is_available())", silent=True
     )
+    cuda = str(probe or "").strip().endswith("True")  # None under --install-only
     preset = "gpu" if cuda else "cpu-smoke"
     if not cuda:
         session.warn(
