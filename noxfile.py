@@ -66,6 +66,8 @@ def install(session: nox.Session, *extras: str) -> None:
     if stamp and stamp.is_file() and stamp.read_text() == key:
         session.log(f"install skipped: {', '.join(INSTALL_INPUTS)} unchanged since the last one")
         return
+    if stamp:  # an install cut short must not leave an older stamp that still matches
+        stamp.unlink(missing_ok=True)
     session.install(*args)
     if stamp:  # run_install: skipped exactly when nox skipped the install (-R, --no-install)
         write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2])"
