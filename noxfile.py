@@ -10,6 +10,7 @@ nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tomllib
@@ -43,11 +44,36 @@ VENV_PARAMS = ["--system-site-packages", "--without-pip"] if SYSTEM_TORCH else [
 CONSTRAINTS = ["--no-build-isolation"] if SYSTEM_TORCH else ["-c", "constraints-cpu.txt"]
 
 
+# What an install depends on: when none of these changed, a reused virtualenv has it already.
+INSTALL_INPUTS = ("pyproject.toml", "stagegate/pyproject.toml", "constraints-cpu.txt")
+
+
+def install_key(args: list[str], root: Path = ROOT) -> str:
+    """A digest of an install's arguments and of the files that decide what it installs."""
+    digest = hashlib.sha256("\0".join(args).encode())
+    for name in INSTALL_INPUTS:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes())
+    return digest.hexdigest()
+
+
 def install(session: nox.Session, *extras: str) -> None:
     """Install amptrain (editable) with ``extras`` and the stagegate distribution beside it;
-    torch pinned or reused."""
+    torch pinned or reused. A reused virtualenv whose last install had the same inputs is left
+    as it is (the packages are editable: code changes need no install)."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install(*CONSTRAINTS, "-e", spec, "-e", "./stagegate")
+    args = [*CONSTRAINTS, "-e", spec, "-e", "./stagegate"]
+    location = getattr(session.virtualenv, "location", None)
+    stamp = Path(location) / "amptrain-install.sha256" if location else None
+    key = install_key(args)
+    if stamp and stamp.is_file() and stamp.read_text() == key:
+        session.log(f"install skipped: {', '.join(INSTALL_INPUTS)} unchanged since the last one")
+        return
+    if stamp:  # an install cut short must not leave an older stamp that still matches
+        stamp.unlink(missing_ok=True)
+    session.install(*args)
+    if stamp:  # run_install: skipped exactly when nox skipped the install (-R, --no-install)
+        write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2])"
+        session.run_install("python", "-c", write, str(stamp), key, silent=True)
 
 
 def stage(
@@ -96,6 +122,11 @@ def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
             "pytest",
             "-m",
             "not integration",
+            # Independent tests, one worker per core; worksteal keeps both busy to the end.
+            "-n",
+            "auto",
+            "--dist",
+            "worksteal",
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
@@ -133,7 +164,7 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
 
 def _cuda(session: nox.Session) -> bool:
     out = session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True)
-    return str(out).strip().endswith("True")
+    return str(out or "").strip().endswith("True")  # None under --install-only
 
 
 def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:

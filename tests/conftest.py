@@ -48,3 +48,10 @@ def _a_progress_lock_of_its_own() -> None:
         module = sys.modules.get(name)
         if module is not None:
             module.tqdm.set_lock(threading.RLock())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, tests marked slow come first: the longest of them (the image's
+    stand-in environment) then runs beside the others, not alone after them."""
+    if hasattr(config, "workerinput"):  # every worker sorts alike: their collections must agree
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -54,3 +54,38 @@ def test_a_warning_raised_inside_a_dependency_points_at_the_project_line(tmp_pat
     (warning,) = read_warnings(out)
     assert warning.location == Location("mylib.py", 5)  # not .venv/.../fakedep.py:5
     assert warning.count == 3 and warning.category == "DeprecationWarning"
+
+
+def _record_warnings(tmp_path: Path, *options: str) -> list:
+    for name, text in {
+        **DEPENDENCY_PROJECT,
+        # A collection-time warning: every pytest-xdist worker collects this module.
+        "test_collected.py": (
+            "import warnings\n\n"
+            'warnings.warn("collected once", UserWarning, stacklevel=1)\n\n\n'
+            "def test_c():\n    pass\n"
+        ),
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "warnings.json"
+    out.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options]
+    subprocess.run(
+        [*command, f"--stagegate-warnings={out}"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    return sorted(read_warnings(out), key=lambda w: w.category)
+
+
+def test_workers_of_pytest_xdist_record_what_one_process_records(tmp_path: Path) -> None:
+    alone = _record_warnings(tmp_path)
+    workers = _record_warnings(tmp_path, "-p", "xdist", "-n", "2", "--dist", "load")
+    assert [(w.category, w.location, w.count) for w in alone] == [
+        ("DeprecationWarning", Location("mylib.py", 5), 3),
+        ("UserWarning", Location("test_collected.py", 3), 1),
+    ]
+    assert workers == alone

@@ -20,6 +20,8 @@ from stagegate.io import write_atomic
 from stagegate.pytest_guard import register as register_guard
 
 FORMAT_VERSION = 1
+WORKER_KEY = "stagegate_warnings"  # a pytest-xdist worker's records, in its workeroutput
+Key = tuple[str, str, str, int]  # category, message, file, line
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--stagegate-warnings")
     if path:
-        recorder = WarningRecorder(Path(path), Path(config.rootpath).resolve())
+        recorder = WarningRecorder(Path(path), Path(config.rootpath).resolve(), config)
         config.pluginmanager.register(recorder, "stagegate-warnings")
     guarded = config.getoption("--stagegate-guard")
     if guarded:
@@ -77,9 +79,19 @@ class WarningRecorder:
     project's code on the stack when it was raised.
     """
 
-    def __init__(self, path: Path, root: Path) -> None:
-        self.path, self.root = path, root
-        self.counts: Counter[tuple[str, str, str, int]] = Counter()
+    def __init__(self, path: Path, root: Path, config: pytest.Config) -> None:
+        self.path, self.root, self.config = path, root, config
+        self.counts: Counter[Key] = Counter()
+        # Every pytest-xdist worker collects every test: its collection warnings are counted
+        # once (the largest count of any worker), as a run without workers counts them.
+        self.collected: Counter[Key] = Counter()
+
+    def _role(self) -> str:
+        """The process's part: a pytest-xdist "worker", the "controller" that runs workers, or
+        "alone"."""
+        if hasattr(self.config, "workerinput"):
+            return "worker"
+        return "controller" if self.config.pluginmanager.has_plugin("dsession") else "alone"
 
     @pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own catch_warnings
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -99,6 +111,12 @@ class WarningRecorder:
     def pytest_warning_recorded(
         self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: Any
     ) -> None:
+        # A controller also gets its workers' warnings, re-made without the project frame they
+        # were located at: it counts them from the workers' own records (pytest_testnodedown).
+        # The configuration's warnings are the controller's own; each worker would repeat them.
+        role = self._role()
+        if (role == "controller") != (when == "config") and role != "alone":
+            return
         origin = getattr(warning_message, "stagegate_origin", None)
         file, line = origin or (warning_message.filename, warning_message.lineno)
         file = _in_project(file, self.root) or file  # outside the project: the absolute path
@@ -108,12 +126,35 @@ class WarningRecorder:
             file,
             line,
         )
-        self.counts[key] += 1
+        (self.collected if when == "collect" else self.counts)[key] += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A pytest-xdist worker ended: add the warnings it recorded."""
+        output = getattr(node, "workeroutput", {}).get(WORKER_KEY, {})
+        for record in output.get("counts", []):
+            self.counts[_key(record)] += record["count"]
+        for record in output.get("collected", []):
+            key = _key(record)
+            self.collected[key] = max(self.collected[key], record["count"])
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        records = [
-            {"category": c, "message": m, "file": f, "line": line, "count": n}
-            for (c, m, f, line), n in sorted(self.counts.items())
-        ]
-        doc = {"format_version": FORMAT_VERSION, "warnings": records}
+        if self._role() == "worker":  # the controller writes the file, once
+            self.config.workeroutput[WORKER_KEY] = {  # type: ignore[attr-defined]
+                "counts": _records(self.counts),
+                "collected": _records(self.collected),
+            }
+            return
+        doc = {"format_version": FORMAT_VERSION, "warnings": _records(self.counts + self.collected)}
         write_atomic(self.path, json.dumps(doc, indent=2) + "\n")
+
+
+def _records(counts: Counter[Key]) -> list[dict[str, Any]]:
+    return [
+        {"category": c, "message": m, "file": f, "line": line, "count": n}
+        for (c, m, f, line), n in sorted(counts.items())
+    ]
+
+
+def _key(record: dict[str, Any]) -> Key:
+    return (record["category"], record["message"], record["file"], record["line"])

@@ -1,0 +1,50 @@
+"""What lets a reused virtualenv skip its install: the digest of everything that decides it."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _noxfile():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("amptrain_noxfile", ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["amptrain_noxfile"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+noxfile = _noxfile()
+ARGS = ["-c", "constraints-cpu.txt", "-e", ".[test,lint]", "-e", "./stagegate"]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    for name in noxfile.INSTALL_INPUTS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_the_key_is_the_same_for_the_same_inputs(inputs: Path) -> None:
+    assert noxfile.install_key(ARGS, inputs) == noxfile.install_key(ARGS, ROOT)
+
+
+@pytest.mark.parametrize(
+    "name", ["pyproject.toml", "stagegate/pyproject.toml", "constraints-cpu.txt"]
+)
+def test_a_changed_input_changes_the_key(inputs: Path, name: str) -> None:
+    before = noxfile.install_key(ARGS, inputs)
+    (inputs / name).write_text((inputs / name).read_text() + "\n# changed\n")
+    assert noxfile.install_key(ARGS, inputs) != before
+
+
+def test_other_extras_change_the_key() -> None:
+    other = ["-c", "constraints-cpu.txt", "-e", ".[test]", "-e", "./stagegate"]
+    assert noxfile.install_key(other) != noxfile.install_key(ARGS)

@@ -1,0 +1,257 @@
+"""The docs' measured tables, generated from the committed result files.
+
+    python tools/docs_tables.py            # rewrite every table in README.md and docs/*.md
+    python tools/docs_tables.py --check    # exit 1, naming each table that differs
+
+A table sits between two marker comments, ``<!-- begin table:NAME -->`` and
+``<!-- end table:NAME -->``; NAME picks the renderer and the file it reads (``TABLES``). What
+lies between the markers is replaced by the renderer's output, so a figure in a table is always
+the committed file's, and a test (tests/ci/test_docs.py) fails when a doc was not regenerated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = Path("reports/baseline")
+H100 = BASELINE / "h100-80gb-hbm3"
+# Markers stand at the start of a line; one quoted inside a sentence is left alone.
+MARKER = re.compile(
+    r"^(<!-- begin table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)^(<!-- end table:(?P=name) -->)",
+    re.S | re.M,
+)
+BEGIN = re.compile(r"^<!-- begin table:", re.M)
+
+
+class DocsTableError(Exception):
+    """A doc or a result file that the tables cannot be made from; the message says which."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One generated table: the committed file it reads and the function that renders it."""
+
+    source: Path
+    render: Callable[[dict[str, Any]], str]
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def _interval(comparison: dict[str, Any]) -> str:
+    low, high = comparison["speedup_ci95"]
+    return f"{comparison['speedup']:.2f}x ({low:.2f}-{high:.2f})"
+
+
+def _speedups(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(c["precision"], c["baseline"]): c for c in data["comparisons"]}
+
+
+def benchmark_table(data: dict[str, Any]) -> str:
+    """One row per precision of a benchmark file: time, throughput, speedups, MFU, memory,
+    validation loss and single-sample latency."""
+    speedups = _speedups(data)
+    rows = [
+        "| precision | ms/step | tokens/s | speedup over IEEE fp32 (95% CI) | over TF32 | MFU "
+        "| peak TFLOP/s | peak MB | activation MB | val loss | latency p50 / p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, arm in data["precisions"].items():
+        over_fp32 = speedups.get((name, "32-true"))
+        over_tf32 = speedups.get((name, "32-tf32"))
+        latency = arm["health"]["inference_latency_ms"]
+        cells = [
+            f"`{name}`",
+            _ms(arm["step_time_ms"]),
+            f"{arm['tokens_per_second']:,.0f}",
+            _interval(over_fp32) if over_fp32 else "-",
+            _interval(over_tf32) if over_tf32 else "-",
+            f"{arm['mfu']:.1%}" if arm["mfu"] is not None else "-",
+            f"{arm['peak_tflops']:g}" if arm["peak_tflops"] is not None else "-",
+            f"{arm['memory']['peak_allocated_mb']:,.0f}",
+            f"{arm['memory']['activation_mb']:,.0f}",
+            f"{arm['val_loss']:.4f}",
+            f"{latency['p50']:.2f} / {latency['p95']:.2f}",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def benchmark_findings(data: dict[str, Any]) -> str:
+    """What the precision table implies against IEEE fp32: memory cut, accuracy, syncs, skips."""
+    lines = []
+    for c in data["comparisons"]:
+        if c["baseline"] != data["baseline"]:
+            continue
+        lines.append(
+            f"| `{c['precision']}` | {c['peak_memory_reduction_pct']:.1f}% "
+            f"| {c['activation_memory_reduction_pct']:.1f}% | {c['accuracy_diff']:.4f} "
+            f"| {round(c['val_loss_diff'], 4) or 0.0:+.4f} |"
+        )
+    head = [
+        f"| against `{data['baseline']}` | peak memory cut | activation memory cut "
+        "| token accuracy difference | validation loss difference |",
+        "|---|---|---|---|---|",
+    ]
+    arms = data["precisions"].items()
+    health = [
+        "",
+        "| precision | host syncs per step | skipped (overflow) steps | static MB | "
+        "memory growth MB/window |",
+        "|---|---|---|---|---|",
+        *(
+            f"| `{name}` | {a['health']['syncs_in_step']['per_step']:g} | {a['overflow_steps']} "
+            f"| {a['memory']['static_mb']:,.0f} "
+            f"| {a['health']['memory_growth_mb_per_window']:.3f} |"
+            for name, a in arms
+        ),
+    ]
+    return "\n".join([*head, *lines, *health]) + "\n"
+
+
+def benchmark_run(data: dict[str, Any]) -> str:
+    """Where and how a benchmark file was measured, as one table row."""
+    m, p, c = data["machine_info"], data["preset"], data["commit_info"]
+    windows = {arm["stats"]["n"] for arm in data["precisions"].values()}
+    return (
+        "| GPU | driver | torch | CUDA | commit | preset | model | windows x steps | warm-up |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        f"| {m['gpu_name']} | {m['driver']} | {m['torch']} | {m['cuda']} "
+        f"| `{c['id'][:7]}`{' (dirty)' if c['dirty'] else ''} | `{p['name']}` "
+        f"| {p['n_layers']} layers, d_model {p['d_model']}, {p['n_heads']} heads, context "
+        f"{p['seq_len']}, batch {p['batch_size']}, vocabulary {p['vocab_size']} "
+        f"| {'/'.join(str(n) for n in sorted(windows))} x {p['window_steps']} "
+        f"| {p['warmup_steps']} steps |\n"
+    )
+
+
+KINDS = ("matmul", "elementwise/other", "attention", "optimizer", "gpu idle")
+
+
+def step_profile(data: dict[str, Any]) -> str:
+    """Eager against compiled step: time, MFU and the share of GPU time per kernel kind."""
+    modes = data["modes"]
+    names = list(modes)
+    rows = [
+        f"| {data['precision']} | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+        "| ms/step | " + " | ".join(f"{modes[n]['step_ms']:.2f}" for n in names) + " |",
+        "| MFU | " + " | ".join(f"{modes[n]['mfu']:.1%}" for n in names) + " |",
+    ]
+    for kind in KINDS:
+        shares = [f"{modes[n]['kernel_time_share'][kind]:.1%}" for n in names]
+        rows.append(f"| {kind} (share of GPU time) | " + " | ".join(shares) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def fine_tune_throughput(data: dict[str, Any]) -> str:
+    """Tokens per second of the bare step and of fine_tune, and their ratio."""
+    rows = [
+        f"| arm ({data['precision']}, {data['steps']} steps x {data['rounds']} rounds) "
+        "| tokens/s | ratio to the bare step |",
+        "|---|---|---|",
+    ]
+    for name, arm in data["arms"].items():
+        rows.append(
+            f"| `{name}` | {arm['tokens_per_second']:,.0f} | {arm['ratio_to_train_step']:.3f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def policy_thresholds(data: dict[str, Any]) -> str:
+    """The policy's thresholds, and the severities and the points each costs."""
+    policy = data["tool"]["stagegate"]
+    rows = ["| threshold | must be |", "|---|---|"]
+    for key, rule in policy["thresholds"].items():
+        rows.append(f"| `{key}` | {rule['op']} {rule['value']:g} |")
+    severities: dict[str, list[str]] = {}
+    for kind, level in policy["severity"].items():
+        severities.setdefault(level, []).append(f"`{kind}`")
+    rows += ["", "| severity | points | findings |", "|---|---|---|"]
+    for level, points in policy["deduction"].items():
+        rows.append(f"| {level} | {points} | {', '.join(severities.get(level, []))} |")
+    return "\n".join(rows) + "\n"
+
+
+BENCH = BASELINE / "benchmark-h100-80gb-hbm3.json"
+TABLES: dict[str, Table] = {
+    "h100-run": Table(BENCH, benchmark_run),
+    "h100-precisions": Table(BENCH, benchmark_table),
+    "h100-findings": Table(BENCH, benchmark_findings),
+    "h100-step-profile": Table(H100 / "step-profile-eager-and-compiled.json", step_profile),
+    "h100-fine-tune-throughput": Table(H100 / "fine-tune-throughput.json", fine_tune_throughput),
+    "policy": Table(Path("pyproject.toml"), policy_thresholds),
+}
+
+
+def render(name: str, root: Path = ROOT) -> str:
+    """The table ``name`` as its committed file (a result file, or the policy) makes it today."""
+    if name not in TABLES:
+        raise DocsTableError(f"unknown table {name!r}: add it to TABLES in tools/docs_tables.py")
+    table = TABLES[name]
+    path = root / table.source
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return table.render(data)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DocsTableError(
+            f"table {name}: {table.source} cannot be read as its result file ({exc!r}); "
+            "restore the file or change the table's renderer"
+        ) from exc
+
+
+def fill(text: str, root: Path = ROOT) -> str:
+    """``text`` with every marked table replaced by its generated version."""
+    begins = len(BEGIN.findall(text))
+    filled, count = MARKER.subn(lambda m: m[1] + render(m["name"], root) + m[4], text)
+    if count != begins:
+        raise DocsTableError(
+            f"{begins} table markers open but {count} close with their own name: every "
+            "'<!-- begin table:NAME -->' needs an '<!-- end table:NAME -->' after it"
+        )
+    return filled
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    """The files that may hold generated tables: the README and the docs folder."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the docs' tables, or with ``--check`` name those that differ (exit 1)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    args = parser.parse_args(argv)
+    new: dict[Path, str] = {}
+    try:  # every doc is made before any is written: a bad one leaves all as they were
+        for path in documents():
+            try:
+                new[path] = fill(path.read_text())
+            except DocsTableError as exc:
+                raise DocsTableError(f"{path.relative_to(ROOT)}: {exc}") from exc
+    except DocsTableError as exc:
+        print(f"docs_tables: {exc}", file=sys.stderr)
+        return 2
+    stale = [path for path, text in new.items() if text != path.read_text()]
+    if not args.check:
+        for path in stale:
+            path.write_text(new[path])
+    verb = "differ from their result files" if args.check else "were regenerated"
+    for path in stale:
+        print(f"{path.relative_to(ROOT)}: tables {verb}", file=sys.stderr)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
