@@ -30,77 +30,68 @@ die() {
     exit 2
 }
 
-# The stage's command, run by stagegate in WORK: the benchmark inside the container.
-container() {
-    local rc=0 out="container-out/benchmark.json"
-    CONTAINER_NAME="amptrain-gpu-${GITHUB_RUN_ID:-local}-$$"
+# NAME WORKDIR OPTION... -- COMMAND: COMMAND in the pinned image, sealed (no network, no
+# capabilities, read-only root and trees), as stagegate runs it in WORK; its container is
+# removed however the stage ends. OPTIONs are the stage's own docker run options (--env,
+# --volume); /workspace is the commit's tree, /out the output folder.
+in_container() {
+    local name="$1" workdir="$2" rc=0 options=()
+    shift 2
+    while [ "$1" != "--" ]; do options+=("$1"); shift; done
+    shift
+    CONTAINER_NAME="amptrain-$name-${GITHUB_RUN_ID:-local}-$$"
     trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
     trap 'exit 143' TERM INT
     docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
         --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
         --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
         --user "$(id -u):$(id -g)" \
-        --env HOME=/tmp --env PYTHONPATH=/workspace/src --env PYTHONDONTWRITEBYTECODE=1 \
-        --env WANDB_MODE=disabled --env GITHUB_SHA="$GITHUB_SHA" \
-        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" \
-        --workdir /workspace "$IMAGE" \
-        python -m amptrain.benchmark --preset gpu --out /out/benchmark.json --quiet || rc=$?
+        --env HOME=/tmp --env PYTHONDONTWRITEBYTECODE=1 --env WANDB_MODE=disabled \
+        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" "${options[@]}" \
+        --workdir "$workdir" "$IMAGE" "$@" || rc=$?
+    return "$rc"
+}
+
+# FILE: container-out/FILE copied to reports/raw/FILE, only a plain file of a sane size.
+keep_output() {
+    local out="container-out/$1"
     if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
-        cp -- "$out" reports/raw/benchmark.json
+        cp -- "$out" "reports/raw/$1"
     else
-        echo "gpu_stage: the container left no plain benchmark.json (or one too large)" >&2
+        echo "gpu_stage: the container left no plain $1 (or one too large)" >&2
     fi
+}
+
+# The stage's command, run by stagegate in WORK: the benchmark inside the container.
+container() {
+    local rc=0
+    in_container gpu /workspace \
+        --env PYTHONPATH=/workspace/src --env GITHUB_SHA="$GITHUB_SHA" -- \
+        python -m amptrain.benchmark --preset gpu --out /out/benchmark.json --quiet || rc=$?
+    keep_output benchmark.json
     return "$rc"
 }
 
 # The regression stage's command, run by stagegate in WORK: the A/B inside the container.
 ab_container() {
-    local rc=0 out="container-out/ab.json"
-    CONTAINER_NAME="amptrain-ab-${GITHUB_RUN_ID:-local}-$$"
-    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
-    trap 'exit 143' TERM INT
-    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
-        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
-        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
-        --user "$(id -u):$(id -g)" \
-        --env HOME=/tmp --env PYTHONPATH=/base/src --env PYTHONDONTWRITEBYTECODE=1 \
-        --env WANDB_MODE=disabled \
-        --volume "$PR_TREE:/workspace:ro" --volume "$BASE_TREE:/base:ro" \
-        --volume "$PWD/container-out:/out:rw" \
-        --workdir /tmp "$IMAGE" \
+    local rc=0
+    in_container ab /tmp --env PYTHONPATH=/base/src --volume "$BASE_TREE:/base:ro" -- \
         python -m amptrain.benchmark.ab --preset gpu \
         --base-src /base/src --base-sha "$BASE_SHA" \
         --head-src /workspace/src --head-sha "$SHA" --out /out/ab.json || rc=$?
-    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
-        cp -- "$out" reports/raw/ab.json
-    else
-        echo "gpu_stage: the container left no plain ab.json (or one too large)" >&2
-    fi
+    keep_output ab.json
     return "$rc"
 }
 
 # The cuda stage's command: the commit's cuda-marked tests inside the container, with JUnit.
 # The stagegate pytest plugin the project's pytest options name comes from the commit's tree.
 cuda_container() {
-    local rc=0 out="container-out/junit-cuda.xml"
-    CONTAINER_NAME="amptrain-cuda-${GITHUB_RUN_ID:-local}-$$"
-    trap 'docker rm --force "$CONTAINER_NAME" >/dev/null 2>&1 || true' EXIT
-    trap 'exit 143' TERM INT
-    docker run --rm --name "$CONTAINER_NAME" --gpus all --network none \
-        --read-only --tmpfs /tmp:rw,exec,nosuid,size=16g --shm-size 2g \
-        --cap-drop ALL --security-opt no-new-privileges --pids-limit 4096 \
-        --user "$(id -u):$(id -g)" \
-        --env HOME=/tmp --env PYTHONPATH=/workspace/src:/workspace/stagegate/src \
-        --env PYTHONDONTWRITEBYTECODE=1 --env WANDB_MODE=disabled \
-        --volume "$PR_TREE:/workspace:ro" --volume "$PWD/container-out:/out:rw" \
-        --workdir /workspace "$IMAGE" \
+    local rc=0
+    in_container cuda /workspace \
+        --env PYTHONPATH=/workspace/src:/workspace/stagegate/src -- \
         python -m pytest -p stagegate.pytest_plugin -m cuda -p no:cacheprovider \
         --junitxml=/out/junit-cuda.xml || rc=$?
-    if [ -f "$out" ] && [ ! -L "$out" ] && [ "$(stat -c %s "$out")" -le "$MAX_BENCHMARK_BYTES" ]; then
-        cp -- "$out" reports/raw/junit-cuda.xml
-    else
-        echo "gpu_stage: the container left no plain junit-cuda.xml (or one too large)" >&2
-    fi
+    keep_output junit-cuda.xml
     return "$rc"
 }
 
