@@ -9,21 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect.jsonfile import finite, load_json
+from stagegate.collect.jsonfile import finite, load_document
+from stagegate.collect.jsonfile import text as _text
+from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
 from stagegate.model import ABRun, ABSide
 
 SUPPORTED_VERSION = 1
 KIND = "amptrain-ab"
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _whole(value: Any) -> int | None:
-    number = finite(value)
-    return int(number) if number is not None and number == int(number) else None
 
 
 def _figures(side: dict[str, Any], key: str, path: Path, role: str) -> tuple[float | None, ...]:
@@ -60,14 +53,7 @@ def _interval(summary: dict[str, Any]) -> tuple[float, float] | None:
 
 def read_ab(path: Path) -> ABRun:
     """Read an A/B document; wrong kinds, versions and shapes are InputErrors."""
-    data = load_json(path, "A/B file")
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise InputError(f"A/B file {path} is not an amptrain A/B result (kind {KIND!r})")
-    if data.get("format_version") != SUPPORTED_VERSION:
-        raise InputError(
-            f"A/B file {path} has format_version {data.get('format_version')!r}; "
-            f"this stagegate reads {SUPPORTED_VERSION}"
-        )
+    data = load_document(path, "A/B file", KIND, SUPPORTED_VERSION)
     summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
     order = data.get("order")
     return ABRun(

@@ -11,28 +11,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect.jsonfile import load_json
+from stagegate.collect.jsonfile import finite as _num
+from stagegate.collect.jsonfile import load_document
+from stagegate.collect.jsonfile import text as _text
+from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
 from stagegate.model import Benchmark, Comparison, PrecisionResult
 
 SUPPORTED_VERSION = 1
-
-
-def _num(value: Any) -> float | None:
-    """A finite number, or None (JSON null, NaN and infinity all mean: not measured)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _whole(value: Any) -> int | None:
-    """A whole number (a count), or None."""
-    number = _num(value)
-    return int(number) if number is not None and number == int(number) else None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _get(data: dict[str, Any], key: str, path: Path, where: str) -> Any:
@@ -178,14 +164,7 @@ def _comparison(i: int, c: Any, path: Path) -> Comparison:
 
 def read_benchmark(path: Path) -> Benchmark:
     """Read and check a benchmark document; wrong versions and shapes are InputErrors."""
-    data = load_json(path, "benchmark file")
-    if not isinstance(data, dict) or data.get("kind") != "amptrain-benchmark":
-        raise InputError(f"benchmark file {path} is not an amptrain benchmark result")
-    if data.get("format_version") != SUPPORTED_VERSION:
-        raise InputError(
-            f"benchmark file {path} has format_version {data.get('format_version')!r}; "
-            f"this stagegate reads {SUPPORTED_VERSION}"
-        )
+    data = load_document(path, "benchmark file", "amptrain-benchmark", SUPPORTED_VERSION)
     machine = _obj(data, "machine_info", path, "the document", required=True)
     preset = _obj(data, "preset", path, "the document", required=True)
     precisions = _get(data, "precisions", path, "the document")

@@ -35,3 +35,27 @@ def finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def whole(value: Any) -> int | None:
+    """A whole number (a count), or None."""
+    number = finite(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+def text(value: Any) -> str | None:
+    """A string, or None."""
+    return value if isinstance(value, str) else None
+
+
+def load_document(path: Path, what: str, kind: str, version: int) -> dict[str, Any]:
+    """A JSON object of ``kind`` at format ``version``; anything else is an InputError."""
+    data = load_json(path, what)
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise InputError(f"{what} {path} is not an amptrain result of kind {kind!r}")
+    if data.get("format_version") != version:
+        raise InputError(
+            f"{what} {path} has format_version {data.get('format_version')!r}; "
+            f"this stagegate reads {version}"
+        )
+    return data
