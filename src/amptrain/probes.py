@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -170,8 +171,8 @@ def live_tensors() -> dict[str, float]:
     storages: dict[int, int] = {}
     count = graph = 0
     for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor):  # type(): no attribute lookups on obj
-            continue
+        if not issubclass(type(obj), torch.Tensor) or issubclass(type(obj), FakeTensor):
+            continue  # type(): no attribute lookups on obj; a fake tensor has no storage
         count += 1
         graph += obj.grad_fn is not None
         try:

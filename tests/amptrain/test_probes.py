@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -181,3 +182,19 @@ def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
     monkeypatch.setattr(TrainStep, "run", keeps_graph)
     seen = watched_run()
     assert seen[-1]["graph_attached"] > seen[0]["graph_attached"]
+
+
+def test_live_tensors_leaves_fake_tensors_out() -> None:
+    """A fake tensor (torch.compile's tracing leaves some in memory) has no storage to count,
+    and reading its data pointer warns; the probe counts the real tensors only."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    before = probes.live_tensors()
+    with FakeTensorMode():
+        fake = torch.empty(1024, 1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        after = probes.live_tensors()
+    assert after["count"] == before["count"]
+    assert after["bytes"] == before["bytes"]
+    del fake
