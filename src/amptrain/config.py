@@ -260,7 +260,13 @@ def check_validation_rows(rows: int | None) -> None:
 RESUME_KEYS = ("batch_size", "grad_accum_steps", "max_steps_per_epoch", "seed")
 # What the saved optimizer, schedule and scaler were built with: a resumed run takes their saved
 # state, so another value here would be ignored; it is refused instead.
-TRAINING_KEYS = ("learning_rate", "weight_decay", "warmup_ratio", "min_lr_ratio", "precision")
+TRAINING_KEYS = (
+    "learning_rate", "weight_decay", "warmup_ratio", "min_lr_ratio", "precision",
+    "lr_scheduler_type", "lr_cycles", "lr_power", "max_steps",
+)  # fmt: skip
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 class ResumeSettingsWarning(UserWarning):
@@ -274,7 +280,9 @@ def resume_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _differ(cfg: TrainConfig, saved: Mapping[str, Any], key: str) -> bool:
-    mine, theirs = getattr(cfg, key), saved.get(key)
+    """Whether ``key`` differs; a checkpoint written before a setting existed was written
+    with the setting's default."""
+    mine, theirs = getattr(cfg, key), saved.get(key, _DEFAULTS.get(key))
     if key == "precision" and theirs is not None:
         return canonical_precision(mine) != canonical_precision(theirs)
     return mine != theirs
@@ -294,7 +302,9 @@ def check_resume(
             f"the checkpoint was written with other settings ({', '.join(differ)}): the data "
             "position would not be the same; resume with the settings it was written with"
         )
-    changed = [f"{k}={saved.get(k)!r}" for k in TRAINING_KEYS if _differ(cfg, saved, k)]
+    changed = [
+        f"{k}={saved.get(k, _DEFAULTS.get(k))!r}" for k in TRAINING_KEYS if _differ(cfg, saved, k)
+    ]
     if changed:
         raise ValueError(
             f"the checkpoint was written with {', '.join(changed)}, and its optimizer, schedule "

@@ -345,6 +345,10 @@ def test_resume_compares_the_settings_that_fix_the_data_position(
         ("warmup_ratio", 0.5),
         ("min_lr_ratio", 0.5),
         ("precision", "bf16-mixed"),
+        ("lr_scheduler_type", "linear"),
+        ("lr_cycles", 2),
+        ("lr_power", 2.0),
+        ("max_steps", 7),
     ],
 )
 def test_resume_refuses_a_setting_the_saved_optimizer_would_ignore(
@@ -354,6 +358,14 @@ def test_resume_refuses_a_setting_the_saved_optimizer_would_ignore(
     with pytest.raises(ValueError) as raised:
         check_resume(dataclasses.replace(cfg, **{key: value}), resume_settings(cfg), 1, 1)
     assert names(str(raised.value), f"{key}={getattr(cfg, key)!r}", "resume_from")
+
+
+def test_a_checkpoint_without_a_newer_setting_was_written_with_its_default() -> None:
+    cfg = TrainConfig()
+    older = {k: v for k, v in resume_settings(cfg).items() if k != "lr_scheduler_type"}
+    check_resume(cfg, older, 1, 1)  # the default then: nothing differs
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        check_resume(dataclasses.replace(cfg, lr_scheduler_type="linear"), older, 1, 1)
 
 
 def test_resume_applies_more_epochs_and_says_so(names: Names) -> None:
