@@ -62,22 +62,34 @@ class CheckpointWriteError(OSError):
 
 
 def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep: int) -> Path:
-    """Write ``state`` as the checkpoint of ``step`` and delete all but the newest ``keep``.
-
-    The file is written under a temporary name, flushed to the disk (``fsync``), then renamed,
-    and the folder's entry is flushed too: a kill or a crash at any point leaves either the
-    whole new file or none, never half of one under a checkpoint's name. Older checkpoints are
-    deleted only once the new one is whole; a write that fails (a full disk) deletes nothing
-    but its own temporary file, and raises :class:`CheckpointWriteError`."""
+    """Write ``state`` as the checkpoint of ``step`` (with :func:`write`) and delete all but
+    the newest ``keep``, only once the new one is whole."""
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(".step-*.pt.*.tmp"):  # left by a run killed while it wrote
         stale.unlink(missing_ok=True)
     target = folder / checkpoint_name(step)
+    write(target, {"format": FORMAT, **state})
+    for old in checkpoints(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def write(target: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` ``state`` to ``target`` whole or not at all.
+
+    The file is written under a temporary name, flushed to the disk (``fsync``), then renamed,
+    and the folder's entry is flushed too: a kill or a crash at any point leaves either the
+    whole new file or none, never half of one under the target's name. A write that fails (a
+    full disk) deletes nothing but its own temporary file, and raises
+    :class:`CheckpointWriteError`."""
+    folder = target.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(f".{target.name}.*.tmp"):  # left by a run killed while it wrote
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
+            torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -88,9 +100,6 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
         if cause is not None:
             raise _write_error(target, folder, cause) from exc
         raise
-    for old in checkpoints(folder)[:-keep]:
-        old.unlink(missing_ok=True)
-    return target
 
 
 def _sync_folder(folder: Path) -> None:

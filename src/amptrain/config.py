@@ -75,6 +75,12 @@ class TrainConfig:
     grad_accum_steps: int = 1  # micro-batches per optimizer step
     log_every: int = 10  # optimizer steps between host reads of the loss and gradient norm
     eval_every: int | None = None  # optimizer steps between validations (and each epoch's end)
+    eval_on_start: bool = False  # one validation before the first step (a record at step 0)
+    # keep the weights that score best on this validation key ("val/loss", or a compute_metrics
+    # key as "val/<name>") in checkpoint_dir/best; "min" or "max" is better
+    best_metric: str | None = None
+    best_mode: str = "min"
+    load_best_at_end: bool = False  # the model ends with the best_metric's best weights
     checkpoint_dir: str | None = None  # where checkpoints go (one is written at the end)
     checkpoint_every: int | None = None  # optimizer steps between checkpoints
     keep_checkpoints: int = 3  # the newest K are kept
@@ -85,11 +91,14 @@ class TrainConfig:
     deterministic: bool = False
     num_workers: int | None = None
     collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
+    gradient_checkpointing: bool = False  # recompute activations in backward (less memory)
     pad_token_id: int | None = None  # given: the positions holding it are padding (not scored)
     padding_side: str = "right"  # where ragged rows are padded ("left" for some decoders)
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
     console: bool = False
     jsonl_path: str | None = None
+    csv_path: str | None = None  # every record as rows of step,key,value (long format)
+    tensorboard_dir: str | None = None  # every record as TensorBoard scalars (needs tensorboard)
     wandb: bool = False
     wandb_project: str = "amptrain"
     wandb_mode: str = field(default_factory=lambda: os.environ.get("WANDB_MODE", "offline"))
@@ -126,6 +135,8 @@ class TrainConfig:
             or (self.collective_timeout > 0 and math.isfinite(self.collective_timeout)),
             "pad_token_id": self.pad_token_id is None or self.pad_token_id >= 0,
             "padding_side": self.padding_side in ("right", "left"),
+            "best_metric": self.best_metric is None or bool(self.best_metric.strip("/")),
+            "best_mode": self.best_mode in ("min", "max"),
             "wandb_mode": self.wandb_mode in ("offline", "online", "disabled"),
         }
         for name, ok in checks.items():
@@ -135,6 +146,22 @@ class TrainConfig:
                 )
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("TrainConfig.checkpoint_every needs checkpoint_dir")
+        self._check_best()
+
+    def _check_best(self) -> None:
+        """``best_metric`` as a validation key (``"loss"`` is ``"val/loss"``), kept where
+        checkpoints go; ``load_best_at_end`` only with a metric to choose by."""
+        if self.load_best_at_end and self.best_metric is None:
+            raise ValueError("TrainConfig.load_best_at_end needs best_metric (e.g. 'val/loss')")
+        if self.best_metric is None:
+            return
+        if not self.best_metric.startswith("val/"):
+            object.__setattr__(self, "best_metric", f"val/{self.best_metric}")
+        if not self.checkpoint_dir:
+            raise ValueError(
+                "TrainConfig.best_metric needs checkpoint_dir: the best weights are kept in "
+                "checkpoint_dir/best"
+            )
 
 
 @dataclass(frozen=True)

@@ -184,10 +184,12 @@ def evaluate(
     device: torch.device,
     *,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> dict[str, float]:
     """Validation loss (token-weighted), perplexity and token accuracy, with one host sync.
 
-    ``reduce`` sums the totals over processes (each scored its own shard of ``batches``)."""
+    ``reduce`` sums the totals over processes (each scored its own shard of ``batches``);
+    ``observe(logits, labels)`` sees every batch (``compute_metrics`` collects them)."""
     adapter = ModelAdapter(model)
     was_training = model.training
     model.eval()
@@ -202,6 +204,8 @@ def evaluate(
             logits = adapter.logits(input_ids, inputs)
             loss = lm_loss(logits, labels)
             correct, count = token_hits(logits, labels)
+        if observe is not None:
+            observe(logits, labels)
         total_loss += loss.double() * count
         total_correct += correct
         total_tokens += count

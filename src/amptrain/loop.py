@@ -30,6 +30,7 @@ from amptrain.adapters import (
     to_device,
     vocabulary_size,
 )
+from amptrain.best import keep_best
 from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
 from amptrain.config import (
     Layout,
@@ -43,7 +44,17 @@ from amptrain.distributed import World
 from amptrain.engine import TrainStep, evaluate
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
 from amptrain.precision import PrecisionPlan
+from amptrain.predictions import Collected, ComputeMetrics, checked_metrics
 from amptrain.results import EpochMetrics
+
+
+def real_tokens(labels: torch.Tensor, mask: torch.Tensor | None) -> int:
+    """The batch's tokens that are not padding, for throughput: the attention mask's ones (a
+    left-padded row's first real token, which no label scores, included), else the labels
+    that are not -100 (:func:`~amptrain.adapters.counted_tokens`)."""
+    if mask is not None and mask.device.type == "cpu":
+        return int(mask.ne(0).sum())
+    return counted_tokens(labels)
 
 
 class SkippedStepsWarning(UserWarning):
@@ -126,6 +137,7 @@ class Loop:
     log: RunLog
     progress: ProgressBar
     callbacks: Sequence[Callback] = ()
+    compute_metrics: ComputeMetrics | None = None
     state: TrainState = field(default_factory=TrainState)
     epochs: list[EpochMetrics] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
@@ -157,6 +169,8 @@ class Loop:
             features.append(AgreeStop(self.world.any, self.world.gather))
         if cfg.checkpoint_dir:
             features.append(AtEnd(self.save_checkpoint))
+        # last: the final checkpoint and the callbacks have the last weights, the caller the best
+        features.extend(keep_best(cfg, self.module, self.writes, self.world.barrier))
         return features
 
     @property
@@ -169,6 +183,8 @@ class Loop:
     def run(self) -> None:
         """Train from the current position to the last epoch, or until a callback stops it."""
         self.hooks("on_train_start", self.state)
+        if self.cfg.eval_on_start and self.state.step == 0:
+            self.validate()  # a record at step 0, before any training
         while self.state.epoch <= self.layout.epochs and not self.state.should_stop:
             batches = self._start_epoch()
             try:
@@ -218,8 +234,10 @@ class Loop:
         else:
             self.epoch_order = order_state(self.train_loader)
         sampler = getattr(self.train_loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):  # the order is a function of (seed, epoch)
-            sampler.set_epoch(self.state.epoch)
+        dataset = getattr(self.train_loader, "dataset", None)
+        for source in (sampler, dataset):  # a stream (datasets' IterableDataset) shuffles too
+            if hasattr(source, "set_epoch"):  # the order is a function of (seed, epoch)
+                source.set_epoch(self.state.epoch)
         batches = iter(self.train_loader)
         for _ in range(self.counters.batches):
             next(batches)
@@ -238,11 +256,11 @@ class Loop:
         """A loader's batch as the step takes it (its ids checked), on the device; counted for
         throughput. ``number`` is its place in the epoch, from 1."""
         micro = batch_inputs(batch)
-        input_ids, labels, _ = micro
+        input_ids, labels, inputs = micro
         if input_ids.device.type == "cpu":  # on a GPU already: the first batch's check only
             check_batch_ids(input_ids, self.vocab, batch=number, epoch=self.state.epoch)
         self.counters.samples += input_ids.shape[0]
-        self.counters.tokens += counted_tokens(labels)
+        self.counters.tokens += real_tokens(labels, inputs.get("attention_mask"))
         micro = to_device(micro, self.device)
         self.adapter.check_batch(micro[0], self.plan)
         return micro
@@ -283,12 +301,29 @@ class Loop:
         self.flush()
         if self.val_loader is None:
             return {}
-        val = evaluate(self.module, self.val_loader, self.plan, self.device, reduce=self.world.sum)
+        val = self._scores()
         record = {f"val/{k}": v for k, v in val.items()}
         self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
         self.log.eval(record)
         self.state.last_eval = record
         self.hooks("on_eval_end", self.state, record)
+        return val
+
+    def _scores(self) -> dict[str, float]:
+        """Loss, perplexity, accuracy, and what ``compute_metrics`` makes of every rank's
+        logits and labels (each rank computes it on the whole set: the same everywhere)."""
+        collected = Collected() if self.compute_metrics is not None else None
+        val = evaluate(
+            self.module,
+            self.val_loader,
+            self.plan,
+            self.device,
+            reduce=self.world.sum,
+            observe=collected,
+        )
+        if self.compute_metrics is not None and collected is not None:
+            result = self.compute_metrics(collected.prediction(self.world.gather))
+            val.update(checked_metrics(result, taken=tuple(val)))
         return val
 
     def _paused(self, action: Callable[[], Any]) -> None:

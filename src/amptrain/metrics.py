@@ -1,8 +1,9 @@
-"""Metrics in bounded memory, device memory through torch, sinks (console, JSON lines, W&B),
-one run's log over them, and its progress bar."""
+"""Metrics in bounded memory, device memory through torch, sinks (console, JSON lines, CSV,
+TensorBoard, W&B), one run's log over them, and its progress bar."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -139,6 +140,56 @@ class JsonlSink:
 
     def close(self) -> None:
         self._file.close()
+
+
+class CsvSink:
+    """Appends every record as rows of ``run,step,key,value`` (long format: a key that first
+    appears later, a validation key, is just more rows, so the file never needs rewriting),
+    handed to the operating system as it is logged. A new or empty file gets the header."""
+
+    HEADER = ("run", "step", "key", "value")
+
+    def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self._file = self.path.open("a", encoding="utf-8", newline="")
+        self._rows = csv.writer(self._file)
+        if self._file.tell() == 0:
+            self._rows.writerow(self.HEADER)
+            self._file.flush()
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None:
+        self._rows.writerows((self.run_id, step, k, v) for k, v in record.items())
+        self._file.flush()  # each row reaches the OS at once: a killed run keeps all it logged
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardSink:
+    """Writes every number of every record as a TensorBoard scalar (strings as text) through
+    ``torch.utils.tensorboard.SummaryWriter``, flushed as it is logged."""
+
+    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "TensorBoard logging needs tensorboard: pip install 'amptrain[tensorboard]'"
+            ) from exc
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, record: Mapping[str, Scalar], step: int) -> None:
+        for key, value in record.items():
+            if isinstance(value, str):
+                self.writer.add_text(key, value, step)
+            else:
+                self.writer.add_scalar(key, float(value), step)
+        self.writer.flush()  # written out at once: a killed run keeps all it logged
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class WandbSink:

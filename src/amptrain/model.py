@@ -1,12 +1,17 @@
-"""TinyGPT: a small decoder-only transformer for the integration stage and the benchmark."""
+"""TinyGPT: a small decoder-only transformer for the integration stage and the benchmark; and
+the gradient checkpointing switch of a run (TinyGPT's or a Hugging Face model's)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class _Block(nn.Module):
@@ -42,6 +47,8 @@ class TinyGPT(nn.Module):
 
     Attention is ``F.scaled_dot_product_attention`` (flash or memory-efficient kernels where
     the device has them). The output head shares its weights with the token embedding.
+    :meth:`gradient_checkpointing_enable` recomputes each block's activations in the backward
+    pass (``torch.utils.checkpoint``) instead of keeping them, as Hugging Face models do.
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight
+        self.is_gradient_checkpointing = False
         self.apply(self._init_weights)
         # GPT-2's scaled init of the residual projections keeps the residual stream's variance flat.
         for name, p in self.named_parameters():
@@ -87,8 +95,19 @@ class TinyGPT(nn.Module):
         pos = torch.arange(t, device=input_ids.device)
         x = self.tok_emb(input_ids) + self.pos_emb(pos)
         for block in self.blocks:
-            x = block(x)
+            if self.is_gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.head(self.ln_f(x))
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: Any = None) -> None:
+        """Keep only each block's input in training; recompute the rest in backward."""
+        self.is_gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        """Keep every activation again (the default)."""
+        self.is_gradient_checkpointing = False
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs per token (forward and backward), as in the PaLM appendix: 6N + 12LTd."""
@@ -97,3 +116,25 @@ class TinyGPT(nn.Module):
         n_layers = len(self.blocks)
         d_model = self.tok_emb.embedding_dim
         return 6 * n_params + 12 * n_layers * seq_len * d_model
+
+
+@contextlib.contextmanager
+def gradient_checkpointing(model: nn.Module, enabled: bool) -> Iterator[None]:
+    """With ``enabled``, the model's gradient checkpointing on (``gradient_checkpointing_enable``
+    of a Hugging Face model or a :class:`TinyGPT`, non-reentrant) for the block, then back as
+    it was; a model without the switch is a ValueError before training."""
+    if not enabled or getattr(model, "is_gradient_checkpointing", False):
+        yield
+        return
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if not callable(enable):
+        raise ValueError(
+            f"gradient_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable"
+            " (a transformers PreTrainedModel or amptrain's TinyGPT has one): wrap its blocks in "
+            "torch.utils.checkpoint yourself, or leave gradient_checkpointing off"
+        )
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    try:
+        yield
+    finally:
+        model.gradient_checkpointing_disable()

@@ -15,6 +15,7 @@ from torch import nn
 
 from amptrain import adapters, checkpoint
 from amptrain.adapters import LossFn, lm_loss
+from amptrain.best import check_metric
 from amptrain.callbacks import Callback, TrainState, check_validation, checked
 from amptrain.collate import padding_of
 from amptrain.config import (
@@ -31,15 +32,19 @@ from amptrain.engine import TrainStep
 from amptrain.loop import Loop, SkipGuard, SkippedStepsWarning, TrainingDivergedError
 from amptrain.metrics import (
     ConsoleSink,
+    CsvSink,
     JsonlSink,
     MetricsTracker,
     ProgressBar,
     RunLog,
     Sink,
+    TensorBoardSink,
     WandbSink,
 )
+from amptrain.model import gradient_checkpointing
 from amptrain.optim import OptimizerFactory, SchedulerFactory, build_optimizer, build_schedule
 from amptrain.precision import PrecisionPlan, resolve_precision
+from amptrain.predictions import ComputeMetrics
 from amptrain.results import EpochMetrics, FineTuneResult
 
 __all__ = [  # what this module gave before the settings and the loop's parts had modules
@@ -66,6 +71,7 @@ def fine_tune(
     loss_fn: LossFn | None = None,
     optimizer_factory: OptimizerFactory | None = None,
     scheduler_factory: SchedulerFactory | None = None,
+    compute_metrics: ComputeMetrics | None = None,
     tokenizer: Any = None,
     **options: Any,
 ) -> FineTuneResult:
@@ -82,15 +88,23 @@ def fine_tune(
     ``loss_fn(logits, labels)`` replaces the next-token cross-entropy for training (validation
     keeps it, so perplexity means what it says); ``optimizer_factory(model)`` and
     ``scheduler_factory(optimizer, total_steps)`` replace AdamW and the warm-up/cosine
-    schedule. Under torchrun (``WORLD_SIZE`` > 1) the model trains with DDP on this rank's
+    schedule. ``compute_metrics(prediction)`` (an :class:`~amptrain.predictions.EvalPrediction`
+    of the whole validation set) returns a dict of floats that joins every validation record
+    as ``val/<key>``. Under torchrun (``WORLD_SIZE`` > 1) the model trains with DDP on this rank's
     shard of the data, and only rank 0 writes sinks and checkpoints. ``tracker`` counts the
     run's records; its sinks are written by rank 0 only, and are closed at the end.
     """
     cfg = dataclasses.replace(config or TrainConfig(), **{**padding_of(tokenizer), **options})
-    parts = _Parts(checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory)
-    check_validation(parts.callbacks, val_data is not None)
+    parts = _Parts(
+        checked(callbacks), loss_fn or lm_loss, optimizer_factory, scheduler_factory,
+        compute_metrics,
+    )  # fmt: skip
+    _check_validation(cfg, parts, val_data is not None)
     dtype = check_model(model)
-    with deterministic_kernels(cfg.deterministic):
+    with (
+        deterministic_kernels(cfg.deterministic),
+        gradient_checkpointing(model, cfg.gradient_checkpointing),
+    ):
         try:
             return _train(model, (train_data, val_data), cfg, tracker, parts)
         finally:
@@ -105,6 +119,18 @@ class _Parts:
     loss_fn: LossFn
     optimizer_factory: OptimizerFactory | None
     scheduler_factory: SchedulerFactory | None
+    compute_metrics: ComputeMetrics | None
+
+
+def _check_validation(cfg: TrainConfig, parts: _Parts, has_validation: bool) -> None:
+    """What needs validation data has it, and the best metric is one it gives (before the
+    first step)."""
+    check_validation(parts.callbacks, has_validation)
+    asked = {"eval_on_start": cfg.eval_on_start, "compute_metrics": parts.compute_metrics}
+    for name, value in asked.items():
+        if value and not has_validation:
+            raise ValueError(f"{name} needs val_data: pass validation rows, or leave it out")
+    check_metric(cfg.best_metric, parts.compute_metrics is not None, has_validation)
 
 
 def _place(cfg: TrainConfig) -> tuple[torch.device, World]:
@@ -148,6 +174,7 @@ def _train(
             log=log,
             progress=ProgressBar(writes and _on_terminal(cfg)),
             callbacks=[*parts.callbacks, *_stop_at(shape)],
+            compute_metrics=parts.compute_metrics,
         )
         resumed = _resume(loop, cfg, device)
         start = time.perf_counter()
@@ -187,6 +214,10 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
         sinks.append(ConsoleSink())
     if cfg.jsonl_path:
         sinks.append(JsonlSink(cfg.jsonl_path))
+    if cfg.csv_path:
+        sinks.append(CsvSink(cfg.csv_path))
+    if cfg.tensorboard_dir:
+        sinks.append(TensorBoardSink(cfg.tensorboard_dir))
     if cfg.wandb:
         config = {**dataclasses.asdict(cfg), "precision_used": plan_name}
         sinks.append(

@@ -400,3 +400,18 @@ def test_resume_names_every_setting_that_differs_and_another_world_size(
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(40), resume_from=str(path), **args)
     assert names(str(raised.value), "(world size (2 processes))")
+
+
+# --- the best weights ---------------------------------------------------------------------
+
+
+def test_the_best_metric_is_a_validation_key_kept_in_the_checkpoint_folder(names: Names) -> None:
+    assert TrainConfig(best_metric="loss", checkpoint_dir="c").best_metric == "val/loss"
+    assert TrainConfig(best_metric="val/bleu", checkpoint_dir="c").best_metric == "val/bleu"
+    with pytest.raises(ValueError) as raised:
+        TrainConfig(best_metric="val/loss")
+    assert names(str(raised.value), "best_metric", "checkpoint_dir")
+    with pytest.raises(ValueError, match="best_metric"):
+        TrainConfig(load_best_at_end=True, checkpoint_dir="c")
+    with pytest.raises(ValueError, match="best_mode"):
+        TrainConfig(best_metric="val/loss", best_mode="lowest", checkpoint_dir="c")

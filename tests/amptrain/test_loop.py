@@ -28,8 +28,11 @@ from amptrain import (
     TrainConfig,
     TrainingDivergedError,
     TrainState,
+    evaluate,
     fine_tune,
     lm_loss,
+    make_dataloader,
+    resolve_precision,
 )
 from amptrain.benchmark.health import count_syncs
 from amptrain.config import ResumeSettingsWarning
@@ -586,3 +589,30 @@ def test_a_resumed_runs_progress_bar_starts_at_the_steps_already_trained(
     # epoch (the saved random state used once, by the first) starts from 0
     assert re.search(r"\| ?3/10 \[", first[0]) and re.search(r"\| ?10/10 \[", first[-1])
     assert re.search(r"\| ?0/10 \[", second[0])
+
+
+# --- evaluation before the first step --------------------------------------------------------
+
+
+def test_eval_on_start_validates_the_untrained_model_at_step_0(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    val, log = tokens(8, seed=1), tmp_path / "log.jsonl"
+    cpu = torch.device("cpu")
+    loader = make_dataloader(val, batch_size=4, shuffle=False, device=cpu)
+    untrained = evaluate(make_model(), loader, resolve_precision("32-true", cpu), cpu)
+    result = fine_tune(make_model(), tokens(16), val, epochs=1, batch_size=4, num_workers=0,
+                       eval_on_start=True, jsonl_path=str(log))  # fmt: skip
+    assert [e["step"] for e in result.evals] == [0, 4]
+    assert result.evals[0]["val/loss"] == untrained["loss"]
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["step"] == 0 and first["val/loss"] == untrained["loss"]
+    plain = fine_tune(make_model(), tokens(16), val, epochs=1, batch_size=4, num_workers=0)
+    assert [e["step"] for e in plain.evals] == [4]  # not asked: no record at step 0
+
+
+def test_eval_on_start_without_validation_data_is_refused(
+    make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    with pytest.raises(ValueError, match="eval_on_start"):
+        fine_tune(make_model(), tokens(16), epochs=1, eval_on_start=True)

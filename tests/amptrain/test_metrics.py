@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
+import signal
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +24,7 @@ from amptrain import (
     WandbSink,
     fine_tune,
 )
-from amptrain.metrics import ProgressBar, RunLog
+from amptrain.metrics import CsvSink, ProgressBar, RunLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wandb_files import logged_keys, run_info
@@ -339,3 +343,80 @@ def test_the_progress_bar_draws_only_where_shown(capsys: pytest.CaptureFixture[s
     hidden.show(1.0, 1.0)
     hidden.close()
     assert "epoch 9/9" not in capsys.readouterr().err
+
+
+# --- CSV and TensorBoard ---------------------------------------------------------------------
+
+_KILLED_WRITER = """
+import os, signal, sys
+from amptrain.metrics import CsvSink, TensorBoardSink
+out = sys.argv[1]
+sinks = [CsvSink(out + "/log.csv"), TensorBoardSink(out + "/tb")]
+for step in range(1, 6):
+    for sink in sinks:
+        sink.log({"train/loss": step / 10}, step)
+for sink in sinks:  # a key that appears later: a validation record
+    sink.log({"val/loss": 0.25, "amp/precision": "32-true"}, 5)
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no exit handler: what was logged is on disk
+"""
+
+
+def _tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the event files of ``folder``, read by tensorboard's own reader."""
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator"
+    ).EventAccumulator(str(folder))
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    return {t: [(e.step, e.value) for e in accumulator.Scalars(t)] for t in tags}
+
+
+def test_csv_and_tensorboard_keep_every_record_of_a_process_killed_by_sigkill(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("tensorboard")
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "log.csv").read_text().splitlines()))
+    assert [r["key"] for r in rows] == ["train/loss"] * 5 + ["val/loss", "amp/precision"]
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 5, 5]
+    assert [float(r["value"]) for r in rows[:6]] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.25]
+    assert rows[6]["value"] == "32-true" and len({r["run"] for r in rows}) == 1
+    scalars = _tensorboard_scalars(tmp_path / "tb")
+    assert [s for s, _ in scalars["train/loss"]] == [1, 2, 3, 4, 5]
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert scalars["val/loss"] == [(5, 0.25)]
+
+
+def test_runs_appended_to_one_csv_file_keep_one_header(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "log.csv"
+    for run in ("a", "b"):
+        sink = CsvSink(path, run_id=run)
+        sink.log({"train/loss": 1.5, "val/accuracy": math.nan}, 1)
+        sink.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == "run,step,key,value" and lines.count(lines[0]) == 1
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    assert [(r["run"], r["key"]) for r in rows] == [
+        ("a", "train/loss"), ("a", "val/accuracy"), ("b", "train/loss"), ("b", "val/accuracy")
+    ]  # fmt: skip
+    assert math.isnan(float(rows[1]["value"]))
+
+
+def test_fine_tune_writes_every_record_to_csv_and_tensorboard(
+    tmp_path: Path, make_model: Callable[..., Any], tokens: Callable[..., torch.Tensor]
+) -> None:
+    pytest.importorskip("tensorboard")
+    result = fine_tune(make_model(), tokens(16), tokens(8, seed=1), epochs=2, batch_size=4,
+                       num_workers=0, eval_every=2, log_every=3, csv_path=str(tmp_path / "l.csv"),
+                       tensorboard_dir=str(tmp_path / "tb"))  # fmt: skip
+    rows = list(csv.DictReader((tmp_path / "l.csv").read_text().splitlines()))
+    losses = [(int(r["step"]), r["key"]) for r in rows if r["key"] == "train/loss"]
+    assert [s for s, _ in losses] == [1, 2, 3, 4, 4, 5, 6, 7, 8, 8]  # every step, each epoch
+    scalars = _tensorboard_scalars(tmp_path / "tb")
+    # each validation, and the epoch's record again at its last step
+    as_float32 = [float(torch.tensor(e["val/loss"], dtype=torch.float32)) for e in result.evals]
+    evals = {(e["step"], v) for e, v in zip(result.evals, as_float32, strict=True)}
+    assert len(scalars["val/loss"]) == len(result.evals) + 2
+    assert set(scalars["val/loss"]) == evals

@@ -58,3 +58,21 @@ def test_the_best_validation_is_kept_apart(tokenizer: Any, tmp_path: Path) -> No
 def test_a_model_without_save_pretrained_is_refused() -> None:
     with pytest.raises(TypeError, match=r"\bsave_pretrained\b"):
         SavePretrained(TinyGPT(16), "unused")
+
+
+def test_the_best_weights_are_saved_pretrained_and_given_back(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    model, untrained, rows = MODELS["gpt2"](), MODELS["gpt2"](), encode(tokenizer, 8)
+    # "best" as the highest loss: on a run whose loss falls, the untrained model (step 0)
+    result = fine_tune(model, rows, rows, tokenizer=tokenizer, epochs=3, batch_size=8,
+                       learning_rate=3e-3, eval_on_start=True, best_metric="val/loss",
+                       best_mode="max", load_best_at_end=True,
+                       checkpoint_dir=str(tmp_path))  # fmt: skip
+    losses = result.val_loss_history
+    assert result.evals[0]["step"] == 0 and result.evals[0]["val/loss"] > losses[-1]
+    ids = torch.tensor(rows["input_ids"][0]).unsqueeze(0)
+    assert torch.equal(_logits(model, ids), _logits(untrained, ids))  # given back
+    best = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "best")
+    assert (tmp_path / "best" / "model.safetensors").is_file()
+    assert torch.equal(_logits(best, ids), _logits(untrained, ids))

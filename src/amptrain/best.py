@@ -1,0 +1,143 @@
+"""The best weights of a run by one validation metric (``TrainConfig.best_metric``): written to
+``checkpoint_dir/best`` whenever the metric improves, and loaded back into the model when the
+run ends if ``load_best_at_end`` asks (the Trainer's ``load_best_model_at_end``, Lightning's
+``ModelCheckpoint(monitor=...)``, Keras' ``restore_best_weights``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from amptrain import checkpoint
+from amptrain.callbacks import Callback, TrainState
+
+BUILT_IN = ("val/loss", "val/perplexity", "val/accuracy")  # what every validation gives
+WEIGHTS = "weights.pt"  # in the best folder: the state_dict the model is restored from
+
+
+def check_metric(metric: str | None, extra: bool, has_validation: bool) -> None:
+    """Before the first step: a ``best_metric`` needs validation data, and names a key that
+    validation gives (``extra``: a ``compute_metrics`` adds keys, checked at its first pass)."""
+    if metric is None:
+        return
+    if not has_validation:
+        raise ValueError(f"best_metric={metric!r} needs val_data: pass validation rows")
+    if metric not in BUILT_IN and not extra:
+        raise ValueError(
+            f"best_metric={metric!r} is not a key validation gives ({', '.join(BUILT_IN)}); "
+            "pass compute_metrics for other keys (val/<its key>)"
+        )
+
+
+class KeepBest(Callback):
+    """Keeps the weights of the best ``metric`` so far (``mode`` "min" or "max"; NaN never
+    improves) in ``folder``: ``weights.pt`` (written whole or not at all), and for a model with
+    ``save_pretrained`` its own format (safetensors) beside it. Only ``writes`` (rank 0)
+    writes. With ``restore``, the model takes those weights back when the run ends, on every
+    rank, once ``barrier`` has let the writer finish; a run that never improved keeps its
+    last weights."""
+
+    needs_validation = True
+
+    def __init__(
+        self,
+        model: nn.Module,
+        folder: Path,
+        metric: str,
+        *,
+        mode: str = "min",
+        restore: bool = False,
+        writes: bool = True,
+        barrier: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.model, self.folder, self.metric, self.mode = model, folder, metric, mode
+        self.restore, self.writes, self.barrier = restore, writes, barrier
+        self.best = math.inf if mode == "min" else -math.inf
+        self.best_step: int | None = None
+
+    def _better(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        return value < self.best if self.mode == "min" else value > self.best
+
+    def on_eval_end(self, state: TrainState, metrics: Mapping[str, float]) -> None:
+        if self.metric not in metrics:
+            raise ValueError(
+                f"best_metric={self.metric!r} is not in the validation record (it has "
+                f"{', '.join(sorted(metrics))}): name one of those"
+            )
+        value = float(metrics[self.metric])
+        if self._better(value):
+            self.best, self.best_step = value, state.step
+            if self.writes:
+                self._write(state.step)
+
+    def _write(self, step: int) -> None:
+        weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        record = {"metric": self.metric, "value": self.best, "step": step, "model": weights}
+        checkpoint.write(self.folder / WEIGHTS, record)
+        if callable(getattr(self.model, "save_pretrained", None)):
+            self.model.save_pretrained(self.folder, safe_serialization=True)
+
+    def on_train_end(self, state: TrainState) -> None:
+        if not self.restore or self.best_step is None:
+            return
+        self.barrier()  # the writing rank has written the file every rank reads
+        device = next(iter(self.model.parameters())).device
+        saved = load_best(self.folder, device)
+        self.model.load_state_dict(saved["model"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "best": self.best,
+            "best_step": self.best_step,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if (state["metric"], state["mode"]) != (self.metric, self.mode):
+            raise ValueError(
+                f"the checkpoint kept the best by {state['metric']!r} ({state['mode']}), not "
+                f"{self.metric!r} ({self.mode}): resume with the best_metric and best_mode it "
+                "was written with"
+            )
+        self.best, self.best_step = float(state["best"]), state["best_step"]
+
+
+def load_best(folder: Path, device: torch.device) -> dict[str, Any]:
+    """The best weights' record in ``folder`` (``metric``, ``value``, ``step``, ``model``), or
+    a ValueError naming the file."""
+    path = folder / WEIGHTS
+    try:
+        saved = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # gone, torn or foreign: the run cannot give the best back
+        raise ValueError(f"cannot read the best weights {path}: {exc}") from exc
+    if not isinstance(saved, dict) or "model" not in saved:
+        raise ValueError(f"{path} does not hold amptrain's best weights")
+    return saved
+
+
+def keep_best(
+    cfg: Any, model: nn.Module, writes: bool, barrier: Callable[[], None]
+) -> Iterable[Callback]:
+    """The run's :class:`KeepBest`, when ``cfg.best_metric`` asks for one."""
+    if cfg.best_metric is None:
+        return []
+    folder = Path(cfg.checkpoint_dir) / "best"
+    return [
+        KeepBest(
+            model,
+            folder,
+            cfg.best_metric,
+            mode=cfg.best_mode,
+            restore=cfg.load_best_at_end,
+            writes=writes,
+            barrier=barrier,
+        )
+    ]

@@ -1,0 +1,87 @@
+"""``compute_metrics`` on validation, as the Hugging Face Trainer calls it: once per validation
+pass, on the whole validation set's logits and labels (gathered from every rank under
+torchrun, in the data's order), returning a dict of floats that joins the validation record."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import zip_longest
+from typing import Any
+
+import numpy as np
+import torch
+
+from amptrain.data import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class EvalPrediction:
+    """What ``compute_metrics`` gets, as ``transformers.EvalPrediction``: ``predictions`` the
+    logits ``[N, T, vocab]`` (float32), ``label_ids`` ``[N, T]`` (-100 where not scored);
+    rows shorter than the longest are padded with -100 in both. Position t's logits predict
+    label t + 1. It unpacks as ``logits, labels = prediction``."""
+
+    predictions: np.ndarray
+    label_ids: np.ndarray
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter((self.predictions, self.label_ids))
+
+
+ComputeMetrics = Callable[[EvalPrediction], Mapping[str, Any]]
+
+
+class Collected:
+    """A validation pass's rows (logits and labels, on the CPU), one batch at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        host_logits = logits.detach().float().cpu().numpy()
+        host_labels = labels.detach().cpu().numpy()
+        self.rows.extend(zip(host_logits, host_labels, strict=True))
+
+    def prediction(self, gather: Callable[[Any], list[Any]]) -> EvalPrediction:
+        """Every rank's rows (``gather``: each rank's object, by rank), interleaved back into
+        the data's order (rank r scored rows r, r + ranks, ...), padded to one length."""
+        shards = gather(self.rows)
+        ordered = [row for group in zip_longest(*shards) for row in group if row is not None]
+        if not ordered:
+            raise ValueError("compute_metrics: the validation pass gave no row")
+        length = max(labels.shape[0] for _, labels in ordered)
+        vocab = ordered[0][0].shape[-1]
+        logits = np.full((len(ordered), length, vocab), IGNORE_INDEX, dtype=np.float32)
+        labels = np.full((len(ordered), length), IGNORE_INDEX, dtype=np.int64)
+        for i, (row_logits, row_labels) in enumerate(ordered):
+            logits[i, : row_logits.shape[0]] = row_logits
+            labels[i, : row_labels.shape[0]] = row_labels
+        return EvalPrediction(predictions=logits, label_ids=labels)
+
+
+def checked_metrics(result: Any, taken: tuple[str, ...]) -> dict[str, float]:
+    """``compute_metrics``' result as floats, or a ValueError naming the key that is not a
+    finite real number (or that a built-in validation key already has)."""
+    if not isinstance(result, Mapping):
+        raise ValueError(
+            f"compute_metrics must return a dict of floats, got {type(result).__name__}"
+        )
+    metrics: dict[str, float] = {}
+    for key, value in result.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"compute_metrics returned the key {key!r}: keys must be names")
+        if key in taken:
+            raise ValueError(
+                f"compute_metrics returned {key!r}, which validation already gives: rename it"
+            )
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not real or not math.isfinite(float(value)):
+            raise ValueError(
+                f"compute_metrics returned {key}={value!r} ({type(value).__name__}): each value "
+                "must be a finite float"
+            )
+        metrics[key] = float(value)
+    return metrics

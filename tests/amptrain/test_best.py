@@ -1,0 +1,122 @@
+"""amptrain.best: the best weights by a named validation metric are kept in checkpoint_dir/best
+(never rotated away), given back to the model at the end when asked, and carried by a resume;
+a metric validation never gives, or no validation data, is refused before the first step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from amptrain import Callback, TinyGPT, TrainState, fine_tune
+from amptrain.best import load_best
+from amptrain.checkpoint import checkpoints
+
+Tokens = Callable[..., torch.Tensor]
+Names = Callable[..., bool]
+# 2 epochs of 5 steps, a validation before the first step and every 2 steps
+RUN = {"epochs": 2, "batch_size": 8, "num_workers": 0, "eval_every": 2, "eval_on_start": True,
+       "learning_rate": 3e-3}  # fmt: skip
+
+
+class _Steps(Callback):
+    """Counts the steps a run took."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def on_step_end(self, state: TrainState) -> None:
+        self.steps += 1
+
+
+def test_the_model_ends_with_the_best_weights_when_asked(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, same_weights: Any
+) -> None:
+    # "best" as the highest loss: on a run whose loss falls, that is the untrained model's
+    model, untrained = make_model(), make_model()
+    result = fine_tune(model, tokens(40), tokens(8, seed=1), **RUN, best_metric="val/loss",
+                       best_mode="max", load_best_at_end=True,
+                       checkpoint_dir=str(tmp_path))  # fmt: skip
+    losses = [e["val/loss"] for e in result.evals]
+    assert result.evals[0]["step"] == 0 and losses[0] == max(losses) > losses[-1]
+    assert same_weights(model, untrained)  # the weights of step 0, given back
+    saved = load_best(tmp_path / "best", torch.device("cpu"))
+    assert saved["step"] == 0 and saved["value"] == losses[0]
+    # the last checkpoint keeps the last weights (a resume goes on from there)
+    last = torch.load(checkpoints(tmp_path)[-1], weights_only=True)["model"]
+    assert not torch.equal(last["head.weight"], model.state_dict()["head.weight"])
+
+
+def test_without_load_best_at_end_the_model_keeps_its_last_weights(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, same_weights: Any
+) -> None:
+    model = make_model()
+    fine_tune(model, tokens(40), tokens(8, seed=1), **RUN, best_metric="val/loss",
+              checkpoint_dir=str(tmp_path))  # fmt: skip
+    last = torch.load(checkpoints(tmp_path)[-1], weights_only=True)["model"]
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in last.items())
+    best = load_best(tmp_path / "best", torch.device("cpu"))
+    assert best["metric"] == "val/loss" and best["step"] == 10  # the loss fell to the end
+
+
+def test_the_best_is_never_rotated_away(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN, best_metric="loss",
+              best_mode="max", checkpoint_dir=str(tmp_path), checkpoint_every=1,
+              keep_checkpoints=1)  # fmt: skip
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-00000010.pt"]
+    assert load_best(tmp_path / "best", torch.device("cpu"))["step"] == 0
+
+
+def test_a_metric_validation_never_gives_is_refused_before_the_first_step(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+) -> None:
+    steps = _Steps()
+    args = {**RUN, "checkpoint_dir": str(tmp_path), "callbacks": [steps]}
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), tokens(8, seed=1), best_metric="val/bleu", **args)
+    assert names(str(raised.value), "val/bleu", "compute_metrics")
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), best_metric="val/loss", **args)
+    assert names(str(raised.value), "val_data")
+    assert steps.steps == 0
+
+
+def test_a_compute_metrics_key_that_is_missing_stops_the_first_validation(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+) -> None:
+    steps = _Steps()
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN, callbacks=[steps],
+                  compute_metrics=lambda p: {"rows": len(p.label_ids)}, best_metric="val/bleu",
+                  checkpoint_dir=str(tmp_path))  # fmt: skip
+    assert names(str(raised.value), "val/bleu", "val/rows")
+    assert steps.steps == 0  # eval_on_start: the first validation comes before any step
+
+
+def test_a_resumed_run_keeps_the_best_of_the_whole_run(
+    resume_pair: Callable[..., Any], tmp_path: Path, same_weights: Any
+) -> None:
+    # "best" as the highest loss: the first validation (step 3), before the crash at 14
+    full, resumed, whole, again = resume_pair(
+        best_metric="val/loss", best_mode="max", load_best_at_end=True
+    )
+    assert full.evals == resumed.evals
+    assert same_weights(whole, again)
+    for run in ("a", "b"):
+        assert load_best(tmp_path / run / "best", torch.device("cpu"))["step"] == 3
+
+
+def test_a_resume_under_another_best_metric_is_refused(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+) -> None:
+    args = {**RUN, "checkpoint_dir": str(tmp_path), "best_metric": "val/loss"}
+    fine_tune(make_model(), tokens(40), tokens(8, seed=1), **args)
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), tokens(8, seed=1), **args, best_mode="max",
+                  resume_from="latest")  # fmt: skip
+    assert names(str(raised.value), "best_metric", "best_mode")

@@ -1,0 +1,105 @@
+"""amptrain.predictions: compute_metrics sees the whole validation set's logits and labels once
+per pass, as the Trainer hands them over; its floats join the validation record and the sinks,
+and a value that is not a finite float is an error naming its key."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from amptrain import TinyGPT, fine_tune
+from amptrain.predictions import Collected, EvalPrediction, checked_metrics
+
+Tokens = Callable[..., torch.Tensor]
+Names = Callable[..., bool]
+RUN = {"epochs": 1, "batch_size": 4, "num_workers": 0, "eval_every": 2}
+
+
+def accuracy(prediction: EvalPrediction) -> dict[str, float]:
+    """Next-token accuracy by hand, the Trainer's way: logits t predict label t + 1."""
+    logits, labels = prediction  # it unpacks as transformers' EvalPrediction does
+    hits = logits[:, :-1].argmax(-1) == labels[:, 1:]
+    scored = labels[:, 1:] != -100
+    return {"hand_accuracy": float(hits[scored].mean()), "rows": len(labels)}
+
+
+def test_compute_metrics_joins_every_validation_record_and_the_sinks(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    val = [row[:n] for row, n in zip(tokens(9, seed=1), [12, 3, 7] * 3, strict=True)]
+    result = fine_tune(make_model(), tokens(40), val, **RUN, compute_metrics=accuracy,
+                       jsonl_path=str(tmp_path / "log.jsonl"))  # fmt: skip
+    assert len(result.evals) == 5  # steps 2, 4, 6, 8 and the epoch's end
+    for record in result.evals:  # the same tokens as amptrain's own accuracy: none lost
+        assert record["val/hand_accuracy"] == pytest.approx(record["val/accuracy"], abs=1e-12)
+        assert record["val/rows"] == 9.0
+    lines = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+    logged = [x["val/hand_accuracy"] for x in lines if "val/hand_accuracy" in x]
+    assert logged == [e["val/hand_accuracy"] for e in result.evals]
+
+
+def test_rows_of_unequal_length_are_padded_with_minus_100_in_the_datas_order() -> None:
+    collected = Collected()
+    logits = torch.arange(2 * 3 * 2, dtype=torch.float32).reshape(2, 3, 2)
+    collected(logits, torch.tensor([[1, 2, 3], [4, 5, -100]]))
+    collected(logits[:1, :2], torch.tensor([[6, 7]]))
+    # two ranks' rows (rank 0 scored rows 0 and 2, rank 1 row 1): interleaved back
+    other = [(np.zeros((1, 2), np.float32), np.array([8]))]
+    prediction = collected.prediction(lambda rows: [rows, other])
+    assert prediction.label_ids.tolist() == [[1, 2, 3], [8, -100, -100], [4, 5, -100],
+                                             [6, 7, -100]]  # fmt: skip
+    assert prediction.predictions.shape == (4, 3, 2)
+    assert prediction.predictions[3, 2].tolist() == [-100.0, -100.0]
+    assert prediction.predictions[3, 1].tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"bleu": math.nan},
+        {"bleu": math.inf},
+        {"bleu": "0.5"},
+        {"bleu": True},
+        {"bleu": torch.tensor(0.5)},
+        {"bleu": [0.5]},
+        {"loss": 0.5},
+    ],
+)
+def test_a_value_that_is_not_a_finite_float_names_its_key(
+    bad: Mapping[str, Any], names: Names
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        checked_metrics(bad, taken=("loss", "perplexity", "accuracy"))
+    assert names(str(raised.value), next(iter(bad)))
+
+
+def test_reals_become_floats_and_a_result_that_is_no_dict_is_refused() -> None:
+    result = checked_metrics({"a": np.float32(0.5), "b": 3, "c": np.int64(2)}, taken=())
+    assert result == {"a": 0.5, "b": 3.0, "c": 2.0}
+    assert all(type(v) is float for v in result.values())
+    with pytest.raises(ValueError, match="dict"):
+        checked_metrics([("a", 0.5)], taken=())
+
+
+def test_a_bad_result_stops_the_run_at_its_first_validation(
+    make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN,
+                  compute_metrics=lambda p: {"bleu": math.nan})  # fmt: skip
+    assert names(str(raised.value), "bleu")
+
+
+def test_compute_metrics_without_validation_data_is_refused(
+    make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        fine_tune(make_model(), tokens(40), **RUN, compute_metrics=accuracy)
+    assert names(str(raised.value), "compute_metrics", "val_data")
