@@ -118,23 +118,38 @@ class TinyGPT(nn.Module):
         return 6 * n_params + 12 * n_layers * seq_len * d_model
 
 
+# (enable, disable, whether on, the kwargs' name): transformers 5.23's names, then the older
+# ones (deprecated there; TinyGPT's), so a model's own current switch is the one used
+_SWITCHES = (
+    ("activation_checkpointing_enable", "activation_checkpointing_disable",
+     "is_activation_checkpointing", "activation_checkpointing_kwargs"),
+    ("gradient_checkpointing_enable", "gradient_checkpointing_disable",
+     "is_gradient_checkpointing", "gradient_checkpointing_kwargs"),
+)  # fmt: skip
+
+
 @contextlib.contextmanager
 def gradient_checkpointing(model: nn.Module, enabled: bool) -> Iterator[None]:
-    """With ``enabled``, the model's gradient checkpointing on (``gradient_checkpointing_enable``
-    of a Hugging Face model or a :class:`TinyGPT`, non-reentrant) for the block, then back as
-    it was; a model without the switch is a ValueError before training."""
-    if not enabled or getattr(model, "is_gradient_checkpointing", False):
+    """With ``enabled``, the model's gradient checkpointing on (a Hugging Face model's
+    ``activation_checkpointing_enable``/``gradient_checkpointing_enable``, or a
+    :class:`TinyGPT`'s; non-reentrant) for the block, then back as it was; a model without
+    the switch is a ValueError before training."""
+    if not enabled:
         yield
         return
-    enable = getattr(model, "gradient_checkpointing_enable", None)
-    if not callable(enable):
+    names = next((n for n in _SWITCHES if callable(getattr(model, n[0], None))), None)
+    if names is None:
         raise ValueError(
             f"gradient_checkpointing: {type(model).__name__} has no gradient_checkpointing_enable"
             " (a transformers PreTrainedModel or amptrain's TinyGPT has one): wrap its blocks in "
             "torch.utils.checkpoint yourself, or leave gradient_checkpointing off"
         )
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable, disable, state, kwargs = names
+    if getattr(model, state, False):  # on already: the caller's choice, left as it is
+        yield
+        return
+    getattr(model, enable)(**{kwargs: {"use_reentrant": False}})
     try:
         yield
     finally:
-        model.gradient_checkpointing_disable()
+        getattr(model, disable)()

@@ -11,6 +11,7 @@ operators torch dispatches and the tensors Python holds:
   so a mixed precision that silently runs in fp32 (or fp32 in a lower dtype) is seen.
 - :func:`live_tensors` counts the tensors Python holds, and those still attached to an
   autograd graph: between steps a training loop holds none of the latter.
+- :func:`saved_tensor_bytes` measures what a forward keeps for backward (activation memory).
 """
 
 from __future__ import annotations
@@ -181,3 +182,19 @@ def live_tensors() -> dict[str, float]:
         except (RuntimeError, NotImplementedError):  # sparse or meta tensors: no plain storage
             continue
     return {"count": count, "graph_attached": graph, "bytes": float(sum(storages.values()))}
+
+
+def saved_tensor_bytes(run: Callable[[], Any]) -> int:
+    """Bytes of the tensors autograd saves for backward while ``run()`` (a training forward)
+    builds its graph, as a saved-tensor hook sees them: what activation memory a model keeps
+    (gradient checkpointing keeps a block's input, not its inside)."""
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return total
