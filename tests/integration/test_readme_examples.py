@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+
+from amptrain.best import load_best
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -34,6 +37,10 @@ def _guide(scope: dict[str, Any]) -> None:
     assert Path(result.checkpoint).resolve().parent == Path("ckpt").resolve()
     assert len(list(Path("ckpt").glob("step-*.pt"))) == 3  # every 4 of 16 steps; 3 kept
     assert {e["step"] for e in result.evals} >= {result.steps}
+    best = load_best(Path("ckpt-best") / "best", torch.device("cpu"))  # the best weights...
+    assert best["value"] == min(e["val/loss"] for e in scope["best_run"].evals)
+    weights = scope["small"].state_dict()  # ...are the model's at the end
+    assert all(torch.equal(v, weights[k]) for k, v in best["model"].items())
 
 
 # What the text around a file's examples says they do, beyond running.
