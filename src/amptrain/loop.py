@@ -41,10 +41,10 @@ from amptrain.config import (
 )
 from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
-from amptrain.engine import TrainStep, evaluate
+from amptrain.engine import TrainStep
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
 from amptrain.precision import PrecisionPlan
-from amptrain.predictions import Collected, ComputeMetrics, checked_metrics
+from amptrain.predictions import ComputeMetrics, scores
 from amptrain.results import EpochMetrics
 
 
@@ -301,29 +301,14 @@ class Loop:
         self.flush()
         if self.val_loader is None:
             return {}
-        val = self._scores()
+        val = scores(
+            self.module, self.val_loader, self.plan, self.device, self.world, self.compute_metrics
+        )
         record = {f"val/{k}": v for k, v in val.items()}
         self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
         self.log.eval(record)
         self.state.last_eval = record
         self.hooks("on_eval_end", self.state, record)
-        return val
-
-    def _scores(self) -> dict[str, float]:
-        """Loss, perplexity, accuracy, and what ``compute_metrics`` makes of every rank's
-        logits and labels (each rank computes it on the whole set: the same everywhere)."""
-        collected = Collected() if self.compute_metrics is not None else None
-        val = evaluate(
-            self.module,
-            self.val_loader,
-            self.plan,
-            self.device,
-            reduce=self.world.sum,
-            observe=collected,
-        )
-        if self.compute_metrics is not None and collected is not None:
-            result = self.compute_metrics(collected.prediction(self.world.gather))
-            val.update(checked_metrics(result, taken=tuple(val)))
         return val
 
     def _paused(self, action: Callable[[], Any]) -> None:

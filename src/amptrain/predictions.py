@@ -13,8 +13,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from amptrain.data import IGNORE_INDEX
+from amptrain.distributed import World
+from amptrain.engine import evaluate
+from amptrain.precision import PrecisionPlan
 
 
 @dataclass(frozen=True)
@@ -85,3 +89,22 @@ def checked_metrics(result: Any, taken: tuple[str, ...]) -> dict[str, float]:
             )
         metrics[key] = float(value)
     return metrics
+
+
+def scores(
+    model: nn.Module,
+    loader: Any,
+    plan: PrecisionPlan,
+    device: torch.device,
+    world: World,
+    compute_metrics: ComputeMetrics | None,
+) -> dict[str, float]:
+    """A validation pass: loss, perplexity, accuracy (every rank's totals summed), and what
+    ``compute_metrics`` makes of every rank's logits and labels (each rank computes it on the
+    whole set: the same everywhere)."""
+    collected = Collected() if compute_metrics is not None else None
+    val = evaluate(model, loader, plan, device, reduce=world.sum, observe=collected)
+    if compute_metrics is not None and collected is not None:
+        result = compute_metrics(collected.prediction(world.gather))
+        val.update(checked_metrics(result, taken=tuple(val)))
+    return val
