@@ -34,6 +34,15 @@ def check_metric(metric: str | None, extra: bool, has_validation: bool) -> None:
         )
 
 
+def check_given(metric: str, keys: list[str]) -> None:
+    """``metric`` is one of the validation record's ``keys``, or a ValueError naming both."""
+    if metric not in keys:
+        raise ValueError(
+            f"best_metric={metric!r} is not in the validation record (it has "
+            f"{', '.join(sorted(keys))}): name one of those"
+        )
+
+
 class KeepBest(Callback):
     """Keeps the weights of the best ``metric`` so far (``mode`` "min" or "max"; NaN never
     improves) in ``folder``: ``weights.pt`` (written whole or not at all), and for a model with
@@ -66,11 +75,7 @@ class KeepBest(Callback):
         return value < self.best if self.mode == "min" else value > self.best
 
     def on_eval_end(self, state: TrainState, metrics: Mapping[str, float]) -> None:
-        if self.metric not in metrics:
-            raise ValueError(
-                f"best_metric={self.metric!r} is not in the validation record (it has "
-                f"{', '.join(sorted(metrics))}): name one of those"
-            )
+        check_given(self.metric, list(metrics))
         value = float(metrics[self.metric])
         if self._better(value):
             self.best, self.best_step = value, state.step

@@ -30,7 +30,7 @@ from amptrain.adapters import (
     to_device,
     vocabulary_size,
 )
-from amptrain.best import keep_best
+from amptrain.best import BUILT_IN, check_given, keep_best
 from amptrain.callbacks import AgreeStop, AtEnd, Callback, Every, Hooks, TrainState
 from amptrain.config import (
     Layout,
@@ -44,7 +44,7 @@ from amptrain.distributed import World
 from amptrain.engine import TrainStep
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
 from amptrain.precision import PrecisionPlan
-from amptrain.predictions import ComputeMetrics, scores
+from amptrain.predictions import ComputeMetrics, given_keys, scores
 from amptrain.results import EpochMetrics
 
 
@@ -183,8 +183,8 @@ class Loop:
     def run(self) -> None:
         """Train from the current position to the last epoch, or until a callback stops it."""
         self.hooks("on_train_start", self.state)
-        if self.cfg.eval_on_start and self.state.step == 0:
-            self.validate()  # a record at step 0, before any training
+        if self.state.step == 0:
+            self._before_first_step()
         while self.state.epoch <= self.layout.epochs and not self.state.should_stop:
             batches = self._start_epoch()
             try:
@@ -310,6 +310,20 @@ class Loop:
         self.state.last_eval = record
         self.hooks("on_eval_end", self.state, record)
         return val
+
+    def _before_first_step(self) -> None:
+        """``eval_on_start``'s validation (a record at step 0); without it, a ``best_metric``
+        that only ``compute_metrics`` can give is looked for in its keys on one batch."""
+        if self.cfg.eval_on_start:
+            self.validate()  # KeepBest checks the record
+            return
+        metric = self.cfg.best_metric
+        if metric is not None and metric not in BUILT_IN and self.compute_metrics is not None:
+            keys = given_keys(
+                self.module, self.val_loader, self.plan, self.device, self.compute_metrics
+            )
+            if keys is not None:
+                check_given(metric, [*BUILT_IN, *keys])
 
     def _paused(self, action: Callable[[], Any]) -> None:
         """Run ``action`` with the epoch's training clock stopped."""

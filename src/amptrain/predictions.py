@@ -4,6 +4,7 @@ torchrun, in the data's order), returning a dict of floats that joins the valida
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
@@ -108,3 +109,26 @@ def scores(
         result = compute_metrics(collected.prediction(world.gather))
         val.update(checked_metrics(result, taken=tuple(val)))
     return val
+
+
+def given_keys(
+    model: nn.Module,
+    loader: Any,
+    plan: PrecisionPlan,
+    device: torch.device,
+    compute_metrics: ComputeMetrics,
+) -> list[str] | None:
+    """The validation keys ``compute_metrics`` gives (``val/<key>``), from this process's first
+    validation batch alone: a ``best_metric`` it does not give is found before the first step.
+    Its values are not judged (one batch may not define them); ``None`` when this process has
+    no validation row."""
+    collected = Collected()
+    evaluate(model, itertools.islice(loader, 1), plan, device, observe=collected)
+    if not collected.rows:
+        return None
+    result = compute_metrics(collected.prediction(lambda rows: [rows]))
+    if not isinstance(result, Mapping):
+        raise ValueError(
+            f"compute_metrics must return a dict of floats, got {type(result).__name__}"
+        )
+    return [f"val/{key}" for key in result]

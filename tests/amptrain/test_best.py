@@ -86,16 +86,33 @@ def test_a_metric_validation_never_gives_is_refused_before_the_first_step(
     assert steps.steps == 0
 
 
-def test_a_compute_metrics_key_that_is_missing_stops_the_first_validation(
-    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
+@pytest.mark.parametrize("on_start", [True, False])
+def test_a_compute_metrics_key_that_is_missing_is_found_before_the_first_step(
+    on_start: bool,
+    tmp_path: Path,
+    make_model: Callable[..., TinyGPT],
+    tokens: Tokens,
+    names: Names,
 ) -> None:
     steps = _Steps()
     with pytest.raises(ValueError) as raised:
-        fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN, callbacks=[steps],
-                  compute_metrics=lambda p: {"rows": len(p.label_ids)}, best_metric="val/bleu",
-                  checkpoint_dir=str(tmp_path))  # fmt: skip
+        fine_tune(make_model(), tokens(40), tokens(8, seed=1), **{**RUN, "eval_on_start": on_start},
+                  callbacks=[steps], compute_metrics=lambda p: {"rows": len(p.label_ids)},
+                  best_metric="val/bleu", checkpoint_dir=str(tmp_path))  # fmt: skip
     assert names(str(raised.value), "val/bleu", "val/rows")
-    assert steps.steps == 0  # eval_on_start: the first validation comes before any step
+    assert steps.steps == 0
+
+
+def test_a_compute_metrics_key_chooses_the_best(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens, same_weights: Any
+) -> None:
+    calls = iter(range(100))  # a figure that only grows: the lowest is the first validation's
+    model, untrained = make_model(), make_model()
+    result = fine_tune(model, tokens(40), tokens(8, seed=1), **RUN,
+                       compute_metrics=lambda p: {"calls": next(calls)}, best_metric="calls",
+                       load_best_at_end=True, checkpoint_dir=str(tmp_path))  # fmt: skip
+    assert [e["val/calls"] for e in result.evals] == list(range(len(result.evals)))
+    assert same_weights(model, untrained)
 
 
 def test_a_resumed_run_keeps_the_best_of_the_whole_run(
