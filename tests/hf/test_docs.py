@@ -1,5 +1,5 @@
-"""docs/huggingface.md's examples run as written: GPT-2 trains, is saved in its own format, and
-gives its metrics, its best weights and its logs."""
+"""The README's GPT-2 example and docs/huggingface.md's, which go on from it, run as written:
+GPT-2 trains, is saved in its own format, and gives its metrics, its best weights and its logs."""
 
 from __future__ import annotations
 
@@ -14,22 +14,27 @@ from amptrain.best import load_best
 
 from .conftest import TEXT, build_tokenizer, gpt2
 
-DOC = Path(__file__).parents[2] / "docs" / "huggingface.md"
+ROOT = Path(__file__).parents[2]
+README = ROOT / "README.md"
+DOC = ROOT / "docs" / "huggingface.md"
+BLOCK = r"```python\n(.*?)```"
 
 
 def test_the_gpt2_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    block, saving, outputs = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    (block,) = re.findall(BLOCK, README.read_text(), flags=re.S)
+    saving, outputs = re.findall(BLOCK, DOC.read_text(), flags=re.S)
     assert len(block.strip().splitlines()) < 20
     gpt2().save_pretrained(tmp_path / "gpt2-tiny")  # the folder the example loads
     build_tokenizer().save_pretrained(tmp_path / "gpt2-tiny")
     shutil.copy(TEXT, tmp_path / "alice.txt")
     monkeypatch.chdir(tmp_path)
     scope: dict[str, object] = {}
-    exec(compile(block, str(DOC), "exec"), scope)
+    exec(compile(block, str(README), "exec"), scope)
+    assert scope["result"].precision == "bf16-mixed"  # type: ignore[attr-defined]
     losses = scope["result"].val_loss_history  # type: ignore[attr-defined]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert (tmp_path / "gpt2-alice" / "model.safetensors").is_file()
-    exec(compile(saving, str(DOC), "exec"), scope)  # goes on from the first example
+    exec(compile(saving, str(DOC), "exec"), scope)  # goes on from the README's example
     assert (tmp_path / "gpt2-alice" / "best" / "model.safetensors").is_file()
     exec(compile(outputs, str(DOC), "exec"), scope)
     evals = scope["result"].evals  # type: ignore[attr-defined]
