@@ -6,6 +6,8 @@ run ends if ``load_best_at_end`` asks (the Trainer's ``load_best_model_at_end``,
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from amptrain.callbacks import Callback, TrainState
 
 BUILT_IN = ("val/loss", "val/perplexity", "val/accuracy")  # what every validation gives
 WEIGHTS = "weights.pt"  # in the best folder: the state_dict the model is restored from
+STAGING, PREVIOUS = ".partial", ".previous"  # suffixes of the folder's siblings while it is swapped
 
 
 def check_metric(metric: str | None, extra: bool, has_validation: bool) -> None:
@@ -85,9 +88,12 @@ class KeepBest(Callback):
     def _write(self, step: int) -> None:
         weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         record = {"metric": self.metric, "value": self.best, "step": step, "model": weights}
-        checkpoint.write(self.folder / WEIGHTS, record)
+        staging = _sibling(self.folder, STAGING)
+        shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while it wrote
+        checkpoint.write(staging / WEIGHTS, record)
         if callable(getattr(self.model, "save_pretrained", None)):
-            self.model.save_pretrained(self.folder, safe_serialization=True)
+            self.model.save_pretrained(staging, safe_serialization=True)
+        swap_in(staging, self.folder)
 
     def on_train_end(self, state: TrainState) -> None:
         if not self.restore or self.best_step is None:
@@ -115,10 +121,29 @@ class KeepBest(Callback):
         self.best, self.best_step = float(state["best"]), state["best_step"]
 
 
+def _sibling(folder: Path, suffix: str) -> Path:
+    return folder.with_name(folder.name + suffix)
+
+
+def swap_in(staging: Path, folder: Path) -> None:
+    """Make the whole folder ``staging`` the new ``folder``: the old one is renamed aside, the
+    new one renamed in, the old one deleted. A kill at any point leaves one whole set of files
+    (weights and the model's own format agree): the old ``folder``, or its ``.previous`` sibling
+    when the kill fell between the two renames (:func:`load_best` reads it then)."""
+    previous = _sibling(folder, PREVIOUS)
+    if folder.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(folder, previous)
+    os.replace(staging, folder)
+    checkpoint.sync_folder(folder.parent)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
 def load_best(folder: Path, device: torch.device) -> dict[str, Any]:
     """The best weights' record in ``folder`` (``metric``, ``value``, ``step``, ``model``), or
-    a ValueError naming the file."""
-    path = folder / WEIGHTS
+    a ValueError naming the file. A ``folder`` that a kill left renamed aside is read there."""
+    previous = _sibling(folder, PREVIOUS)
+    path = (folder if folder.exists() or not previous.exists() else previous) / WEIGHTS
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # gone, torn or foreign: the run cannot give the best back

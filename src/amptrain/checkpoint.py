@@ -93,7 +93,7 @@ def write(target: Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-        _sync_folder(folder)
+        sync_folder(folder)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         cause = _os_error(exc) if isinstance(exc, Exception) else None
@@ -102,7 +102,7 @@ def write(target: Path, state: dict[str, Any]) -> None:
         raise
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     """Flush the folder's entries, so the rename itself survives a power cut."""
     fd = os.open(folder, os.O_RDONLY)
     try:

@@ -4,6 +4,7 @@ a metric validation never gives, or no validation data, is refused before the fi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from amptrain import Callback, TinyGPT, TrainState, fine_tune
-from amptrain.best import load_best
+from amptrain.best import KeepBest, load_best
 from amptrain.checkpoint import checkpoints
 
 Tokens = Callable[..., torch.Tensor]
@@ -137,3 +138,67 @@ def test_a_resume_under_another_best_metric_is_refused(
         fine_tune(make_model(), tokens(40), tokens(8, seed=1), **args, best_mode="max",
                   resume_from="latest")  # fmt: skip
     assert names(str(raised.value), "best_metric", "best_mode")
+
+
+class _Saving(TinyGPT):
+    """A model with its own format: ``save_pretrained`` writes the weights' sum, and fails
+    half-way through its file when ``fail`` is set (a full disk, a kill)."""
+
+    fail = False
+
+    def save_pretrained(self, folder: Path, safe_serialization: bool = True) -> None:
+        total = float(sum(p.detach().sum() for p in self.parameters()))
+        with open(Path(folder) / "model.txt", "w") as f:
+            f.write(str(total)[:3])
+            if self.fail:
+                raise OSError(28, "No space left on device")
+            f.write(str(total)[3:])
+
+
+def _keep(model: TinyGPT, folder: Path) -> KeepBest:
+    return KeepBest(model, folder, "val/loss")
+
+
+def _agree(folder: Path, model: TinyGPT) -> None:
+    """The best folder's weights and the model's own file are of one and the same moment."""
+    saved = load_best(folder, torch.device("cpu"))["model"]
+    model.load_state_dict(saved)
+    total = float(sum(p.detach().sum() for p in model.parameters()))
+    assert float((folder / "model.txt").read_text()) == total
+
+
+def test_a_write_that_fails_half_way_leaves_the_previous_best_whole(tmp_path: Path) -> None:
+    model, folder = (
+        _Saving(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=8),
+        tmp_path / "best",
+    )
+    keep = _keep(model, folder)
+    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
+    first = load_best(folder, torch.device("cpu"))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    model.fail = True
+    with pytest.raises(OSError):
+        keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})
+    assert load_best(folder, torch.device("cpu"))["step"] == first["step"] == 1
+    _agree(folder, model)
+    model.fail = False  # the next improvement clears what the failed one left
+    keep.on_eval_end(TrainState(step=3), {"val/loss": 0.5})
+    assert load_best(folder, torch.device("cpu"))["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    _agree(folder, model)
+
+
+def test_a_kill_between_the_renames_leaves_the_best_readable(tmp_path: Path) -> None:
+    model, folder = (
+        _Saving(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=8),
+        tmp_path / "best",
+    )
+    keep = _keep(model, folder)
+    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
+    os.replace(folder, tmp_path / "best.previous")  # what a kill after the first rename leaves
+    assert load_best(folder, torch.device("cpu"))["step"] == 1
+    keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    _agree(folder, model)
