@@ -1,0 +1,331 @@
+"""amptrain's CPU step time against the Hugging Face Trainer and Lightning on the same GPT-2.
+
+The three train the same small ``transformers`` GPT-2 (built from a config, nothing downloaded)
+from the same weights, on the same rows (the shipped text, one byte a token), with the same
+batch size, fused AdamW, weight decay on matrices, linear schedule with warm-up, clipping at 1.0,
+fp32, and number of steps. Each keeps its own defaults otherwise; changed are only those that
+would print or write files (amptrain: ``progress=False``; the Trainer: ``report_to="none"``,
+``save_strategy="no"``, ``disable_tqdm=True``; Lightning: ``logger=False``,
+``enable_checkpointing=False``, ``enable_progress_bar=False``, ``enable_model_summary=False``),
+and Lightning's optimizer is the same fused AdamW the other two use by default. Each is fed the
+data as its users hand it over: amptrain the ``[N, T]`` tensor, the Trainer a list of
+``{"input_ids", "labels"}`` rows (its default collator stacks them), Lightning a shuffled
+DataLoader over a TensorDataset, with the loss from the model's ``labels``.
+
+Timing: each framework's own step hook stamps the clock after every optimizer step (amptrain
+``on_step_end``, the Trainer ``on_step_end``, Lightning ``on_train_batch_end``); a step's time
+is the gap between two stamps (data, forward, backward, optimizer and the framework's own work
+between them). The first ``--warmup`` steps of every run are dropped. All runs share one process
+(imports and thread pool alike for all), in rounds whose order rotates (ABC, BCA, CAB, ...) so
+that each framework follows each other one equally often and drift hits all alike.
+
+Printed: the versions; per framework the median over rounds of each run's median ms/step, with a
+bootstrap 95% interval over rounds; the median over rounds of the per-round ratios amptrain/HF,
+amptrain/Lightning and amptrain/(the faster of the two), each with a bootstrap 95% interval.
+Exit status 1 when amptrain/faster exceeds ``--bound`` (1.02), unless ``--print-only``. Usage:
+    python benchmarks/peer_speed.py [--rounds 9] [--steps 40] [--warmup 5] [--print-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import math
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import amptrain
+from amptrain import Callback, fine_tune
+
+TEXT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "text" / "alice.txt"
+VOCAB = 256  # one byte a token
+LR, DECAY, WARMUP_RATIO, CLIP = 3e-4, 0.01, 0.1, 1.0
+FRAMEWORKS = ("amptrain", "hf", "lightning")
+Run = Callable[[torch.Tensor, argparse.Namespace], list[float]]  # rows in, step-end stamps out
+
+
+def token_rows(rows: int, seq: int) -> torch.Tensor:
+    """``rows`` rows of ``seq`` tokens: the shipped text's bytes, repeated as often as needed."""
+    data = TEXT.read_bytes()
+    need = rows * seq
+    stream = (data * (need // len(data) + 1))[:need]
+    return torch.tensor(list(stream), dtype=torch.int64).view(rows, seq)
+
+
+def gpt2(args: argparse.Namespace) -> torch.nn.Module:
+    """The same small GPT-2 each time (seed 0), with transformers' default dropout."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=args.seq, n_embd=args.embd, n_layer=args.layers,
+        n_head=args.heads, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    model.loss_type = "ForCausalLM"  # not inferred from this class name (see tests/hf/conftest)
+    return model
+
+
+def total_steps(args: argparse.Namespace) -> int:
+    return args.warmup + args.steps
+
+
+def warmup_steps(args: argparse.Namespace) -> int:
+    """The schedule's warm-up, as amptrain and transformers round ``WARMUP_RATIO`` up."""
+    return math.ceil(total_steps(args) * WARMUP_RATIO)
+
+
+def run_amptrain(rows: torch.Tensor, args: argparse.Namespace) -> list[float]:
+    """fine_tune with its defaults; only the progress bar is turned off."""
+    stamps: list[float] = []
+
+    class Clock(Callback):
+        def on_step_end(self, state: Any) -> None:
+            stamps.append(time.perf_counter())
+
+    fine_tune(
+        gpt2(args), rows, batch_size=args.batch, max_steps=total_steps(args), learning_rate=LR,
+        weight_decay=DECAY, warmup_ratio=WARMUP_RATIO, lr_scheduler_type="linear",
+        max_grad_norm=CLIP, device="cpu", progress=False, callbacks=[Clock()],
+    )  # fmt: skip
+    return stamps
+
+
+def run_hf(rows: torch.Tensor, args: argparse.Namespace) -> list[float]:
+    """transformers.Trainer with its defaults; reporting, saving and tqdm turned off."""
+    import transformers
+
+    stamps: list[float] = []
+
+    class Clock(transformers.TrainerCallback):
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            stamps.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as out:
+        training_args = transformers.TrainingArguments(
+            output_dir=out, per_device_train_batch_size=args.batch, max_steps=total_steps(args),
+            learning_rate=LR, weight_decay=DECAY, warmup_steps=warmup_steps(args),
+            lr_scheduler_type="linear", max_grad_norm=CLIP, use_cpu=True, report_to="none",
+            save_strategy="no", disable_tqdm=True, seed=0,
+        )  # fmt: skip
+        data = [{"input_ids": row, "labels": row} for row in rows]
+        trainer = transformers.Trainer(
+            model=gpt2(args), args=training_args, train_dataset=data, callbacks=[Clock()]
+        )
+        trainer.train()
+    return stamps
+
+
+def run_lightning(rows: torch.Tensor, args: argparse.Namespace) -> list[float]:
+    """lightning.Trainer on a plain LightningModule; logger, checkpoints, bar, summary off."""
+    import lightning.pytorch as pl
+    import transformers
+
+    stamps: list[float] = []
+    model = gpt2(args)
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch: Sequence[torch.Tensor]) -> torch.Tensor:
+            return self.model(input_ids=batch[0], labels=batch[0]).loss
+
+        def configure_optimizers(self) -> dict[str, Any]:
+            params = [p for p in self.parameters() if p.requires_grad]
+            groups = [
+                {"params": [p for p in params if p.dim() >= 2], "weight_decay": DECAY},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            ]
+            optimizer = torch.optim.AdamW(groups, lr=LR, fused=True)
+            schedule = transformers.get_linear_schedule_with_warmup(
+                optimizer, warmup_steps(args), total_steps(args)
+            )
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": schedule, "interval": "step"},
+            }
+
+    class Clock(pl.Callback):
+        def on_train_batch_end(self, *_: Any) -> None:
+            stamps.append(time.perf_counter())
+
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(rows), batch_size=args.batch, shuffle=True
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=total_steps(args), gradient_clip_val=CLIP,
+        callbacks=[Clock()], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Module(), loader)
+    return stamps
+
+
+RUNS: dict[str, Run] = {"amptrain": run_amptrain, "hf": run_hf, "lightning": run_lightning}
+
+
+def step_times(stamps: Sequence[float], warmup: int, steps: int, name: str) -> list[float]:
+    """Seconds of each step after the first ``warmup``; a run that did not take exactly
+    ``warmup + steps`` steps cannot be compared and is an error."""
+    if len(stamps) != warmup + steps:
+        raise RuntimeError(
+            f"{name} took {len(stamps)} optimizer steps, not the {warmup + steps} asked for: "
+            "its step times cannot be compared"
+        )
+    return [b - a for a, b in zip(stamps[warmup - 1 :], stamps[warmup:], strict=False)]
+
+
+def order(round_number: int) -> list[str]:
+    """The frameworks rotated by the round's number: ABC, BCA, CAB, ABC, ..."""
+    shift = round_number % len(FRAMEWORKS)
+    return [*FRAMEWORKS[shift:], *FRAMEWORKS[:shift]]
+
+
+def quiet_peers() -> contextlib.ExitStack:
+    """The peers' banners, printed metrics and advice about their own settings kept out of the
+    output (they are not what is measured); amptrain's warnings still show."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    return stack
+
+
+def measure(args: argparse.Namespace) -> dict[str, list[float]]:
+    """Each framework's median seconds per step in every round (rounds in rotating order)."""
+    rows = token_rows(total_steps(args) * args.batch, args.seq)
+    medians: dict[str, list[float]] = {name: [] for name in FRAMEWORKS}
+    for number in range(args.rounds):
+        for name in order(number):
+            with quiet_peers() if name != "amptrain" else contextlib.nullcontext():
+                stamps = RUNS[name](rows, args)
+            times = step_times(stamps, args.warmup, args.steps, name)
+            medians[name].append(statistics.median(times))
+    return medians
+
+
+def bootstrap(values: Sequence[float], *, resamples: int = 10_000) -> tuple[float, float]:
+    """A percentile bootstrap 95% interval of the median of ``values`` (seeded: reproducible)."""
+    rng = np.random.default_rng(0)
+    data = np.asarray(values, dtype=float)
+    picks = rng.integers(0, len(data), size=(resamples, len(data)))
+    low, high = np.percentile(np.median(data[picks], axis=1), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def ratios(medians: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Per round: amptrain's median step over each peer's, and over the faster peer's."""
+    ours = medians["amptrain"]
+    faster = [min(h, lt) for h, lt in zip(medians["hf"], medians["lightning"], strict=True)]
+    return {
+        "amptrain/hf": [a / b for a, b in zip(ours, medians["hf"], strict=True)],
+        "amptrain/lightning": [a / b for a, b in zip(ours, medians["lightning"], strict=True)],
+        "amptrain/faster": [a / b for a, b in zip(ours, faster, strict=True)],
+    }
+
+
+def versions() -> str:
+    import lightning
+    import transformers
+
+    return (
+        f"amptrain {amptrain.__version__}, transformers {transformers.__version__}, "
+        f"lightning {lightning.__version__}, torch {torch.__version__}"
+    )
+
+
+def report(medians: dict[str, list[float]], args: argparse.Namespace) -> float:
+    """Print the figures; return the median ratio of amptrain to the faster peer."""
+    print(versions())
+    print(
+        f"GPT-2 n_embd {args.embd}, {args.layers} layers, {args.heads} heads, {args.seq} tokens x "
+        f"{args.batch} rows; {args.rounds} rounds of {args.warmup} warm-up + {args.steps} timed "
+        f"steps; {torch.get_num_threads()} threads"
+    )
+    for name, values in medians.items():
+        low, high = bootstrap(values)
+        print(
+            f"  {name:18s} median {statistics.median(values) * 1e3:8.2f} ms/step  "
+            f"95% CI [{low * 1e3:.2f}, {high * 1e3:.2f}]"
+        )
+    per_round = ratios(medians)
+    for name, values in per_round.items():
+        low, high = bootstrap(values)
+        print(f"  ratio {name:18s} {statistics.median(values):.3f}  95% CI [{low:.3f}, {high:.3f}]")
+    return statistics.median(per_round["amptrain/faster"])
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    counts = {
+        "--rounds": 9, "--steps": 40, "--warmup": 5, "--batch": 8, "--seq": 128, "--embd": 128,
+        "--layers": 2, "--heads": 4,
+    }  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
+    for flag, default in counts.items():
+        parser.add_argument(flag, type=int, default=default)
+    parser.add_argument("--bound", type=float, default=1.02, help="amptrain/faster peer at most")
+    parser.add_argument("--print-only", action="store_true", help="exit 0 whatever the ratio")
+    args = parser.parse_args(argv)
+    for flag in counts:
+        if getattr(args, flag[2:]) < 1:
+            parser.error(f"{flag} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
+    if args.seq < 2:
+        parser.error("--seq must be at least 2 (a next-token loss needs two tokens)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, print, and return the exit status (:func:`decide`)."""
+    args = parse_args(argv)
+    import lightning.pytorch  # noqa: F401  (it sets its loggers' levels when first imported)
+
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [logger.level for logger in loggers]
+    threads = torch.get_num_threads()
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)  # its device banners
+    torch.set_num_threads(args.threads or threads)
+    try:
+        ratio = report(measure(args), args)
+    finally:  # the caller's own again (main runs inside tests too)
+        torch.set_num_threads(threads)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    return decide(ratio, args.bound, print_only=args.print_only)
+
+
+def decide(ratio: float, bound: float, *, print_only: bool) -> int:
+    """The exit status: 1, with the reason on stderr, when amptrain's step over the faster
+    peer's is not a number at most ``bound`` (unless only printing is asked for)."""
+    met = ratio <= bound  # False for NaN: a ratio that is not a number does not meet the bound
+    print(f"  bound amptrain/faster <= {bound}: {'met' if met else 'MISSED'}")
+    if met:
+        return 0
+    print(
+        f"amptrain's step takes {ratio:.3f}x the faster peer's, over the bound {bound}: "
+        "profile the step (benchmarks/step_profile.py) or rerun on a quieter machine",
+        file=sys.stderr,
+    )
+    return 0 if print_only else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
