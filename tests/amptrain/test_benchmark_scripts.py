@@ -85,7 +85,7 @@ def test_peer_speed_runs_the_three_frameworks_and_prints_the_ratios(
         assert f"{name} " in out.splitlines()[0]  # the versions come first
     for name in ("amptrain", "hf", "lightning"):
         assert re.search(rf"^  {name} +median +[\d.]+ ms/step +95% CI \[", out, re.M), name
-    for name in ("amptrain/hf", "amptrain/lightning", "amptrain/faster"):
+    for name in ("amptrain/hf", "amptrain/lightning", r"amptrain/faster \((hf|lightning)\)"):
         assert re.search(rf"ratio {name} +[\d.]+ +95% CI \[[\d.]+, [\d.]+\]", out), name
     assert "MISSED" in out and "1e-09" in err
 
@@ -107,7 +107,13 @@ def test_peer_speed_times_steps_after_the_warm_up_and_refuses_a_short_run() -> N
 def test_peer_speed_ratios_and_their_bootstrap_interval() -> None:
     medians = {"amptrain": [1.0, 2.0, 3.0], "hf": [2.0, 2.0, 2.0], "lightning": [1.0, 4.0, 2.0]}
     per_round = peer_speed.ratios(medians)
-    assert per_round["amptrain/faster"] == [1.0, 1.0, 1.5]  # over the faster peer, round by round
+    assert per_round["amptrain/hf"] == [0.5, 1.0, 1.5]
+    assert per_round["amptrain/lightning"] == [1.0, 0.5, 1.5]
+    # the faster peer overall (ratio medians 1.0 and 1.0: either), not each round's faster
+    medians["lightning"] = [0.5, 4.0, 2.0]  # amptrain/lightning: 2.0, 0.5, 1.5 (median 1.5)
+    per_round = peer_speed.ratios(medians)
+    assert list(per_round)[-1] == "amptrain/faster (lightning)"
+    assert per_round["amptrain/faster (lightning)"] == [2.0, 0.5, 1.5]
     low, high = peer_speed.bootstrap(per_round["amptrain/hf"])
     assert low == 0.5 and high == 1.5  # a median resampled from 0.5, 1.0, 1.5 stays within them
 
