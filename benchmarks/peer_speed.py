@@ -1,6 +1,7 @@
 """amptrain's CPU step time against the Hugging Face Trainer and Lightning on the same GPT-2.
 
-The three train the same small ``transformers`` GPT-2 (built from a config, nothing downloaded)
+The three train the same small ``transformers`` GPT-2 (built from a config, nothing downloaded;
+GPT-2's own vocabulary by default, since the logits over it are much of a step's work)
 from the same weights, on the same rows (the shipped text, one byte a token), with the same
 batch size, fused AdamW, weight decay on matrices, linear schedule with warm-up, clipping at 1.0,
 fp32, and number of steps. Each keeps its own defaults otherwise; changed are only those that
@@ -24,7 +25,8 @@ bootstrap 95% interval over rounds; the median over rounds of the per-round rati
 amptrain/Lightning, each with a bootstrap 95% interval, and the larger of the two again as the
 ratio to the faster peer.
 Exit status 1 when amptrain/faster exceeds ``--bound`` (1.02), unless ``--print-only``. Usage:
-    python benchmarks/peer_speed.py [--rounds 9] [--steps 40] [--warmup 5] [--print-only]
+    python benchmarks/peer_speed.py [--rounds 9] [--steps 20] [--warmup 3] [--vocab 50257]
+        [--threads N] [--clock wall|cpu] [--bound 1.02] [--print-only]
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import amptrain
 from amptrain import Callback, fine_tune
 
 TEXT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "text" / "alice.txt"
-VOCAB = 256  # one byte a token
+GPT2_VOCAB = 50257  # GPT-2's tokenizer: the logits a GPT-2 fine-tune computes and scores
 LR, DECAY, WARMUP_RATIO, CLIP = 3e-4, 0.01, 0.1, 1.0
 FRAMEWORKS = ("amptrain", "hf", "lightning")
 # wall: elapsed time; cpu: this process's CPU time, which other processes' load barely moves
@@ -73,8 +75,8 @@ def gpt2(args: argparse.Namespace) -> torch.nn.Module:
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=args.seq, n_embd=args.embd, n_layer=args.layers,
-        n_head=args.heads, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+        vocab_size=args.vocab, n_positions=args.seq, n_embd=args.embd, n_layer=args.layers,
+        n_head=args.heads, bos_token_id=args.vocab - 1, eos_token_id=args.vocab - 1,
     )  # fmt: skip
     model = transformers.GPT2LMHeadModel(config)
     model.loss_type = "ForCausalLM"  # not inferred from this class name (see tests/hf/conftest)
@@ -260,9 +262,10 @@ def report(medians: dict[str, list[float]], args: argparse.Namespace) -> float:
     """Print the figures; return the median ratio of amptrain to the faster peer."""
     print(versions())
     print(
-        f"GPT-2 n_embd {args.embd}, {args.layers} layers, {args.heads} heads, {args.seq} tokens x "
-        f"{args.batch} rows; {args.rounds} rounds of {args.warmup} warm-up + {args.steps} timed "
-        f"steps; {torch.get_num_threads()} threads; {args.clock} clock"
+        f"GPT-2 vocabulary {args.vocab}, n_embd {args.embd}, {args.layers} layers, "
+        f"{args.heads} heads, {args.seq} tokens x {args.batch} rows; {args.rounds} rounds of "
+        f"{args.warmup} warm-up + {args.steps} timed steps; {torch.get_num_threads()} threads; "
+        f"{args.clock} clock"
     )
     for name, values in medians.items():
         low, high = bootstrap(values)
@@ -280,8 +283,8 @@ def report(medians: dict[str, list[float]], args: argparse.Namespace) -> float:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     counts = {
-        "--rounds": 9, "--steps": 40, "--warmup": 5, "--batch": 8, "--seq": 128, "--embd": 128,
-        "--layers": 2, "--heads": 4,
+        "--rounds": 9, "--steps": 20, "--warmup": 3, "--batch": 8, "--seq": 64, "--embd": 128,
+        "--layers": 2, "--heads": 4, "--vocab": GPT2_VOCAB,
     }  # fmt: skip
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
@@ -297,6 +300,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag} must be at least 1")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
+    if args.vocab < 256:
+        parser.error("--vocab must be at least 256 (the tokens are the text's bytes)")
     if args.seq < 2:
         parser.error("--seq must be at least 2 (a next-token loss needs two tokens)")
     return args
