@@ -271,7 +271,8 @@ def report(medians: dict[str, list[float]], args: argparse.Namespace) -> float:
         low, high = bootstrap(values)
         print(
             f"  {name:18s} median {statistics.median(values) * 1e3:8.2f} ms/step  "
-            f"95% CI [{low * 1e3:.2f}, {high * 1e3:.2f}]"
+            f"95% CI [{low * 1e3:.2f}, {high * 1e3:.2f}]  rounds: "
+            + " ".join(f"{v * 1e3:.1f}" for v in values)
         )
     per_round = ratios(medians)
     for name, values in per_round.items():

@@ -69,7 +69,7 @@ def test_step_profile_shares_and_idle_time() -> None:
 
 TINY = [
     "--rounds", "2", "--steps", "2", "--warmup", "1", "--batch", "2", "--seq", "8", "--embd", "16",
-    "--layers", "1", "--heads", "2", "--threads", "1",
+    "--layers", "1", "--heads", "2", "--threads", "1", "--vocab", "256",
 ]  # fmt: skip
 
 
