@@ -16,9 +16,12 @@ DataLoader over a TensorDataset, with the loss from the model's ``labels``.
 Timing: each framework's own step hook stamps the clock after every optimizer step (amptrain
 ``on_step_end``, the Trainer ``on_step_end``, Lightning ``on_train_batch_end``); a step's time
 is the gap between two stamps (data, forward, backward, optimizer and the framework's own work
-between them). The first ``--warmup`` steps of every run are dropped. All runs share one process
-(imports and thread pool alike for all), in rounds whose order rotates (ABC, BCA, CAB, ...) so
-that each framework follows each other one equally often and drift hits all alike.
+between them). The first ``--warmup`` steps of every run are dropped. Runs share one process
+(imports and thread pool alike for all) or, with ``--fresh``, each has a new one (its memory
+allocator too: at GPT-2's vocabulary much of a CPU step is page faults for logits-sized
+buffers, and how many depends on the allocator state earlier runs left). Rounds rotate the
+order (ABC, BCA, CAB, ...) so each framework follows each other equally often and drift hits
+all alike.
 
 Printed: the versions; per framework the median over rounds of each run's median ms/step, with a
 bootstrap 95% interval over rounds; the median over rounds of the per-round ratios amptrain/HF and
@@ -26,7 +29,7 @@ amptrain/Lightning, each with a bootstrap 95% interval, and the larger of the tw
 ratio to the faster peer.
 Exit status 1 when amptrain/faster exceeds ``--bound`` (1.02), unless ``--print-only``. Usage:
     python benchmarks/peer_speed.py [--rounds 9] [--steps 20] [--warmup 3] [--vocab 50257]
-        [--threads N] [--clock wall|cpu] [--bound 1.02] [--print-only]
+        [--threads N] [--clock wall|cpu] [--fresh] [--bound 1.02] [--print-only]
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import logging
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -213,14 +218,46 @@ def quiet_peers() -> contextlib.ExitStack:
     return stack
 
 
+def one_run(name: str, args: argparse.Namespace) -> list[float]:
+    """One run of ``name``: its step-end stamps."""
+    rows = token_rows(total_steps(args) * args.batch, args.seq)
+    with quiet_peers() if name != "amptrain" else contextlib.nullcontext():
+        return RUNS[name](rows, args)
+
+
+def fresh_run(name: str, args: argparse.Namespace) -> list[float]:
+    """One run of ``name`` in a new Python process (its allocator and caches new too)."""
+    carried = {k: v for k, v in vars(args).items() if k in CARRIED and v is not None}
+    options = [f"--{k}={v}" for k, v in carried.items()]
+    command = [sys.executable, __file__, *options, f"--one-run={name}"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(STAMPS)]
+    if done.returncode or not lines:
+        raise RuntimeError(f"the {name} run in its own process failed:\n{done.stderr[-2000:]}")
+    return [float(t) for t in json.loads(lines[-1][len(STAMPS) :])]
+
+
+STAMPS = "stamps: "  # the line a --one-run process hands its stamps back on
+CARRIED = (
+    "steps",
+    "warmup",
+    "batch",
+    "seq",
+    "embd",
+    "layers",
+    "heads",
+    "vocab",
+    "clock",
+    "threads",
+)
+
+
 def measure(args: argparse.Namespace) -> dict[str, list[float]]:
     """Each framework's median seconds per step in every round (rounds in rotating order)."""
-    rows = token_rows(total_steps(args) * args.batch, args.seq)
     medians: dict[str, list[float]] = {name: [] for name in FRAMEWORKS}
     for number in range(args.rounds):
         for name in order(number):
-            with quiet_peers() if name != "amptrain" else contextlib.nullcontext():
-                stamps = RUNS[name](rows, args)
+            stamps = (fresh_run if args.fresh else one_run)(name, args)
             times = step_times(stamps, args.warmup, args.steps, name)
             medians[name].append(statistics.median(times))
     return medians
@@ -293,6 +330,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for flag, default in counts.items():
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    parser.add_argument("--fresh", action="store_true", help="each run in a new process")
+    parser.add_argument("--one-run", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--bound", type=float, default=1.02, help="amptrain/faster peer at most")
     parser.add_argument("--print-only", action="store_true", help="exit 0 whatever the ratio")
     args = parser.parse_args(argv)
@@ -319,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for logger in loggers:
         logger.setLevel(logging.ERROR)  # its device banners
     torch.set_num_threads(args.threads or threads)
+    if args.one_run:  # a --fresh run's process
+        print(STAMPS + json.dumps(one_run(args.one_run, args)))
+        return 0
     try:
         ratio = report(measure(args), args)
     finally:  # the caller's own again (main runs inside tests too)

@@ -124,3 +124,11 @@ def test_peer_speed_ratios_and_their_bootstrap_interval() -> None:
 )
 def test_peer_speed_exit_status(ratio: float, print_only: bool, status: int) -> None:
     assert peer_speed.decide(ratio, 1.02, print_only=print_only) == status
+
+
+def test_peer_speed_runs_one_framework_in_a_fresh_process() -> None:
+    args = peer_speed.parse_args(TINY)
+    assert len(peer_speed.fresh_run("amptrain", args)) == args.warmup + args.steps
+    args.vocab = 3  # the process refuses it: the failure is an error, not an empty run
+    with pytest.raises(RuntimeError, match="own process failed"):
+        peer_speed.fresh_run("amptrain", args)
