@@ -70,6 +70,7 @@ def test_step_profile_shares_and_idle_time() -> None:
 TINY = [
     "--rounds", "2", "--steps", "2", "--warmup", "1", "--batch", "2", "--seq", "8", "--embd", "16",
     "--layers", "1", "--heads", "2", "--threads", "1", "--vocab", "256",
+    "--one-process",
 ]  # fmt: skip
 
 
