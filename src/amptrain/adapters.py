@@ -126,10 +126,13 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy, averaged over counted tokens.
 
     Position t predicts label t+1; labels equal to ``IGNORE_INDEX`` (padding) are skipped.
+    The labels shift, not the logits (the last position gets ``IGNORE_INDEX``): a slice of the
+    logits would be copied forward and backward, a cost that grows with the vocabulary.
     """
-    logits = logits[:, :-1].float()  # fp32 softmax: fp16 logits lose the small probabilities
+    targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    # fp32 softmax: fp16 logits lose the small probabilities
     return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX
+        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX
     )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
 from amptrain import MetricsTracker, TinyGPT, extract_logits, fine_tune, lm_loss, token_hits
@@ -153,6 +155,36 @@ def test_lm_loss_shifts_labels_and_skips_padding() -> None:
     correct, count = token_hits(logits, labels)
     assert int(count) == 2 and int(correct) == 2
     assert float(lm_loss(logits, labels)) < 1e-6
+
+
+class _Copies(TorchDispatchMode):
+    """The data-moving operators that make a tensor of at least ``size`` elements."""
+
+    MOVES = ("clone", "copy_", "_to_copy", "slice_backward", "new_zeros", "zeros")
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size, self.seen = size, []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in self.MOVES and isinstance(out, torch.Tensor) and out.numel() >= self.size:
+            self.seen.append(name)
+        return out
+
+
+def test_lm_loss_copies_no_logits_sized_tensor() -> None:
+    # a copy of the logits (forward) and of their gradient (backward) costs as much as the
+    # softmax itself with GPT-2's vocabulary: the labels shift instead
+    logits = torch.randn(2, 6, 50, requires_grad=True)
+    labels = torch.randint(0, 50, (2, 6))
+    with _Copies(size=2 * 5 * 50) as copies:
+        lm_loss(logits, labels).backward()
+    assert copies.seen == []
+    shifted = logits.detach()[:, :-1].reshape(-1, 50)
+    expected = torch.nn.functional.cross_entropy(shifted, labels[:, 1:].reshape(-1))
+    assert float(lm_loss(logits.detach(), labels)) == pytest.approx(float(expected), rel=1e-6)
 
 
 def test_token_hits_counts_only_right_predictions_of_counted_tokens() -> None:

@@ -4,6 +4,7 @@ their arithmetic is right (the GPU runs themselves are in reports/baseline/)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fine_tune_throughput
+import peer_speed
 import step_profile
 
 
@@ -63,3 +65,71 @@ def test_step_profile_shares_and_idle_time() -> None:
         {"matmul": 0.5, "attention": 0.2, "elementwise/other": 0.2, "gpu idle": 0.1}
     )
     assert [k["kernel"] for k in result["top_kernels"]] == ["nvjet_gemm", "flash_fwd"]
+
+
+TINY = [
+    "--rounds", "2", "--steps", "2", "--warmup", "1", "--batch", "2", "--seq", "8", "--embd", "16",
+    "--layers", "1", "--heads", "2", "--threads", "1", "--vocab", "256",
+    "--one-process",
+]  # fmt: skip
+
+
+def test_peer_speed_runs_the_three_frameworks_and_prints_the_ratios(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")
+    # an unreachable bound: the run ends non-zero and says why, after printing every figure
+    assert peer_speed.main([*TINY, "--bound", "1e-9"]) == 1
+    out, err = capsys.readouterr()
+    for name in ("amptrain", "transformers", "lightning", "torch"):
+        assert f"{name} " in out.splitlines()[0]  # the versions come first
+    for name in ("amptrain", "hf", "lightning"):
+        assert re.search(rf"^  {name} +median +[\d.]+ ms/step +95% CI \[", out, re.M), name
+    for name in ("amptrain/hf", "amptrain/lightning", r"amptrain/faster \((hf|lightning)\)"):
+        assert re.search(rf"ratio {name} +[\d.]+ +95% CI \[[\d.]+, [\d.]+\]", out), name
+    assert "MISSED" in out and "1e-09" in err
+
+
+def test_peer_speed_rotates_the_order_so_each_follows_each_other_alike() -> None:
+    rounds = [peer_speed.order(i) for i in range(3)]
+    assert all(sorted(r) == sorted(peer_speed.FRAMEWORKS) for r in rounds)
+    assert [r[0] for r in rounds] == list(peer_speed.FRAMEWORKS)  # each goes first once
+    pairs = Counter((r[i], r[i + 1]) for r in rounds for i in range(2))
+    assert len(pairs) == 3 and set(pairs.values()) == {2}
+
+
+def test_peer_speed_times_steps_after_the_warm_up_and_refuses_a_short_run() -> None:
+    assert peer_speed.step_times([1.0, 3.0, 4.0, 4.5], 2, 2, "x") == [1.0, 0.5]
+    with pytest.raises(RuntimeError, match="3 optimizer steps"):
+        peer_speed.step_times([1.0, 2.0, 3.0], 2, 2, "x")
+
+
+def test_peer_speed_ratios_and_their_bootstrap_interval() -> None:
+    medians = {"amptrain": [1.0, 2.0, 3.0], "hf": [2.0, 2.0, 2.0], "lightning": [1.0, 4.0, 2.0]}
+    per_round = peer_speed.ratios(medians)
+    assert per_round["amptrain/hf"] == [0.5, 1.0, 1.5]
+    assert per_round["amptrain/lightning"] == [1.0, 0.5, 1.5]
+    # the faster peer overall (ratio medians 1.0 and 1.0: either), not each round's faster
+    medians["lightning"] = [0.5, 4.0, 2.0]  # amptrain/lightning: 2.0, 0.5, 1.5 (median 1.5)
+    per_round = peer_speed.ratios(medians)
+    assert list(per_round)[-1] == "amptrain/faster (lightning)"
+    assert per_round["amptrain/faster (lightning)"] == [2.0, 0.5, 1.5]
+    low, high = peer_speed.bootstrap(per_round["amptrain/hf"])
+    assert low == 0.5 and high == 1.5  # a median resampled from 0.5, 1.0, 1.5 stays within them
+
+
+@pytest.mark.parametrize(
+    ("ratio", "print_only", "status"),
+    [(1.02, False, 0), (1.03, False, 1), (float("nan"), False, 1), (1.03, True, 0)],
+)
+def test_peer_speed_exit_status(ratio: float, print_only: bool, status: int) -> None:
+    assert peer_speed.decide(ratio, 1.02, print_only=print_only) == status
+
+
+def test_peer_speed_runs_one_framework_in_a_fresh_process() -> None:
+    args = peer_speed.parse_args(TINY)
+    assert len(peer_speed.fresh_run("amptrain", args)) == args.warmup + args.steps
+    args.vocab = 3  # the process refuses it: the failure is an error, not an empty run
+    with pytest.raises(RuntimeError, match="own process failed"):
+        peer_speed.fresh_run("amptrain", args)
