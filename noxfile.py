@@ -170,6 +170,12 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             "tests/integration",
             "-m",
             "integration",
+            # One worker per core, each test module on one worker: a module's runs that its
+            # tests share (scope="module") are made once.
+            "-n",
+            "auto",
+            "--dist",
+            "loadfile",
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
