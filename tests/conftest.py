@@ -39,6 +39,13 @@ def _wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / ".wandb-cache"))
+    # W&B reads WANDB_DIR once per process, when its first run starts, and keeps it until
+    # wandb.teardown(): a run left by an earlier test would put this test's runs in that test's
+    # folder, so the outcome would depend on which tests ran before it in its process (as
+    # pytest-xdist deals them out). Each test starts without one.
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
     yield
 
 
