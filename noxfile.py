@@ -14,12 +14,15 @@ import hashlib
 import os
 import shutil
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 import nox
 from nox.command import CommandFailed
 
-nox.options.default_venv_backend = "venv"
+# uv makes and fills a virtualenv in seconds where pip takes minutes (torch alone is 200 MB);
+# where uv is not installed (`pip install nox` alone), nox falls back to venv and pip.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["verify"]
 
@@ -35,8 +38,11 @@ def peer_env() -> dict[str, str]:
     return {"STAGEGATE_JUNIT_PEERS": str(PEERS)} if PEERS.is_dir() else {}
 
 
-# Inside the CUDA image torch (and the dependencies) come with the image: reuse them.
+# Inside the CUDA image torch (and the dependencies) come with the image: reuse them, with the
+# image's pip (uv's virtualenvs take no --without-pip).
 SYSTEM_TORCH = os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1"
+if SYSTEM_TORCH:
+    nox.options.default_venv_backend = "venv"
 # Without a pip and setuptools of their own, the sessions use the image's (build tools included).
 VENV_PARAMS = ["--system-site-packages", "--without-pip"] if SYSTEM_TORCH else []
 # Elsewhere torch is pinned, so an install never pulls the multi-GB CUDA build by accident.
@@ -56,12 +62,24 @@ def install_key(args: list[str], root: Path = ROOT) -> str:
     return digest.hexdigest()
 
 
+def uv_args(session: nox.Session, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """What uv needs to install as pip does here, when uv installs. uv reads no pip
+    configuration: without ``PIP_FIND_LINKS``'s folders (where torch's CPU wheel is) it would
+    take PyPI's Linux torch, which pulls the CUDA build. And it compiles bytecode at install,
+    as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would compile each module
+    it imports again (seconds for torch alone)."""
+    if getattr(session.virtualenv, "venv_backend", None) != "uv":
+        return []
+    links = environ.get("PIP_FIND_LINKS", "").split()
+    return ["--compile-bytecode", *(arg for link in links for arg in ("--find-links", link))]
+
+
 def install(session: nox.Session, *extras: str) -> None:
     """Install amptrain (editable) with ``extras`` and the stagegate distribution beside it;
     torch pinned or reused. A reused virtualenv whose last install had the same inputs is left
     as it is (the packages are editable: code changes need no install)."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    args = [*CONSTRAINTS, "-e", spec, "-e", "./stagegate"]
+    args = [*CONSTRAINTS, *uv_args(session), "-e", spec, "-e", "./stagegate"]
     location = getattr(session.virtualenv, "location", None)
     stamp = Path(location) / "amptrain-install.sha256" if location else None
     key = install_key(args)
@@ -152,6 +170,12 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             "tests/integration",
             "-m",
             "integration",
+            # One worker per core, each test module on one worker: a module's runs that its
+            # tests share (scope="module") are made once.
+            "-n",
+            "auto",
+            "--dist",
+            "loadfile",
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
@@ -319,5 +343,7 @@ def mutation(session: nox.Session) -> None:
     mutated copy, which its editable finder would hide. The lint extra comes too: stagegate's
     reader tests read what the real linters write.
     """
-    session.install(*CONSTRAINTS, *requirements("test", "lint"), "-e", "./stagegate")
+    session.install(
+        *CONSTRAINTS, *uv_args(session), *requirements("test", "lint"), "-e", "./stagegate"
+    )
     session.run("python", "tools/mutation.py", *session.posargs)

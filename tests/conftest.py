@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -17,11 +17,35 @@ os.environ.setdefault("WANDB_DISABLE_GIT", "true")
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def _threads_per_worker(environ: Mapping[str, str] = os.environ) -> int | None:
+    """Under pytest-xdist, torch's threads per worker: the cores shared out between the
+    workers. Two workers each running two threads on two cores made the suite's torch tests two
+    to three times slower than one thread each (threads spinning while they wait for a core)."""
+    workers = environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or "OMP_NUM_THREADS" in environ:
+        return None
+    return max(1, (os.cpu_count() or 1) // int(workers))
+
+
+_THREADS = _threads_per_worker()
+if _THREADS is not None:  # before torch is imported: it reads the variable once, at import
+    os.environ["OMP_NUM_THREADS"] = str(_THREADS)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(_THREADS)
+
+
 @pytest.fixture(autouse=True)
 def _wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / ".wandb-cache"))
+    # W&B reads WANDB_DIR once per process, when its first run starts, and keeps it until
+    # wandb.teardown(): a run left by an earlier test would put this test's runs in that test's
+    # folder, so the outcome would depend on which tests ran before it in its process (as
+    # pytest-xdist deals them out). Each test starts without one.
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
     yield
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import random
 import statistics
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,12 +34,26 @@ SAMPLES = [
 ]
 
 
+def _every_resample(values: list[float]) -> Iterator[tuple[list[float], int]]:
+    """Every resample of ``values`` (with replacement), as each multiset of positions drawn and
+    the number of ordered draws that give it: n**n draws in all, without walking each one."""
+    n = len(values)
+    for drawn in itertools.combinations_with_replacement(range(n), n):
+        counts = Counter(drawn).values()
+        yield (
+            [values[i] for i in drawn],
+            math.factorial(n) // math.prod(map(math.factorial, counts)),
+        )
+
+
 @pytest.mark.parametrize("values", SAMPLES, ids=str)
 def test_the_median_distribution_is_every_resample_enumerated(values: list[float]) -> None:
-    n, counted = len(values), {}
-    for draw in itertools.product(values, repeat=n):
+    n, counted, draws = len(values), {}, 0
+    for draw, ways in _every_resample(values):
         m = statistics.median(draw)
-        counted[m] = counted.get(m, 0.0) + n**-n
+        counted[m] = counted.get(m, 0.0) + ways * n**-n
+        draws += ways
+    assert draws == n**n
     exact = median_distribution(values)
     assert set(exact) == set(counted)
     assert all(exact[m] == pytest.approx(p, abs=1e-12) for m, p in counted.items())

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,3 +49,18 @@ def test_a_changed_input_changes_the_key(inputs: Path, name: str) -> None:
 def test_other_extras_change_the_key() -> None:
     other = ["-c", "constraints-cpu.txt", "-e", ".[test]", "-e", "./stagegate"]
     assert noxfile.install_key(other) != noxfile.install_key(ARGS)
+
+
+def _session(backend: str) -> SimpleNamespace:
+    return SimpleNamespace(virtualenv=SimpleNamespace(venv_backend=backend))
+
+
+def test_uv_is_given_pips_find_links_folders_and_compiles_bytecode() -> None:
+    args = noxfile.uv_args(_session("uv"), {"PIP_FIND_LINKS": "/opt/wheels  /srv/more"})
+    links = [args[i + 1] for i, arg in enumerate(args) if arg == "--find-links"]
+    assert links == ["/opt/wheels", "/srv/more"] and "--compile-bytecode" in args
+    assert "--find-links" not in noxfile.uv_args(_session("uv"), {})
+
+
+def test_pip_reads_its_own_configuration() -> None:
+    assert noxfile.uv_args(_session("venv"), {"PIP_FIND_LINKS": "/opt/wheels"}) == []
