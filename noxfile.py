@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,15 +64,36 @@ def install_key(args: list[str], root: Path = ROOT) -> str:
     return digest.hexdigest()
 
 
+def pip_find_links(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The find-links folders pip itself would use here: ``PIP_FIND_LINKS`` and every
+    ``find-links`` of pip's configuration files, as ``pip config list`` reads them."""
+    links = environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            env=dict(environ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):  # no pip beside nox: the variable only
+        listed = ""
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            links += value.strip().strip("'\"").split()
+    return list(dict.fromkeys(links))
+
+
 def uv_args(session: nox.Session, environ: Mapping[str, str] = os.environ) -> list[str]:
     """What uv needs to install as pip does here, when uv installs. uv reads no pip
-    configuration: without ``PIP_FIND_LINKS``'s folders (where torch's CPU wheel is) it would
-    take PyPI's Linux torch, which pulls the CUDA build. And it compiles bytecode at install,
-    as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would compile each module
-    it imports again (seconds for torch alone)."""
+    configuration: without pip's find-links folders (where this machine's torch CPU wheel is)
+    it would take PyPI's Linux torch, which pulls the CUDA build. And it compiles bytecode at
+    install, as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would compile
+    each module it imports again (seconds for torch alone)."""
     if getattr(session.virtualenv, "venv_backend", None) != "uv":
         return []
-    links = environ.get("PIP_FIND_LINKS", "").split()
+    links = pip_find_links(environ)
     return ["--compile-bytecode", *(arg for link in links for arg in ("--find-links", link))]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -55,11 +56,30 @@ def _session(backend: str) -> SimpleNamespace:
     return SimpleNamespace(virtualenv=SimpleNamespace(venv_backend=backend))
 
 
-def test_uv_is_given_pips_find_links_folders_and_compiles_bytecode() -> None:
-    args = noxfile.uv_args(_session("uv"), {"PIP_FIND_LINKS": "/opt/wheels  /srv/more"})
-    links = [args[i + 1] for i, arg in enumerate(args) if arg == "--find-links"]
-    assert links == ["/opt/wheels", "/srv/more"] and "--compile-bytecode" in args
-    assert "--find-links" not in noxfile.uv_args(_session("uv"), {})
+def _links(args: list[str]) -> list[str]:
+    return [args[i + 1] for i, arg in enumerate(args) if arg == "--find-links"]
+
+
+def _no_pip_config(tmp_path: Path) -> dict[str, str]:
+    """An environment where pip reads no configuration file (pip's rule for os.devnull)."""
+    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
+
+
+def test_uv_is_given_pips_find_links_folders_and_compiles_bytecode(tmp_path: Path) -> None:
+    env = {**_no_pip_config(tmp_path), "PIP_FIND_LINKS": "/opt/wheels  /srv/more"}
+    args = noxfile.uv_args(_session("uv"), env)
+    assert _links(args) == ["/opt/wheels", "/srv/more"] and "--compile-bytecode" in args
+    assert "--find-links" not in noxfile.uv_args(_session("uv"), _no_pip_config(tmp_path))
+
+
+def test_uv_is_given_the_find_links_of_pips_configuration_files(tmp_path: Path) -> None:
+    """A folder named only in a pip configuration file (no variable) reaches uv too: pip
+    itself lists it (``pip config list``)."""
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nfind-links = /srv/wheels /srv/other\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": str(config)}
+    links = _links(noxfile.uv_args(_session("uv"), env))
+    assert {"/srv/wheels", "/srv/other"} <= set(links)
 
 
 def test_pip_reads_its_own_configuration() -> None:
