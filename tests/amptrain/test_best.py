@@ -155,8 +155,14 @@ class _Saving(TinyGPT):
             f.write(str(total)[3:])
 
 
-def _keep(model: TinyGPT, folder: Path) -> KeepBest:
-    return KeepBest(model, folder, "val/loss")
+@pytest.fixture
+def saving(tmp_path: Path) -> tuple[_Saving, Path, KeepBest]:
+    """A model with its own format, its best folder, and the callback keeping its best there,
+    which has kept the first validation's weights (step 1, loss 2.0)."""
+    model = _Saving(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=8)
+    keep = KeepBest(model, tmp_path / "best", "val/loss")
+    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
+    return model, tmp_path / "best", keep
 
 
 def _agree(folder: Path, model: TinyGPT) -> None:
@@ -167,13 +173,10 @@ def _agree(folder: Path, model: TinyGPT) -> None:
     assert float((folder / "model.txt").read_text()) == total
 
 
-def test_a_write_that_fails_half_way_leaves_the_previous_best_whole(tmp_path: Path) -> None:
-    model, folder = (
-        _Saving(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=8),
-        tmp_path / "best",
-    )
-    keep = _keep(model, folder)
-    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
+def test_a_write_that_fails_half_way_leaves_the_previous_best_whole(
+    tmp_path: Path, saving: tuple[_Saving, Path, KeepBest]
+) -> None:
+    model, folder, keep = saving
     first = load_best(folder, torch.device("cpu"))
     with torch.no_grad():
         for p in model.parameters():
@@ -190,13 +193,10 @@ def test_a_write_that_fails_half_way_leaves_the_previous_best_whole(tmp_path: Pa
     _agree(folder, model)
 
 
-def test_a_kill_between_the_renames_leaves_the_best_readable(tmp_path: Path) -> None:
-    model, folder = (
-        _Saving(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=8),
-        tmp_path / "best",
-    )
-    keep = _keep(model, folder)
-    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
+def test_a_kill_between_the_renames_leaves_the_best_readable(
+    tmp_path: Path, saving: tuple[_Saving, Path, KeepBest]
+) -> None:
+    model, folder, keep = saving
     os.replace(folder, tmp_path / "best.previous")  # what a kill after the first rename leaves
     assert load_best(folder, torch.device("cpu"))["step"] == 1
     keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})
