@@ -70,7 +70,7 @@ class KeepBest(Callback):
         self.model, self.folder, self.metric, self.mode = model, folder, metric, mode
         self.restore, self.writes, self.barrier = restore, writes, barrier
         self.best = math.inf if mode == "min" else -math.inf
-        self.best_step: int | None = None
+        self.best_step: int | None = None  # None: no weights kept yet
 
     def _better(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -118,7 +118,20 @@ class KeepBest(Callback):
                 f"{self.metric!r} ({self.mode}): resume with the best_metric and best_mode it "
                 "was written with"
             )
-        self.best, self.best_step = float(state["best"]), state["best_step"]
+        self.best, self.best_step = self._kept()
+
+    def _kept(self) -> tuple[float, int | None]:
+        """The best so far is the one whose weights ``folder`` holds, not the checkpoint's
+        figure: a resume from an older checkpoint (the folder is newer) must not let a worse
+        value replace it, and one into another ``checkpoint_dir`` (no weights there yet)
+        starts its best anew rather than promise weights it cannot give back."""
+        previous = _sibling(self.folder, PREVIOUS)
+        if not (self.folder / WEIGHTS).exists() and not (previous / WEIGHTS).exists():
+            return (math.inf if self.mode == "min" else -math.inf), None
+        kept = load_best(self.folder, torch.device("cpu"))
+        if kept.get("metric") != self.metric:
+            return (math.inf if self.mode == "min" else -math.inf), None
+        return float(kept["value"]), kept["step"]
 
 
 def _sibling(folder: Path, suffix: str) -> Path:

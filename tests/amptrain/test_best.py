@@ -202,3 +202,36 @@ def test_a_kill_between_the_renames_leaves_the_best_readable(
     keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
     _agree(folder, model)
+
+
+def test_a_resume_from_an_older_checkpoint_keeps_the_better_best_on_disk(
+    saving: tuple[_Saving, Path, KeepBest],
+) -> None:
+    model, folder, keep = saving
+    checkpointed = keep.state_dict()  # a checkpoint written when the best was 2.0
+    keep.on_eval_end(TrainState(step=4), {"val/loss": 0.5})  # a better one, on disk; a kill
+    resumed = KeepBest(model, folder, "val/loss")
+    resumed.load_state_dict(checkpointed)
+    resumed.on_eval_end(TrainState(step=6), {"val/loss": 0.7})  # worse than the kept 0.5
+    assert load_best(folder, torch.device("cpu"))["value"] == 0.5
+
+
+def test_a_resume_into_another_checkpoint_dir_keeps_its_own_best(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    run = {**RUN, "best_metric": "loss", "best_mode": "max", "load_best_at_end": True}
+    fine_tune(make_model(), tokens(40), tokens(8, seed=1), **run,
+              checkpoint_dir=str(tmp_path / "a"), checkpoint_every=2)  # fmt: skip
+    step6 = next(p for p in checkpoints(tmp_path / "a") if p.name == "step-00000006.pt")
+    model = make_model()
+    result = fine_tune(model, tokens(40), tokens(8, seed=1), **run,
+                       checkpoint_dir=str(tmp_path / "b"), resume_from=str(step6))  # fmt: skip
+    best = load_best(tmp_path / "b" / "best", torch.device("cpu"))
+    assert result.steps == 10 and best["step"] > 6  # the resumed part's best, given back
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in best["model"].items())
+
+
+def test_of_equal_values_the_first_stays_the_best(saving: tuple[_Saving, Path, KeepBest]) -> None:
+    _, folder, keep = saving  # step 1 kept with 2.0
+    keep.on_eval_end(TrainState(step=2), {"val/loss": 2.0})
+    assert load_best(folder, torch.device("cpu"))["step"] == keep.best_step == 1
