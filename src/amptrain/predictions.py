@@ -5,7 +5,6 @@ torchrun, in the data's order), returning a dict of floats that joins the valida
 from __future__ import annotations
 
 import itertools
-import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,7 +68,10 @@ class Collected:
 
 def checked_metrics(result: Any, taken: tuple[str, ...]) -> dict[str, float]:
     """``compute_metrics``' result as floats, or a ValueError naming the key that is not a
-    finite real number (or that a built-in validation key already has)."""
+    real number (or that a built-in validation key already has). NaN and infinities are kept,
+    as a NaN validation loss is: a metric can be undefined at one validation (an F1 with no
+    positives) without ending a run that has trained for hours; such a value never counts
+    as the best."""
     if not isinstance(result, Mapping):
         raise ValueError(
             f"compute_metrics must return a dict of floats, got {type(result).__name__}"
@@ -83,10 +85,10 @@ def checked_metrics(result: Any, taken: tuple[str, ...]) -> dict[str, float]:
                 f"compute_metrics returned {key!r}, which validation already gives: rename it"
             )
         real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if not real or not math.isfinite(float(value)):
+        if not real:
             raise ValueError(
                 f"compute_metrics returned {key}={value!r} ({type(value).__name__}): each value "
-                "must be a finite float"
+                "must be a float"
             )
         metrics[key] = float(value)
     return metrics

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from amptrain import TinyGPT, fine_tune
+from amptrain.best import load_best
 from amptrain.predictions import Collected, EvalPrediction, checked_metrics
 
 Tokens = Callable[..., torch.Tensor]
@@ -63,8 +64,6 @@ def test_rows_of_unequal_length_are_padded_with_minus_100_in_the_datas_order() -
 @pytest.mark.parametrize(
     "bad",
     [
-        {"bleu": math.nan},
-        {"bleu": math.inf},
         {"bleu": "0.5"},
         {"bleu": True},
         {"bleu": torch.tensor(0.5)},
@@ -72,9 +71,7 @@ def test_rows_of_unequal_length_are_padded_with_minus_100_in_the_datas_order() -
         {"loss": 0.5},
     ],
 )
-def test_a_value_that_is_not_a_finite_float_names_its_key(
-    bad: Mapping[str, Any], names: Names
-) -> None:
+def test_a_value_that_is_not_a_float_names_its_key(bad: Mapping[str, Any], names: Names) -> None:
     with pytest.raises(ValueError) as raised:
         checked_metrics(bad, taken=("loss", "perplexity", "accuracy"))
     assert names(str(raised.value), next(iter(bad)))
@@ -93,8 +90,22 @@ def test_a_bad_result_stops_the_run_at_its_first_validation(
 ) -> None:
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN,
-                  compute_metrics=lambda p: {"bleu": math.nan})  # fmt: skip
+                  compute_metrics=lambda p: {"bleu": "n/a"})  # fmt: skip
     assert names(str(raised.value), "bleu")
+
+
+def test_a_nan_metric_is_recorded_and_never_the_best(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
+) -> None:
+    """An undefined metric at one validation (NaN) is recorded, as a NaN loss is; the run
+    goes on, and the best is chosen among the defined values."""
+    values = iter([0.5, math.nan, 0.9, math.inf, 0.7, 0.6, 0.8])
+    result = fine_tune(make_model(), tokens(40), tokens(8, seed=1), **RUN,
+                       compute_metrics=lambda p: {"f1": next(values)}, best_metric="val/f1",
+                       best_mode="max", checkpoint_dir=str(tmp_path))  # fmt: skip
+    seen = [e["val/f1"] for e in result.evals]
+    assert result.steps == 10 and any(math.isnan(v) for v in seen)
+    assert load_best(tmp_path / "best", torch.device("cpu"))["value"] == 0.9
 
 
 def test_compute_metrics_without_validation_data_is_refused(
