@@ -293,9 +293,6 @@ TRAINING_KEYS = (
 )  # fmt: skip
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-
-
 class ResumeSettingsWarning(UserWarning):
     """A resumed run applies a setting that differs from its checkpoint's (``epochs``)."""
 
@@ -307,12 +304,29 @@ def resume_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _differ(cfg: TrainConfig, saved: Mapping[str, Any], key: str) -> bool:
-    """Whether ``key`` differs; a checkpoint written before a setting existed was written
-    with the setting's default."""
-    mine, theirs = getattr(cfg, key), saved.get(key, _DEFAULTS.get(key))
+    """Whether ``key`` differs from what the checkpoint recorded (one that does not record it
+    cannot differ: :func:`_unrecorded` says so)."""
+    if key not in saved:
+        return False
+    mine, theirs = getattr(cfg, key), saved[key]
     if key == "precision" and theirs is not None:
         return canonical_precision(mine) != canonical_precision(theirs)
     return mine != theirs
+
+
+def _unrecorded(cfg: TrainConfig, saved: Mapping[str, Any]) -> None:
+    """A checkpoint written before amptrain recorded some settings cannot show they are the
+    same: say which are taken from this run unchecked (never assume the checkpoint had the
+    default: the setting may have existed, set otherwise, and not been recorded)."""
+    missing = [k for k in (*RESUME_KEYS, *TRAINING_KEYS) if k not in saved]
+    if missing:
+        warnings.warn(
+            f"the checkpoint does not record {', '.join(missing)} (an older amptrain wrote it): "
+            f"this run's {', '.join(f'{k}={getattr(cfg, k)!r}' for k in missing)} are used "
+            "unchecked; make sure they are the ones the checkpoint was trained with",
+            ResumeSettingsWarning,
+            stacklevel=outside_stacklevel(),
+        )
 
 
 def check_resume(
@@ -320,7 +334,8 @@ def check_resume(
 ) -> None:
     """A checkpoint resumes only under the settings and world size it was written with; a
     different ``epochs`` is applied (the schedule stretched to the new length), with a
-    :class:`ResumeSettingsWarning`."""
+    :class:`ResumeSettingsWarning`, as are settings the checkpoint does not record."""
+    _unrecorded(cfg, saved)
     differ = [k for k in RESUME_KEYS if _differ(cfg, saved, k)]
     if saved_world_size != world_size:
         differ.append(f"world size ({saved_world_size} processes)")
@@ -329,9 +344,7 @@ def check_resume(
             f"the checkpoint was written with other settings ({', '.join(differ)}): the data "
             "position would not be the same; resume with the settings it was written with"
         )
-    changed = [
-        f"{k}={saved.get(k, _DEFAULTS.get(k))!r}" for k in TRAINING_KEYS if _differ(cfg, saved, k)
-    ]
+    changed = [f"{k}={saved[k]!r}" for k in TRAINING_KEYS if _differ(cfg, saved, k)]
     if changed:
         raise ValueError(
             f"the checkpoint was written with {', '.join(changed)}, and its optimizer, schedule "

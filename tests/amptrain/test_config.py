@@ -360,12 +360,20 @@ def test_resume_refuses_a_setting_the_saved_optimizer_would_ignore(
     assert names(str(raised.value), f"{key}={getattr(cfg, key)!r}", "resume_from")
 
 
-def test_a_checkpoint_without_a_newer_setting_was_written_with_its_default() -> None:
-    cfg = TrainConfig()
-    older = {k: v for k, v in resume_settings(cfg).items() if k != "lr_scheduler_type"}
-    check_resume(cfg, older, 1, 1)  # the default then: nothing differs
-    with pytest.raises(ValueError, match="lr_scheduler_type"):
-        check_resume(dataclasses.replace(cfg, lr_scheduler_type="linear"), older, 1, 1)
+def test_a_setting_the_checkpoint_does_not_record_is_used_unchecked_and_named(
+    names: Names,
+) -> None:
+    """An older checkpoint that does not record a setting is not refused under a value it
+    may well have had (it is not assumed to be the default), and the warning names it."""
+    cfg = TrainConfig(lr_scheduler_type="linear", max_steps=6)
+    older = {
+        k: v for k, v in resume_settings(cfg).items() if k not in ("lr_scheduler_type", "max_steps")
+    }
+    with pytest.warns(ResumeSettingsWarning) as warned:
+        check_resume(cfg, older, 1, 1)
+    assert names(str(warned[0].message), "lr_scheduler_type='linear'", "max_steps=6")
+    with pytest.warns(ResumeSettingsWarning), pytest.raises(ValueError, match="learning_rate"):
+        check_resume(dataclasses.replace(cfg, learning_rate=1.0), older, 1, 1)
 
 
 def test_resume_applies_more_epochs_and_says_so(names: Names) -> None:
