@@ -193,12 +193,9 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             "tests/integration",
             "-m",
             "integration",
-            # One worker per core, each test module on one worker: a module's runs that its
-            # tests share (scope="module") are made once.
-            "-n",
-            "auto",
-            "--dist",
-            "loadfile",
+            # In one process: beside another worker's tests, a torchrun rank once aborted in
+            # gloo's teardown after its run was done (SIGABRT at exit), a race that the extra
+            # load widens; until that is understood the stage does not add the load itself.
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
