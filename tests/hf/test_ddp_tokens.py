@@ -7,27 +7,19 @@ with the best weights rank 0 kept."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from amptrain import fine_tune
+from torchrun_launch import run_two_ranks
 
 from . import ddp_tokens_worker as worker
 
 
 def test_two_ranks_train_and_validate_as_one_process(tmp_path: Path) -> None:
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(Path(worker.__file__)), str(tmp_path),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_two_ranks(Path(worker.__file__), str(tmp_path))
     ranked = json.loads((tmp_path / "rank-0.json").read_text())
     weights = torch.load(tmp_path / "weights-0.pt", weights_only=True)
 

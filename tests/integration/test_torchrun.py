@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import ddp_worker
 import fault_worker
 
+from torchrun_launch import run_two_ranks
 from wandb_files import logged_keys
 
 pytestmark = pytest.mark.integration
@@ -34,13 +35,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("torchrun")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(Path(ddp_worker.__file__)), str(out),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_two_ranks(Path(ddp_worker.__file__), str(out))
     ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     return {"out": out, "ranks": ranks}
 
