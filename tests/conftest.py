@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -79,3 +80,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stand-in environment) then runs beside the others, not alone after them."""
     if hasattr(config, "workerinput"):  # every worker sorts alike: their collections must agree
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (torch, transformers, Lightning, every test module: hundreds of
+    thousands of objects) is moved out of the garbage collector's reach, as a pre-fork server
+    does: a full collection, which the memory and leak probes make before each reading, then
+    walks only what the tests themselves made, not every object of every library again."""
+    gc.freeze()
