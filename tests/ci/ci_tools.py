@@ -5,6 +5,7 @@ payloads (GitHub itself cannot be reached from here)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -26,6 +27,18 @@ REPO, FORK = "owner/amptrain", "someone/amptrain"
 def tool(name: str) -> ModuleType:
     """The script tools/ci/NAME.py as a module."""
     return importlib.import_module(name)
+
+
+def noxfile() -> ModuleType:
+    """The repository's noxfile.py as a module (loaded once)."""
+    module = sys.modules.get("amptrain_noxfile")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("amptrain_noxfile", ROOT / "noxfile.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["amptrain_noxfile"] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def load_workflow(name: str) -> dict[str, Any]:

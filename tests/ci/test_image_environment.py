@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
 import pytest
+
+from .ci_tools import noxfile as load_noxfile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +37,35 @@ def _copy_checkout(dest: Path) -> None:
             shutil.copy2(ROOT / name, dest / name)
 
 
+def _stand_in_image(image: Path, requirements: Path) -> None:
+    """A virtualenv with pip, then what the base image brings (the torch release of
+    constraints-cpu.txt), then the Dockerfile's dependency step as it is written there. uv
+    builds it where uv is installed (seconds from its cache, given pip's find-links folders as
+    the sessions' uv is), pip otherwise (most of a minute: unpacking torch); the packages are the
+    same either way, and the sessions under test install with the image's own pip."""
+    python = str(image / "bin" / "python")
+    requirements.write_text(
+        subprocess.run(
+            [sys.executable, ROOT / "tools" / "image_requirements.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    wanted = ["-c", ROOT / "constraints-cpu.txt", "torch", "-r", requirements, "nox==2026.10.20"]
+    uv = shutil.which("uv")
+    if uv is None:
+        venv.create(image, with_pip=True)
+        # Bytecode is left uncompiled: compiling it, most of the install's time, is not tested.
+        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
+        subprocess.run([*pip, *wanted], check=True, timeout=900)
+        return
+    subprocess.run([uv, "venv", "-q", "--seed", "--python", sys.executable, image], check=True)
+    links = [arg for link in load_noxfile().pip_find_links() for arg in ("--find-links", link)]
+    install = [uv, "pip", "install", "-q", "--python", python, *links, *wanted]
+    subprocess.run(install, check=True, timeout=900)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("AMPTRAIN_SYSTEM_TORCH") == "1",
@@ -42,23 +74,8 @@ def _copy_checkout(dest: Path) -> None:
 )
 def test_sessions_in_the_image_reuse_its_torch_and_download_nothing(tmp_path: Path) -> None:
     image = tmp_path / "image"
-    venv.create(image, with_pip=True)
+    _stand_in_image(image, tmp_path / "requirements.txt")
     python = str(image / "bin" / "python")
-    # Bytecode is left uncompiled: compiling it, most of the install's time, is not under test.
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
-    # What the base image brings (the same torch release as constraints-cpu.txt).
-    subprocess.run([*pip, "-c", ROOT / "constraints-cpu.txt", "torch"], check=True, timeout=900)
-    # The Dockerfile's dependency step, as it is written there.
-    requirements = subprocess.run(
-        [python, ROOT / "tools" / "image_requirements.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    (tmp_path / "requirements.txt").write_text(requirements)
-    subprocess.run(
-        [*pip, "-r", tmp_path / "requirements.txt", "nox==2026.10.20"], check=True, timeout=900
-    )
     work = tmp_path / "checkout"
     _copy_checkout(work)
     (site,) = image.glob("lib/python*/site-packages")
@@ -70,6 +87,10 @@ def test_sessions_in_the_image_reuse_its_torch_and_download_nothing(tmp_path: Pa
         "PATH": f"{image / 'bin'}{os.pathsep}{os.environ['PATH']}",
     }
     env.pop("VIRTUAL_ENV", None)
+    # A real image's pip compiled the bytecode at install; the stand-in's is written by the
+    # first process that imports each module (kept from being written, every process of the
+    # session would compile torch anew).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     run = subprocess.run(
         [python, "-m", "nox", "-s", "benchmark"],
         cwd=work,

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from .ci_tools import noxfile as load_noxfile
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _noxfile():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("amptrain_noxfile", ROOT / "noxfile.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["amptrain_noxfile"] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-noxfile = _noxfile()
+noxfile = load_noxfile()
 ARGS = ["-c", "constraints-cpu.txt", "-e", ".[test,lint]", "-e", "./stagegate"]
 
 
