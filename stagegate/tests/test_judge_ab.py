@@ -96,6 +96,76 @@ def test_an_interval_across_the_limit_is_not_verified_and_never_passes(tmp_path:
     assert decide([stage]).decision is Decision.BLOCK
 
 
+def on_gpu(head_mb: Callable[[int], float], claimed: float | None = None) -> Doc:
+    """The real file as the gpu preset writes it: on CUDA, with each window's peak memory
+    (the base's 1000 MB, the head's ``head_mb(i)``) and the summary's memory ratio (what the
+    windows give, unless ``claimed``)."""
+    doc = scaled(lambda i: 1.0)
+    doc["preset"], doc["device"] = "gpu", "cuda:0"
+    n = doc["windows"]
+    doc["base"]["peak_mb"] = [1000.0] * n
+    doc["head"]["peak_mb"] = [head_mb(i) for i in range(n)]
+    given = median([h / 1000.0 for h in doc["head"]["peak_mb"]])
+    doc["summary"]["peak_memory_ratio"] = given if claimed is None else claimed
+    return doc
+
+
+def test_on_the_gpu_preset_peak_memory_is_a_second_check_that_passes_when_unchanged(
+    tmp_path: Path,
+) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0 + i % 3), ab_base=OTHER)
+    assert [c.metric for c in stage.ab] == ["step_time", "peak_memory"]
+    assert all(c.outcome is ABOutcome.WITHIN for c in stage.ab)
+    assert stage.status is StageStatus.PASS, [f.title for f in stage.findings]
+
+
+def test_more_peak_memory_beyond_the_limit_is_a_regression(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1200.0 + i % 3), ab_base=OTHER)
+    memory = stage.ab[1]
+    assert memory.outcome is ABOutcome.BEYOND and memory.low > memory.limit > 1
+    assert kinds(stage) == {"ab_regression"}
+    assert any("peak memory" in f.title for f in stage.blocking)
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_memory_across_the_limit_is_not_verified(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0 if i % 2 else 1100.0), ab_base=OTHER)
+    assert stage.ab[1].outcome is ABOutcome.UNDECIDED
+    assert kinds(stage) == {"ab_undecided"} and decide([stage]).decision is Decision.BLOCK
+
+
+@pytest.mark.parametrize(
+    "peaks",
+    [None, [], [1000.0, None], [0.0], [-5.0]],
+    ids=["absent", "empty", "a null window", "zero", "negative"],
+)
+def test_peak_memory_that_is_not_a_positive_figure_a_window_blocks(
+    tmp_path: Path, peaks: list[float | None] | None
+) -> None:
+    doc = on_gpu(lambda i: 1000.0)
+    n = doc["windows"]
+    doc["head"]["peak_mb"] = None if peaks is None else (peaks * n)[:n] if peaks else []
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert any("head.peak_mb" in f.title for f in stage.blocking if f.kind == "evidence_missing")
+    assert [c.metric for c in stage.ab] == ["step_time"]
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_memory_ratio_the_windows_do_not_give_blocks(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0, claimed=0.8), ab_base=OTHER)
+    assert any(
+        "peak_memory_ratio" in f.title for f in stage.blocking if f.kind == "evidence_inconsistent"
+    )
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_cpu_run_is_judged_on_step_time_alone(tmp_path: Path) -> None:
+    doc = scaled(lambda i: 1.0)
+    doc["head"]["peak_mb"] = [1e9] * doc["windows"]  # the cpu-smoke preset measures no memory
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert [c.metric for c in stage.ab] == ["step_time"] and stage.status is StageStatus.PASS
+
+
 def _drop_window(doc: Doc) -> None:
     doc["head"]["window_s"].pop()
 
