@@ -16,6 +16,7 @@ import pytest
 
 from stagegate.collect import collect_stage
 from stagegate.judge import decide, judge_stage
+from stagegate.judge.ab import _outcome as ab_outcome
 from stagegate.judge.stats import RatioDistribution, median
 from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
 from stagegate.policy import load_policy
@@ -213,6 +214,10 @@ def _short_sha(doc: Doc) -> None:
     doc["base"]["sha"] = "abc"
 
 
+def _unknown_preset(doc: Doc) -> None:
+    doc["preset"] = "tpu-pod"
+
+
 HOSTILE = {
     _drop_window: ("evidence_missing", "head.window_s"),
     _nan_window: ("evidence_missing", "base.window_s"),
@@ -225,6 +230,7 @@ HOSTILE = {
     _few_windows: ("evidence_missing", "windows"),
     _wrong_device: ("evidence_impossible", "device"),
     _short_sha: ("evidence_missing", "base.sha"),
+    _unknown_preset: ("evidence_unchecked", "preset"),
 }
 
 
@@ -252,3 +258,31 @@ def test_a_regression_stage_without_an_a_b_file_blocks(tmp_path: Path) -> None:
     rec = sealed(record("regression", files={}, commit=SHA), tmp_path)
     stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
     assert "evidence_missing" in kinds(stage)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "outcome"),
+    [
+        (0.95, 1.10, ABOutcome.WITHIN),  # the interval reaches the limit, no further
+        (1.10, 1.20, ABOutcome.UNDECIDED),  # from the limit itself: not wholly beyond it
+        (1.1001, 1.20, ABOutcome.BEYOND),
+        (1.05, 1.1001, ABOutcome.UNDECIDED),
+    ],
+)
+def test_an_interval_at_the_limit_is_within_and_only_one_wholly_beyond_it_regresses(
+    low: float, high: float, outcome: ABOutcome
+) -> None:
+    assert ab_outcome(low, high, 1.10) is outcome
+
+
+@pytest.mark.parametrize("windows", [POLICY.ab_min_windows, POLICY.benchmark.max_windows])
+def test_the_fewest_and_the_most_windows_the_policy_allows_are_judged(
+    tmp_path: Path, windows: int
+) -> None:
+    doc = copy.deepcopy(SELF)
+    for role in ("base", "head"):
+        side = doc[role]["window_s"]
+        doc[role]["window_s"] = (side * (windows // len(side) + 1))[:windows]
+    doc["windows"], doc["order"] = windows, ["base", "head"] * windows
+    stage = judged(tmp_path, resummarized(doc))
+    assert stage.ab and "evidence_missing" not in kinds(stage), [f.title for f in stage.findings]

@@ -341,6 +341,21 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
 ]
 
 
+def test_a_precision_with_no_known_compute_dtype_is_never_judged_as_met(tmp_path: Path) -> None:
+    """A precision the judge has no compute dtype for (its matmuls' dtype and its speedup's
+    ceiling are unknown) is unchecked evidence, for the precision and for its comparison."""
+
+    def fp8(d: Doc) -> None:
+        d["precisions"]["fp8-mixed"] = copy.deepcopy(prec(d, "bf16-mixed"))
+        d["comparisons"].append({**copy.deepcopy(comp(d, "bf16-mixed")), "precision": "fp8-mixed"})
+
+    stage = judged(tmp_path, altered(H100, fp8))
+    unchecked = [f.title for f in stage.blocking if f.kind == "evidence_unchecked"]
+    assert any("precisions.fp8-mixed" in t for t in unchecked), unchecked
+    assert any("fp8-mixed vs 32-true" in t for t in unchecked), unchecked
+    assert decide([stage]).decision is Decision.BLOCK
+
+
 @pytest.mark.parametrize(("change", "words"), [pytest.param(c, w, id=i) for i, c, w in IMPOSSIBLE])
 def test_an_impossible_figure_blocks(
     tmp_path: Path, change: Callable[[Doc], object], words: tuple[str, ...]
