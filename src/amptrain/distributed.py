@@ -99,23 +99,21 @@ def join_world(device_type: str, timeout: float | None = None) -> World:
         torch.cuda.set_device(local_rank)
     wait = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, **_rendezvous(rank, size, wait), **wait)
+    store = _rendezvous(rank, size, wait)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, **wait)
     _control(backend, wait)
     _fail_fast(rank)
-    atexit.register(_end_group)
+    atexit.register(_end_group, store, size)
     return World(rank, size, local_rank)
 
 
-def _rendezvous(rank: int, size: int, wait: dict[str, timedelta]) -> dict[str, Any]:
-    """How the group meets. After torchrun restarts the job (``--max-restarts``), on a store
-    of this attempt's own: torchrun's store outlives the killed workers and still holds their
-    addresses, which the new group would try to reach."""
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
-        return {}
+def _rendezvous(rank: int, size: int, wait: dict[str, timedelta]) -> dist.Store:
+    """Where the group meets: the launcher's store (``env://``), under a prefix of this
+    attempt's own. After torchrun restarts the job (``--max-restarts``) its store outlives the
+    killed workers and still holds their addresses, which the new group would try to reach."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store, _, _ = next(dist.rendezvous("env://", rank, size, **wait))
-    prefixed = dist.PrefixStore(f"amptrain/attempt-{attempt}/", store)
-    return {"store": prefixed, "rank": rank, "world_size": size}
+    return dist.PrefixStore(f"amptrain/attempt-{attempt}/", store)
 
 
 def _control(backend: str, wait: dict[str, timedelta]) -> None:
@@ -166,15 +164,25 @@ def _broken_collective(exc: BaseException) -> bool:
     )
 
 
-def _end_group() -> None:
+def _end_group(store: dist.Store, size: int) -> None:
     """At exit: every rank reaches the teardown before any rank tears its group down (a rank
-    whose peer closed its sockets first can abort in gloo's threads). A rank that failed
-    leaves at once: its peers would never reach the barrier."""
-    if _failed:
+    whose peer closed its sockets first can abort in gloo's threads). They meet on the store,
+    not in a collective: gloo frees a finished collective on its own thread, which takes the
+    GIL to let go of the Python state the collective captured; once the interpreter had begun
+    to finalize, that thread ended the process (``terminate called without an active
+    exception``, SIGABRT, after a run that was done). A rank that failed leaves at once: its
+    peers would never reach the meeting."""
+    if _failed or not dist.is_initialized():
         return
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    _meet(store, size, "exit")
+    dist.destroy_process_group()
+
+
+def _meet(store: dist.Store, size: int, key: str) -> None:
+    """Returns once ``size`` processes have called it with ``key``: a barrier on the store."""
+    if store.add(key, 1) == size:
+        store.set(f"{key}/all", "1")
+    store.wait([f"{key}/all"])
 
 
 def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:

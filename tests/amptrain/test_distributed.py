@@ -3,10 +3,14 @@ tests/integration/test_torchrun.py)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
+from amptrain import distributed
 from amptrain.distributed import ShardSampler, World, join_world, shard_loader
 
 
@@ -45,3 +49,36 @@ class _Stream(IterableDataset):
 def test_a_stream_cannot_be_sharded_and_says_so() -> None:
     with pytest.raises(ValueError, match="IterableDataset cannot be sharded"):
         shard_loader(DataLoader(_Stream()), World(0, 2), shuffle=True, seed=0)
+
+
+def test_the_exit_meeting_waits_for_every_rank_on_the_store() -> None:
+    store, arrived = dist.HashStore(), []
+
+    def rank() -> None:
+        distributed._meet(store, 2, "exit")
+        arrived.append(True)
+
+    first = threading.Thread(target=rank)
+    first.start()
+    first.join(timeout=0.5)
+    assert first.is_alive() and not arrived  # alone, the first rank waits
+    rank()
+    first.join(timeout=5)
+    assert arrived == [True, True]
+
+
+def test_a_rank_leaves_its_group_at_exit_without_a_collective(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collective at exit is freed by gloo's thread, which needs the GIL while the
+    interpreter finalizes (an abort, once in about 20 runs under load): the exit path has none."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    def collective(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a collective at exit")
+
+    for name in ("barrier", "all_reduce", "monitored_barrier"):
+        monkeypatch.setattr(dist, name, collective)
+    distributed._end_group(store, 1)
+    assert not dist.is_initialized()
