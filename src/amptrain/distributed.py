@@ -220,8 +220,12 @@ def shard_sampler(length: int, world: World, *, shuffle: bool, seed: int) -> Sam
 
 
 def shard_loader(loader: DataLoader, world: World, *, shuffle: bool, seed: int) -> DataLoader:
-    """A ready DataLoader rebuilt over this rank's shard (same batch size, collate, workers)."""
-    if not world.distributed or isinstance(loader.sampler, DistributedSampler | ShardSampler):
+    """A ready DataLoader rebuilt over this rank's shard (same batch size, collate, workers).
+    A training loader already sharded by a ``DistributedSampler`` is kept; a validation one is
+    rebuilt too: that sampler repeats rows to give every rank as many, and each repeat would be
+    scored and passed to ``compute_metrics`` twice."""
+    kept = (DistributedSampler, ShardSampler) if shuffle else (ShardSampler,)
+    if not world.distributed or isinstance(loader.sampler, kept):
         return loader
     if isinstance(loader.dataset, IterableDataset):
         raise ValueError(

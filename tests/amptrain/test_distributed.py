@@ -41,6 +41,23 @@ def test_a_ready_loader_is_rebuilt_over_the_rank_shard() -> None:
     assert shard_loader(loader, World(), shuffle=True, seed=4) is loader
 
 
+def test_a_validation_loader_with_a_padding_sampler_is_rebuilt_to_score_each_row_once() -> None:
+    rows = torch.arange(5)
+    padded = [
+        DataLoader(rows, batch_size=2, sampler=DistributedSampler(rows, 2, r, shuffle=False))
+        for r in range(2)
+    ]
+    # as the user built them, the two ranks score row 0 twice (rank 1 gets it as padding)
+    assert sorted(int(i) for loader in padded for b in loader for i in b) == [0, 0, 1, 2, 3, 4]
+    seen = [
+        [int(i) for b in shard_loader(padded[r], World(r, 2), shuffle=False, seed=0) for i in b]
+        for r in range(2)
+    ]
+    assert seen == [[0, 2, 4], [1, 3]]
+    training = shard_loader(padded[0], World(0, 2), shuffle=True, seed=0)
+    assert training is padded[0]  # a training loader keeps the user's sharding
+
+
 class _Stream(IterableDataset):
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(range(3))
