@@ -98,6 +98,19 @@ ATTACKS = {
         1,
         "c::t",
     ),
+    "named cases without a classname, the failing one first": (
+        PLAIN,
+        f'<testcase name="t">{FAIL}</testcase><testcase name="t"/>',
+        2,
+        "t (#1 in s)",
+    ),
+    "the same test name in two files of one suite (Jest, Mocha), the failing one first": (
+        PLAIN,
+        f'<testcase classname="c" name="t" file="a.test.js">{FAIL}</testcase>'
+        '<testcase classname="c" name="t" file="b.test.js"/>',
+        2,
+        "c::t (#1 in s)",
+    ),
     "a status attribute that says failed, with no element": (
         PLAIN,
         '<testcase classname="c" name="t" status="failed"/><testcase classname="c" name="u"/>',

@@ -175,8 +175,6 @@ def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
     duration = duration if math.isfinite(duration) and duration > 0 else 0.0
     first = failures[0] if failures else None
     location = first.location if first else _case_location(case, ctx)
-    if outcome == "error" and not file and not case.get("classname") and case.get("name"):
-        nodeid = case.get("name", "")  # a collection error names the module as the test
     return TestCase(
         nodeid=nodeid,
         file=file,
