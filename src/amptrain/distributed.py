@@ -5,8 +5,10 @@ every collective a no-op."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -99,11 +101,13 @@ def join_world(device_type: str, timeout: float | None = None) -> World:
         torch.cuda.set_device(local_rank)
     wait = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
     backend = "nccl" if device_type == "cuda" else "gloo"
-    store = _rendezvous(rank, size, wait)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size, **wait)
+    global _store
+    _store = _rendezvous(rank, size, wait)
+    dist.init_process_group(backend, store=_store, rank=rank, world_size=size, **wait)
     _control(backend, wait)
     _fail_fast(rank)
-    atexit.register(_end_group, store, size)
+    limit = timeout if timeout is not None else dist.default_pg_timeout.total_seconds()
+    atexit.register(_end_group, _store, size, limit)
     return World(rank, size, local_rank)
 
 
@@ -126,13 +130,19 @@ def _control(backend: str, wait: dict[str, timedelta]) -> None:
 
 _control_group: Any = None  # the gloo group World.any uses beside NCCL (None: the default group)
 _failed = False  # whether this process is ending on an exception (its peers will not follow)
+_store: Any = None  # the group's store: where the ranks meet at exit
 
 
 def mark_failed() -> None:
     """This rank is ending on an exception: at exit it leaves at once, without waiting for the
-    other ranks (they are in a collective, or gone), so torchrun sees it end and stops them."""
+    other ranks (they are in a collective, or gone), so torchrun sees it end and stops them;
+    and it says so on the store, so ranks already waiting at their exit leave too."""
     global _failed
     _failed = True
+    if _store is not None:
+        # RuntimeError: the store's host is gone, and nobody is left waiting on it
+        with contextlib.suppress(RuntimeError):
+            _store.set(f"{EXIT}/failed", "1")
 
 
 def _fail_fast(rank: int) -> None:
@@ -164,25 +174,39 @@ def _broken_collective(exc: BaseException) -> bool:
     )
 
 
-def _end_group(store: dist.Store, size: int) -> None:
+def _end_group(store: dist.Store, size: int, timeout_s: float) -> None:
     """At exit: every rank reaches the teardown before any rank tears its group down (a rank
     whose peer closed its sockets first can abort in gloo's threads). They meet on the store,
     not in a collective: gloo frees a finished collective on its own thread, which takes the
     GIL to let go of the Python state the collective captured; once the interpreter had begun
     to finalize, that thread ended the process (``terminate called without an active
-    exception``, SIGABRT, after a run that was done). A rank that failed leaves at once: its
-    peers would never reach the meeting."""
+    exception``, SIGABRT, after a run that was done). A rank that failed leaves at once, and
+    the others stop waiting when it says so (:func:`mark_failed`); a peer killed outright is
+    waited for up to the group's timeout, unless torchrun ends the job first."""
     if _failed or not dist.is_initialized():
         return
-    _meet(store, size, "exit")
+    # RuntimeError: the store's host (rank 0) has left, so the ranks are past the meeting
+    with contextlib.suppress(RuntimeError):
+        _meet(store, size, EXIT, timeout_s)
     dist.destroy_process_group()
 
 
-def _meet(store: dist.Store, size: int, key: str) -> None:
-    """Returns once ``size`` processes have called it with ``key``: a barrier on the store."""
+EXIT = "exit"  # the store key the ranks meet under at exit
+
+
+def _meet(store: dist.Store, size: int, key: str, timeout_s: float) -> bool:
+    """True once ``size`` processes have called it with ``key``; False as soon as one says it
+    failed (``KEY/failed`` on the store), or after ``timeout_s`` seconds."""
     if store.add(key, 1) == size:
         store.set(f"{key}/all", "1")
-    store.wait([f"{key}/all"])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if store.check([f"{key}/all"]):
+            return True
+        if store.check([f"{key}/failed"]):
+            return False
+        time.sleep(0.02)
+    return False
 
 
 def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:

@@ -4,6 +4,7 @@ tests/integration/test_torchrun.py)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -72,8 +73,7 @@ def test_the_exit_meeting_waits_for_every_rank_on_the_store() -> None:
     store, arrived = dist.HashStore(), []
 
     def rank() -> None:
-        distributed._meet(store, 2, "exit")
-        arrived.append(True)
+        arrived.append(distributed._meet(store, 2, "exit", 60))
 
     first = threading.Thread(target=rank)
     first.start()
@@ -97,5 +97,24 @@ def test_a_rank_leaves_its_group_at_exit_without_a_collective(
 
     for name in ("barrier", "all_reduce", "monitored_barrier"):
         monkeypatch.setattr(dist, name, collective)
-    distributed._end_group(store, 1)
+    distributed._end_group(store, 1, 60)
     assert not dist.is_initialized()
+
+
+def test_ranks_waiting_at_exit_leave_when_a_rank_says_it_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, left = dist.HashStore(), []
+    waiting = threading.Thread(target=lambda: left.append(distributed._meet(store, 2, "exit", 60)))
+    waiting.start()
+    monkeypatch.setattr(distributed, "_store", store)
+    monkeypatch.setattr(distributed, "_failed", False)
+    distributed.mark_failed()  # the other rank, raising
+    waiting.join(timeout=10)
+    assert left == [False] and distributed._failed
+
+
+def test_the_exit_meeting_gives_up_after_its_timeout() -> None:
+    start = time.monotonic()
+    assert distributed._meet(dist.HashStore(), 2, "exit", 0.3) is False
+    assert 0.3 <= time.monotonic() - start < 10
