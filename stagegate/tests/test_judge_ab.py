@@ -161,10 +161,20 @@ def test_a_memory_ratio_the_windows_do_not_give_blocks(tmp_path: Path) -> None:
 
 
 def test_a_cpu_run_is_judged_on_step_time_alone(tmp_path: Path) -> None:
-    doc = scaled(lambda i: 1.0)
-    doc["head"]["peak_mb"] = [1e9] * doc["windows"]  # the cpu-smoke preset measures no memory
-    stage = judged(tmp_path, doc, ab_base=OTHER)
+    stage = judged(tmp_path, scaled(lambda i: 1.0), ab_base=OTHER)
     assert [c.metric for c in stage.ab] == ["step_time"] and stage.status is StageStatus.PASS
+
+
+@pytest.mark.parametrize("field", ["head.peak_mb", "base.peak_mb", "summary.peak_memory_ratio"])
+def test_memory_figures_on_a_preset_that_measures_none_block(tmp_path: Path, field: str) -> None:
+    doc = scaled(lambda i: 1.0)
+    if field == "summary.peak_memory_ratio":
+        doc["summary"]["peak_memory_ratio"] = 0.5
+    else:
+        doc[field.split(".")[0]]["peak_mb"] = [1e9] * doc["windows"]
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert any(field in t.title for t in stage.blocking if t.kind == "evidence_impossible")
+    assert decide([stage]).decision is Decision.BLOCK
 
 
 def _drop_window(doc: Doc) -> None:

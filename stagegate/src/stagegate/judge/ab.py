@@ -174,6 +174,20 @@ def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
     return check
 
 
+def _unmeasured(f: Findings, run: ABRun) -> None:
+    """On a preset that measures no memory, the file holds no memory figure: one that is there
+    was not measured by the run that claims it."""
+    sides = {role: side.peak_mb for role, side in zip(ROLES, (run.base, run.head), strict=True)}
+    held = [
+        f"{role}.peak_mb" for role, values in sides.items() if any(v is not None for v in values)
+    ]
+    if run.peak_memory_ratio is not None:
+        held.append("summary.peak_memory_ratio")
+    if held:
+        where = f"A/B {', '.join(held)}"
+        flag(f, "evidence_impossible", where, f"preset {run.preset} measures no memory")
+
+
 def ab_findings(
     f: Findings, run: ABRun, policy: Policy, expected_base: str | None, head_commit: str | None
 ) -> tuple[ABCheck, ...]:
@@ -197,6 +211,6 @@ def ab_findings(
         f, "A/B summary.step_time_ratio_ci95", claimed, dist, policy.benchmark.interval_tolerance
     )
     spec = policy.benchmark.presets[run.preset or ""]
-    memory = _memory(f, run, policy) if "memory" in spec.measures else None
+    memory = _memory(f, run, policy) if "memory" in spec.measures else _unmeasured(f, run)
     shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}
     return tuple(replace(c, **shas) for c in (step, memory) if c is not None)
