@@ -86,5 +86,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported (torch, transformers, Lightning, every test module: hundreds of
     thousands of objects) is moved out of the garbage collector's reach, as a pre-fork server
     does: a full collection, which the memory and leak probes make before each reading, then
-    walks only what the tests themselves made, not every object of every library again."""
+    walks only what the tests themselves made, not every object of every library again. A
+    frozen object is out of ``gc.get_objects()`` too: a tensor made at a test module's import is
+    not seen by ``amptrain.probes.live_tensors``, so a test plants its leaks in its own body."""
     gc.freeze()
