@@ -179,7 +179,10 @@ def make_dataloader(
     world: World | None = None,
 ) -> DataLoader:
     """Wrap token data in a DataLoader; a ready DataLoader is returned unchanged (under
-    torchrun, rebuilt over this rank's shard). Rows of other shapes (``BatchEncoding``, row
+    torchrun, rebuilt over this rank's shard). ``shuffle`` also says what the data is for under
+    torchrun: training (True: a ``DistributedSampler``, as many rows on every rank) or
+    evaluation (False: each row once, on one rank, so ranks may get different counts). Rows
+    of other shapes (``BatchEncoding``, row
     mappings, NumPy, ``datasets``) are read and padded by :func:`amptrain.collate.token_rows`.
 
     Workers prefetch batches and stay alive across epochs; on CUDA, batches are pinned so
