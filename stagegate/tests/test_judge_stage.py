@@ -118,6 +118,7 @@ def test_a_skippable_stage_that_did_not_run_is_not_verified_only_when_not_requir
     optional = replace(POLICY, required=("static",))
     skipped = judge_stage("performance", StageData(None), optional)
     assert skipped.status is StageStatus.NOT_VERIFIED and skipped.findings == ()
+    assert skipped.name == "performance"
     assert not skipped.required and "performance" in skipped.note
     assert "NOT VERIFIED" in skipped.note
     missing = judge_stage("integration", StageData(None), POLICY)
