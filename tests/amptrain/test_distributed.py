@@ -3,8 +3,13 @@ tests/integration/test_torchrun.py)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +123,49 @@ def test_the_exit_meeting_gives_up_after_its_timeout() -> None:
     start = time.monotonic()
     assert distributed._meet(dist.HashStore(), 2, "exit", 0.3) is False
     assert 0.3 <= time.monotonic() - start < 10
+
+
+WORKER = """
+import os, signal, sys, time
+import torch, torch.distributed as dist
+from amptrain.distributed import join_world
+timeout = float(sys.argv[2]) if len(sys.argv) > 2 else None
+world = join_world("cpu", timeout=timeout)
+dist.all_reduce(torch.ones(1))
+if world.rank == 1 and sys.argv[1] == "raise":
+    raise RuntimeError("rank 1 fails after its last collective")
+if world.rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(0.5)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "timeout"), [("raise", None), ("kill", 3.0)], ids=["raises", "killed"]
+)
+def test_a_rank_waiting_at_exit_is_not_held_by_a_peer_that_died(
+    tmp_path: Path, how: str, timeout: float | None
+) -> None:
+    """A plain env:// launch, no torchrun to end the job: a peer that raised says so and the
+    other rank leaves at once; one killed outright is waited for up to the group's timeout."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    env["OMP_NUM_THREADS"] = "1"
+    args = [sys.executable, str(script), how, *([str(timeout)] if timeout else [])]
+    ranks = [
+        subprocess.Popen(args, env={**env, "RANK": str(r)}, stderr=subprocess.PIPE) for r in (0, 1)
+    ]
+    ranks[1].wait(timeout=120)
+    start = time.monotonic()
+    try:
+        assert ranks[0].wait(timeout=60) == 0
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.communicate()
+    assert time.monotonic() - start < (timeout or 0) + 20
