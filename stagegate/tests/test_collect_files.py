@@ -33,8 +33,14 @@ def test_an_empty_file_is_named_for_what_it_should_hold(tmp_path: Path, reader, 
     path = _write(tmp_path, "")
     with pytest.raises(InputError) as caught:
         reader(path)
-    assert str(path) in str(caught.value) and what in str(caught.value)
+    assert str(path) in str(caught.value) and str(caught.value).startswith(f"{what} ")
     assert "empty" in str(caught.value)
+
+
+@pytest.mark.parametrize("percent", [0, 0.5, 100])
+def test_any_coverage_from_none_to_all_is_a_figure(tmp_path: Path, percent: float) -> None:
+    doc = {"totals": {"percent_covered": percent}, "files": {}}
+    assert read_coverage(_write(tmp_path, doc)).percent == percent
 
 
 def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:

@@ -102,6 +102,11 @@ def test_a_custom_table_overrides_what_it_names() -> None:
         ({"slow_test_s": -1}, "slow_test_s"),
         ({"required": ["static", "docs"]}, "required"),
         ({"skippable": {"performance": "always"}}, "skippable"),
+        ({"ab_min_windows": 1}, "ab_min_windows"),
+        ({"ab_min_windows": 2.5}, "ab_min_windows"),
+        ({"ab_min_windows": 501}, "ab_min_windows"),
+        ({"history_runs": -1}, "history_runs"),
+        ({"outputs": [1]}, "outputs"),
     ],
 )
 def test_a_bad_value_names_its_key(table: dict, key: str) -> None:
@@ -265,3 +270,8 @@ def test_a_malformed_threshold_shows_how_to_write_one() -> None:
     with pytest.raises(ConfigError) as caught:
         policy_from_mapping({"thresholds": {"speedup": 1.5}})
     assert 'op = ">="' in str(caught.value) and "value = 1.5" in str(caught.value)
+
+
+@pytest.mark.parametrize("windows", [2, 500])
+def test_a_whole_number_setting_takes_its_bounds(windows: int) -> None:
+    assert policy_from_mapping({"ab_min_windows": windows}).ab_min_windows == windows
