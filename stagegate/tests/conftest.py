@@ -116,3 +116,21 @@ def policy_file() -> Path:
     """A pyproject holding this repository's ``[tool.stagegate]`` policy, the one the gold
     reports were rendered under."""
     return FIXTURES / "stagegate" / "policy.toml"
+
+
+@pytest.fixture(autouse=True)
+def _every_finding_says_what_and_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every finding any test makes has a title and, when it blocks, a fix: a report that
+    blocks a merge says why and what to do (the suite leaves the words free, not their being)."""
+    from stagegate.judge.findings import Findings
+
+    add = Findings.add
+
+    def checked(self: Findings, kind: str, title: str, **kw: object) -> None:
+        add(self, kind, title, **kw)  # type: ignore[arg-type]
+        made = self.items[-1]
+        assert isinstance(made.title, str) and made.title.strip(), f"{kind}: no title"
+        if made.severity.blocks:
+            assert isinstance(made.fix, str) and made.fix.strip(), f"{kind}: no fix"
+
+    monkeypatch.setattr(Findings, "add", checked)

@@ -26,6 +26,9 @@ FIXES = {
     "benchmark again and keep the file it writes as it is",
     "evidence_inconsistent": "a summary disagrees with the raw figures it is computed from: run "
     "the benchmark again and never edit its file",
+    "evidence_unchecked": "the gate cannot check this figure: declare what it needs in "
+    "[tool.stagegate.benchmark] (the preset, the GPU's peak_tflops), or run the stage again so "
+    "that its record and host file are kept with its result",
 }
 
 
