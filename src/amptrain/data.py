@@ -182,8 +182,8 @@ def make_dataloader(
     torchrun, rebuilt over this rank's shard). ``shuffle`` also says what the data is for under
     torchrun: training (True: a ``DistributedSampler``, as many rows on every rank) or
     evaluation (False: each row once, on one rank, so ranks may get different counts). Rows
-    of other shapes (``BatchEncoding``, row
-    mappings, NumPy, ``datasets``) are read and padded by :func:`amptrain.collate.token_rows`.
+    of other shapes (``BatchEncoding``, row mappings, NumPy, ``datasets``) are read and padded
+    by :func:`amptrain.collate.token_rows`.
 
     Workers prefetch batches and stay alive across epochs; on CUDA, batches are pinned so
     the host-to-device copy can be ``non_blocking``. ``num_workers=None`` picks 2 on CUDA and
