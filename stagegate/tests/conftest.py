@@ -6,9 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from stagegate.model import StageVerdict
+
+from .said import Said, finding_entry, verdict_entry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -119,12 +125,21 @@ def policy_file() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _every_finding_says_what_and_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+def _every_finding_says_what_and_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
     """Every finding any test makes has a title and, when it blocks, a fix: a report that
-    blocks a merge says why and what to do (the suite leaves the words free, not their being)."""
+    blocks a merge says why and what to do. Its words and each stage verdict's are compared
+    with the test's entry in ``fixtures/said/`` (tests/said.py): the tests check behaviour, that
+    file pins the words."""
+    from stagegate.judge import verdict
     from stagegate.judge.findings import Findings
 
-    add = Findings.add
+    key = request.node.nodeid.partition("::")[2]
+    said = Said(key, str(tmp_path_factory.getbasetemp()))
+    add, make_verdict = Findings.add, verdict.StageVerdict
 
     def checked(self: Findings, kind: str, title: str, **kw: object) -> None:
         add(self, kind, title, **kw)  # type: ignore[arg-type]
@@ -132,5 +147,26 @@ def _every_finding_says_what_and_what_to_do(monkeypatch: pytest.MonkeyPatch) -> 
         assert isinstance(made.title, str) and made.title.strip(), f"{kind}: no title"
         if made.severity.blocks:
             assert isinstance(made.fix, str) and made.fix.strip(), f"{kind}: no fix"
+        said.add("finding", finding_entry(made))
+
+    def recorded(**kw: Any) -> StageVerdict:
+        made = make_verdict(**kw)
+        said.add("verdict", verdict_entry(made))
+        return made
 
     monkeypatch.setattr(Findings, "add", checked)
+    monkeypatch.setattr(verdict, "StageVerdict", recorded)
+    yield
+    random = getattr(request.function, "is_hypothesis_test", False)
+    if getattr(request.node, "rep_call_passed", False) and not random:
+        said.check(request.module.__name__.rpartition(".")[2])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Tell the fixture above whether the test itself passed (a failed test's words are not
+    compared: its failure says more)."""
+    report = yield
+    if report.when == "call":
+        item.rep_call_passed = report.passed  # type: ignore[attr-defined]
+    return report
