@@ -9,8 +9,9 @@ test, the way the gold reports pin whole reports: a change of wording shows as a
 
 An entry is keyed by the test's name within its module (with its parameters); a test that makes
 no finding and no verdict has none. Paths under pytest's temporary directory are written as
-``<tmp>`` (the test's own folder included) and times of the run itself as ``<now>``, so the
-entries do not depend on the run; property tests (hypothesis) draw their inputs at random and
+``<tmp>`` (the test's own folder included), this folder as ``<tests>``, the
+interpreter as ``<python>`` and times of the run itself as ``<now>``, so the entries do not
+depend on where or when they ran; property tests (hypothesis) draw their inputs at random and
 are not pinned.
 """
 
@@ -21,6 +22,7 @@ import functools
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 from stagegate.model import Finding, StageVerdict
 
 SAID = Path(__file__).resolve().parent / "fixtures" / "said"
+TESTS = str(Path(__file__).resolve().parent)  # stagegate/tests, or the copy mutmut tests
 UPDATE = "STAGEGATE_UPDATE_GOLD"
 
 
@@ -121,7 +124,9 @@ def _now(match: re.Match[str]) -> str:
 
 def _scrub(value: Any, tmp: str) -> Any:
     if isinstance(value, str):
-        return TIME.sub(_now, TMP.sub("<tmp>", value.replace(tmp, "<tmp>")))
+        for path, name in ((tmp, "<tmp>"), (sys.executable, "<python>"), (TESTS, "<tests>")):
+            value = value.replace(path, name)
+        return TIME.sub(_now, TMP.sub("<tmp>", value))
     if isinstance(value, dict):
         return {k: _scrub(v, tmp) for k, v in value.items()}
     if isinstance(value, list):
