@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stagegate.errors import StagegateError
 from stagegate.model import StageVerdict
 
 from .said import Said, finding_entry, verdict_entry
@@ -131,15 +132,15 @@ def _every_finding_says_what_and_what_to_do(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
     """Every finding any test makes has a title and, when it blocks, a fix: a report that
-    blocks a merge says why and what to do. Its words and each stage verdict's are compared
-    with the test's entry in ``fixtures/said/`` (tests/said.py): the tests check behaviour, that
-    file pins the words."""
+    blocks a merge says why and what to do. Its words, each stage verdict's and each error's
+    stagegate raises are compared with the test's entry in ``fixtures/said/`` (tests/said.py):
+    the tests check behaviour, that file pins the words."""
     from stagegate.judge import verdict
     from stagegate.judge.findings import Findings
 
     key = request.node.nodeid.partition("::")[2]
     said = Said(key, str(tmp_path_factory.getbasetemp()))
-    add, make_verdict = Findings.add, verdict.StageVerdict
+    add, make_verdict, init = Findings.add, verdict.StageVerdict, StagegateError.__init__
 
     def checked(self: Findings, kind: str, title: str, **kw: object) -> None:
         add(self, kind, title, **kw)  # type: ignore[arg-type]
@@ -154,8 +155,13 @@ def _every_finding_says_what_and_what_to_do(
         said.add("verdict", verdict_entry(made))
         return made
 
+    def raised(self: StagegateError, *args: object) -> None:
+        init(self, *args)
+        said.add("error", {"type": type(self).__name__, "message": str(self)})
+
     monkeypatch.setattr(Findings, "add", checked)
     monkeypatch.setattr(verdict, "StageVerdict", recorded)
+    monkeypatch.setattr(StagegateError, "__init__", raised)
     yield
     random = getattr(request.function, "is_hypothesis_test", False)
     if getattr(request.node, "rep_call_passed", False) and not random:

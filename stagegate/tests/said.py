@@ -1,18 +1,19 @@
-"""What the judge says, pinned: every finding and stage verdict a test makes, in words.
+"""What stagegate says, pinned: every finding, stage verdict and error a test makes, in words.
 
 The tests assert behaviour (the kind, the field, the status, the decision) and leave the words
-free; but the words are what a reader of a blocked report acts on. So each test's findings and
-verdict notes are recorded and compared with ``fixtures/said/<test module>.json``, one entry per
-test, the way the gold reports pin whole reports: a change of wording shows as a diff there.
+free; but the words are what a reader of a blocked report acts on. So each test's findings,
+verdict notes and the messages of the errors stagegate raises (each a ``StagegateError``: a bad
+policy value, an unreadable file) are recorded and compared with ``fixtures/said/<test
+module>.json``, one entry per test, the way the gold reports pin whole reports: a change of
+wording shows as a diff there.
 
     STAGEGATE_UPDATE_GOLD=1 python -m pytest stagegate/tests   # rewrite, then read the diff
 
 An entry is keyed by the test's name within its module (with its parameters); a test that makes
-no finding and no verdict has none. Paths under pytest's temporary directory are written as
-``<tmp>`` (the test's own folder included), this folder as ``<tests>``, the
-interpreter as ``<python>`` and times of the run itself as ``<now>``, so the entries do not
-depend on where or when they ran; property tests (hypothesis) draw their inputs at random and
-are not pinned.
+no finding, verdict or error has none. Paths under pytest's temporary directory are written as
+``<tmp>`` (the test's own folder included), this folder as ``<tests>``, the interpreter as
+``<python>`` and times of the run itself as ``<now>``, so the entries do not depend on where or
+when they ran; property tests (hypothesis) draw their inputs at random and are not pinned.
 """
 
 from __future__ import annotations
@@ -117,7 +118,10 @@ TMP = re.compile(r"<tmp>/[^/\s'\"]*")
 
 def _now(match: re.Match[str]) -> str:
     text = match.group()
-    when = datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00"))
+    try:
+        when = datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00"))
+    except ValueError:  # not a date at all (month 13): a test's impossible input
+        return text
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
     return "<now>" if abs(when - STARTED) < timedelta(hours=2) else text
 

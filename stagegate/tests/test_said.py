@@ -84,3 +84,9 @@ def test_every_entry_names_a_test_of_its_module() -> None:
             if not set(names) <= defined:
                 stale.append(f"{path.name}: {key}")
     assert not stale, f"entries of tests that are gone (delete them): {stale[:10]}"
+
+
+def test_a_time_that_is_no_date_is_kept_as_it_is() -> None:
+    s = Said("k", "/nowhere")
+    s.add("error", {"message": "start 2026-13-40T00:00:00Z is not a time"})
+    assert s.entries == [{"error": {"message": "start 2026-13-40T00:00:00Z is not a time"}}]
