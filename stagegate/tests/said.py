@@ -57,7 +57,10 @@ def verdict_entry(v: StageVerdict) -> dict[str, Any]:
     """A stage verdict's own words (its findings are recorded as they are made)."""
     checks = [[c.metric, _number(c.value), c.target, c.outcome.value, c.why] for c in v.checks]
     entry: dict[str, Any] = {"stage": v.name, "status": v.status.value, "score": v.score}
-    entry |= {"note": v.note, "checks": checks}
+    ratios = [(c, map(_number, (c.ratio, c.low, c.high, c.limit))) for c in v.ab]
+    ab = [[c.metric, *r, c.outcome.value, c.windows, c.base_sha, c.head_sha] for c, r in ratios]
+    entry |= {"note": v.note, "checks": checks, "ab": ab}
+    entry["history"] = [b.commit for b in v.history]
     if v.baseline is not None:
         b = v.baseline
         changes = [[c.precision, c.metric, _number(c.change_pct), c.verdict] for c in b.changes]
