@@ -29,15 +29,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stagegate.model import Finding, StageVerdict
+from stagegate.model import BaselineComparison, Finding, StageVerdict
 
 SAID = Path(__file__).resolve().parent / "fixtures" / "said"
 TESTS = str(Path(__file__).resolve().parent)  # stagegate/tests, or the copy mutmut tests
 UPDATE = "STAGEGATE_UPDATE_GOLD"
 
 
-def _number(value: float | None) -> str | None:
-    return None if value is None else f"{value:.6g}"
+def _number(value: float) -> str:
+    return f"{value:.6g}"
 
 
 def finding_entry(x: Finding) -> dict[str, Any]:
@@ -53,19 +53,43 @@ def finding_entry(x: Finding) -> dict[str, Any]:
     }
 
 
+def _row(*values: Any) -> list[Any]:
+    return [_number(v) if isinstance(v, float) else v for v in values]
+
+
 def verdict_entry(v: StageVerdict) -> dict[str, Any]:
-    """A stage verdict's own words (its findings are recorded as they are made)."""
-    checks = [[c.metric, _number(c.value), c.target, c.outcome.value, c.why] for c in v.checks]
+    """A stage verdict's own words and figures (its findings are recorded as they are made)."""
+    checks = [
+        _row(c.comparison.precision, c.comparison.baseline, c.metric, c.value, c.target)
+        + _row(c.outcome.value, c.why)
+        for c in v.checks
+    ]
+    ab = [
+        _row(c.metric, c.ratio, c.low, c.high, c.limit, c.outcome.value, c.windows)
+        + _row(c.base_sha, c.head_sha)
+        for c in v.ab
+    ]
     entry: dict[str, Any] = {"stage": v.name, "status": v.status.value, "score": v.score}
-    ratios = [(c, map(_number, (c.ratio, c.low, c.high, c.limit))) for c in v.ab]
-    ab = [[c.metric, *r, c.outcome.value, c.windows, c.base_sha, c.head_sha] for c, r in ratios]
-    entry |= {"note": v.note, "checks": checks, "ab": ab}
-    entry["history"] = [b.commit for b in v.history]
+    entry |= {"required": v.required, "skippable": v.skippable, "note": v.note}
+    entry |= {"checks": checks, "ab": ab, "history": [b.commit for b in v.history]}
     if v.baseline is not None:
-        b = v.baseline
-        changes = [[c.precision, c.metric, _number(c.change_pct), c.verdict] for c in b.changes]
-        entry["baseline"] = {"reason": b.reason, "not_verified": b.not_verified, "changes": changes}
+        entry["baseline"] = _baseline(v.baseline)
     return entry
+
+
+def _baseline(b: BaselineComparison) -> dict[str, Any]:
+    changes = [
+        _row(c.precision, c.metric, c.baseline, c.current, c.verdict, c.change_pct, c.margin_pct)
+        for c in b.changes
+    ]
+    return {
+        "comparable": b.comparable,
+        "unusable": b.unusable,
+        "of": [b.baseline_commit, b.baseline_datetime],
+        "reason": b.reason,
+        "not_verified": b.not_verified,
+        "changes": changes,
+    }
 
 
 @dataclass

@@ -270,6 +270,14 @@ def test_a_regression_stage_without_an_a_b_file_blocks(tmp_path: Path) -> None:
     assert "evidence_missing" in kinds(stage)
 
 
+def test_an_a_b_file_named_but_not_written_is_said_once_as_missing(tmp_path: Path) -> None:
+    rec = sealed(record("regression", files={"ab": "ab.json"}, commit=SHA), tmp_path)
+    stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
+    assert stage.status is StageStatus.ERROR and decide([stage]).decision is Decision.BLOCK
+    assert not [f for f in stage.findings if "names no A/B file" in f.title]
+    assert [f for f in stage.blocking if "ab.json" in f.title + f.detail]
+
+
 @pytest.mark.parametrize(
     ("low", "high", "outcome"),
     [

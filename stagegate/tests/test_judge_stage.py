@@ -57,6 +57,14 @@ def test_a_crashed_stage_is_an_error_that_keeps_the_end_of_stderr(kw: dict, said
     assert decide([v]).decision is Decision.BLOCK
 
 
+def test_a_record_stagegate_run_could_not_finish_is_an_error_whatever_the_exit_code() -> None:
+    data = StageData(record(runner_error="coverage.json: not readable"), suite=suite(case("a")))
+    v = judge_stage("execution", data, POLICY)
+    assert v.status is StageStatus.ERROR and kinds(v) == [("CRITICAL", "stage_failed")]
+    assert v.findings[0].detail == "coverage.json: not readable"
+    assert decide([v]).decision is Decision.BLOCK
+
+
 def test_a_command_that_could_not_start_names_the_records_own_command() -> None:
     data = StageData(
         record("static", exit_code=None, error="no such file: ruff", command=["ruff", "check"])
