@@ -48,6 +48,16 @@ def test_a_file_of_the_run_passes() -> None:
     assert judged(run_of(), host=HOST).blocking == ()
     edge = judged(run_of(datetime="2026-01-01T00:10:02Z"))  # the end, and the clock tolerance
     assert edge.blocking == ()
+    early = judged(run_of(datetime="2025-12-31T23:59:58Z"))  # the start, less the tolerance
+    assert early.blocking == ()
+
+
+def test_a_stage_that_took_no_time_ends_where_it_started() -> None:
+    """A record of 0 s (or an impossible negative one) bounds the file to start +- tolerance."""
+    for duration in (0.0, -5.0):
+        late = judged(run_of(datetime="2026-01-01T00:00:02.5Z"), duration_s=duration)
+        assert blocked_on(late, "datetime"), duration
+        assert judged(run_of(datetime="2026-01-01T00:00:02Z"), duration_s=duration).blocking == ()
 
 
 @pytest.mark.parametrize(
