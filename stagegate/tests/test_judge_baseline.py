@@ -131,3 +131,67 @@ def test_a_comparable_quiet_baseline_shows_no_banner() -> None:
     v = judge_stage("performance", performance(bench()), REQUIRED, [bench()])
     assert v.baseline is not None and not v.baseline.not_verified
     assert summary_view(decide([v]), CTX).banners == () and not v.blocking
+
+
+def _fp32(b: Benchmark, **figures: object) -> Benchmark:
+    """``b`` with only 32-true, its figures set by ``figures``."""
+    fp32 = next(p for p in b.precisions if p.name == "32-true")
+    return replace(b, precisions=(replace(fp32, **figures),))
+
+
+def _verdicts(current: Benchmark, base: Benchmark, margin: float) -> dict[str, str]:
+    return {c.metric: c.verdict for c in compare_to_baseline(current, base, margin).changes}
+
+
+QUIET = {"step_time_ms": 400.0, "tokens_per_second": 100.0, "peak_mb": 1000.0, "iqr_ms": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("figures", "verdict"),
+    [
+        ({"step_time_ms": 500.0, "tokens_per_second": 75.0, "peak_mb": 1250.0}, "within noise"),
+        ({"step_time_ms": 300.0, "tokens_per_second": 125.0, "peak_mb": 750.0}, "within noise"),
+        ({"step_time_ms": 501.0, "tokens_per_second": 74.0, "peak_mb": 1251.0}, "regression"),
+        ({"step_time_ms": 299.0, "tokens_per_second": 126.0, "peak_mb": 749.0}, "improvement"),
+    ],
+)
+def test_a_change_of_exactly_the_margin_is_noise_and_past_it_is_not(
+    figures: dict, verdict: str
+) -> None:
+    base = _fp32(bench(), **QUIET)
+    current = _fp32(bench(), **{**QUIET, **figures})
+    assert set(_verdicts(current, base, 25.0).values()) == {verdict}
+
+
+def test_runs_spread_exactly_as_wide_as_the_margin_are_judged() -> None:
+    base = _fp32(bench(), **{**QUIET, "iqr_ms": 50.0})  # 12.5% of 400 ms
+    current = _fp32(bench(), **{**QUIET, "step_time_ms": 600.0, "iqr_ms": 75.0})  # and of 600
+    assert _verdicts(current, base, 25.0)["step_time_ms"] == "regression"
+    wider = _fp32(bench(), **{**QUIET, "step_time_ms": 600.0, "iqr_ms": 76.0})
+    assert _verdicts(wider, base, 25.0)["step_time_ms"] == NOT_VERIFIED
+
+
+def test_peak_memory_has_no_window_noise_even_under_a_tiny_margin() -> None:
+    base = _fp32(bench(), **{**QUIET, "iqr_ms": 4.0})  # 1% step-time noise
+    current = _fp32(bench(), **{**QUIET, "iqr_ms": 4.0, "peak_mb": 1100.0})
+    assert _verdicts(current, base, 0.5)["peak_memory_mb"] == "regression"
+
+
+def test_a_figure_absent_or_zero_on_either_side_is_not_compared() -> None:
+    base = _fp32(bench(), **{**QUIET, "iqr_ms": None, "tokens_per_second": 0.0})
+    current = _fp32(bench(), **{**QUIET, "iqr_ms": None, "peak_mb": None})
+    assert set(_verdicts(current, base, 10.0)) == {"step_time_ms"}
+
+
+def test_a_precision_the_baseline_lacks_or_that_failed_is_skipped_not_the_rest() -> None:
+    base = bench()
+    without_fp32 = replace(
+        base, precisions=tuple(p for p in base.precisions if p.name != "32-true")
+    )
+    names = {c.precision for c in compare_to_baseline(bench(), without_fp32, 10.0).changes}
+    assert names == {"32-tf32", "16-mixed", "bf16-mixed"}
+    for failed_side in ("current", "baseline"):
+        failed = with_precisions(bench(), replace(base.precisions[0], status="failed"))
+        current, old = (failed, base) if failed_side == "current" else (base, failed)
+        names = {c.precision for c in compare_to_baseline(current, old, 10.0).changes}
+        assert "32-true" not in names and "bf16-mixed" in names, failed_side
