@@ -9,7 +9,7 @@ import pytest
 from stagegate.errors import ConfigError
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.required import canonical, matches
-from stagegate.model import Decision, StageData, StageStatus, TestCase
+from stagegate.model import Decision, Location, StageData, StageStatus, TestCase
 from stagegate.policy import Policy, policy_from_mapping
 
 from .builders import case, record, suite
@@ -188,3 +188,47 @@ def test_the_new_policy_keys_are_read() -> None:
     )
     assert policy.required_tests == {"integration": ("tests/a.py::*",)}
     assert policy.gate_files == ("noxfile.py", ".github/*") and policy.skip_jump_pct == 5.0
+
+
+@pytest.mark.parametrize("count", [20, 21])
+def test_twenty_tests_are_named_in_a_finding_and_the_rest_counted(count: int) -> None:
+    """A finding names at most 20 tests; past that it says how many more (the stage report
+    lists every one)."""
+    names = [f"t{i:02}" for i in range(count)]
+    base = suite(*(case(n) for n in names), case("keep"))
+    newly = suite(*(case(n, "skipped") for n in names), case("keep"))
+    gone = suite(case("keep"))
+    for here, kind in ((newly, "skipped_share_rose"), (gone, "test_gone")):
+        v = judge_stage("execution", StageData(record(), suite=here, base_suite=base), Policy())
+        (named,) = [f for f in v.findings if f.kind == kind]
+        assert "::t19" in named.detail and "::t20" not in named.detail
+        assert ("; and 1 more" in named.detail) is (count == 21), named.detail
+    (rose,) = [
+        f
+        for f in judge_stage(
+            "execution", StageData(record(), suite=newly, base_suite=base), Policy()
+        ).findings
+        if f.kind == "skipped_share_rose"
+    ]
+    assert "(no reason given)" in rose.detail  # a skip without a message says so
+
+
+def test_a_skipped_required_test_points_at_its_place() -> None:
+    where = Location("tests/t.py", 12)
+    skipped = case("test_fine_tuning_fp32", "skipped", location=where)
+    v = _judge(StageData(record(), suite=suite(skipped)))
+    (finding,) = [f for f in v.findings if f.kind == "required_test_skipped"]
+    assert finding.location == where and finding.detail == "no reason given"
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "form"),
+    [
+        ("test_x.py::test_a", "test_x.py::test_a"),  # a file already
+        ("TestOnly::test_a", "TestOnly.py::test_a"),  # one part: the module itself
+        ("tests.test_m::test_d[a::b]", "tests/test_m.py::test_d[a::b]"),  # "::" in a parameter
+        ("tests.test_m.TestC.TestInner::test_d", "tests/test_m.py::TestC::TestInner::test_d"),
+    ],
+)
+def test_the_file_form_of_a_dotted_classname(nodeid: str, form: str) -> None:
+    assert canonical(replace(case("x"), nodeid=nodeid)) == form

@@ -97,10 +97,6 @@ def required_test_findings(f: Findings, data: StageData, stage: str, policy: Pol
         _gone_since_base(f, suite, data.base_suite, patterns)
 
 
-def _share(suite: TestSuite) -> float:
-    return 100.0 * suite.count("skipped") / len(suite.cases) if suite.cases else 0.0
-
-
 def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Tests that ran on the base branch and are absent here (deselected, removed or renamed),
     in one finding that names them; those the policy requires are ``required_test_missing``."""
