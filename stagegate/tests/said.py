@@ -45,6 +45,7 @@ def finding_entry(x: Finding) -> dict[str, Any]:
     where = None if x.location is None else str(x.location)
     return {
         "severity": x.severity.value,
+        "stage": x.stage,
         "kind": x.kind,
         "title": x.title,
         "detail": x.detail,

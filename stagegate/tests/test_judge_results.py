@@ -186,6 +186,9 @@ def test_a_missing_side_file_says_why_it_may_be_missing() -> None:
         None: "no test results",
         suite(case("a")): "every test passed",
         suite(case("a", "failed")): "failed or were skipped",
+        suite(case("a", "error")): "failed or were skipped",
+        suite(case("a", "skipped")): "failed or were skipped",
+        suite(case("a", "error"), case("b", "skipped")): "failed or were skipped",
     }
     optional = replace(POLICY, required=("static",))  # a stage that is not required
     for tests, said in why.items():

@@ -161,3 +161,14 @@ def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> N
     required = next(f for f in gate.findings if f.kind == "stage_failed")
     assert "cpu-smoke" in required.detail and "cpu" in required.detail
     assert decide([gate]).decision is Decision.BLOCK
+
+
+def test_the_not_verified_note_names_only_what_the_preset_measured() -> None:
+    data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
+    assert "host syncs" in judge_stage("performance", data, POLICY).note
+    cpu = POLICY.benchmark.presets["cpu-smoke"]
+    no_syncs = replace(cpu, measures=tuple(m for m in cpu.measures if m != "syncs"))
+    presets = {**POLICY.benchmark.presets, "cpu-smoke": no_syncs}
+    policy = replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
+    note = judge_stage("performance", data, policy).note
+    assert "NOT VERIFIED" in note and "host syncs" not in note and "finite losses" in note
