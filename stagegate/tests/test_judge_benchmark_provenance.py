@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,19 @@ def test_the_time_check_reads_utc_offsets() -> None:
     offset = run_of(datetime="2026-01-01T01:05:00+01:00")  # 00:05 UTC
     assert judged(offset).blocking == ()
     assert blocked_on(judged(run_of(datetime="2026-01-01T00:05:00-01:00")), "datetime")
+
+
+@pytest.fixture
+def kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local zone set to UTC+05:30 for the test."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_run_is_said_in_utc_whatever_the_machines_zone(kolkata: None) -> None:
+    late = judged(run_of(datetime="2026-01-01T00:10:03Z"))
+    (finding,) = [f for f in late.blocking if "datetime" in f.title]
+    assert "to 2026-01-01T00:10:00Z" in finding.title, finding.title
