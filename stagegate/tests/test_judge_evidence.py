@@ -112,3 +112,29 @@ def test_a_preset_that_does_not_measure_the_judged_baseline_is_unchecked() -> No
 def test_the_device_type_is_read_before_its_index(device: str) -> None:
     assert not named(judged(replace(bench(), device=device)), "device")
     assert named(judged(replace(bench(), device="mps:0")), "device")
+
+
+def _claim(b: Benchmark, **figures: float) -> Benchmark:
+    """``b`` with bf16-mixed vs 32-true's comparison claiming ``figures``."""
+    comparisons = tuple(
+        replace(c, **figures) if (c.precision, c.baseline) == ("bf16-mixed", "32-true") else c
+        for c in b.comparisons
+    )
+    return replace(b, comparisons=comparisons)
+
+
+@pytest.mark.parametrize(
+    ("field", "close", "far"),
+    [
+        ("peak_memory_reduction_pct", 0.0009, 0.0011),  # 0.1% of one percentage point
+        ("activation_memory_reduction_pct", 0.0009, 0.0011),
+        ("accuracy_diff", 0.9e-7, 1.1e-7),  # 0.1% of 1e-4
+    ],
+)
+def test_a_summary_of_zero_is_checked_against_a_floor_not_exactly(
+    field: str, close: float, far: float
+) -> None:
+    same = bench(mem=0.0, acc=0.0)  # bf16-mixed as large and as accurate as fp32
+    evidence = lambda v: [k for k in named(v, field) if k.startswith("evidence")]  # noqa: E731
+    assert not evidence(judged(_claim(same, **{field: close})))
+    assert evidence(judged(_claim(same, **{field: far}))) == ["evidence_inconsistent"]
