@@ -135,6 +135,16 @@ def test_memory_across_the_limit_is_not_verified(tmp_path: Path) -> None:
     assert kinds(stage) == {"ab_undecided"} and decide([stage]).decision is Decision.BLOCK
 
 
+def test_both_ratios_across_the_limit_are_both_named_not_verified(tmp_path: Path) -> None:
+    doc = on_gpu(lambda i: 1000.0 if i % 2 else 1100.0)
+    doc["head"]["window_s"] = [
+        b * (0.9 if i % 2 else 1.3) for i, b in enumerate(doc["base"]["window_s"])
+    ]
+    stage = judged(tmp_path, resummarized(doc), ab_base=OTHER)
+    assert [c.outcome for c in stage.ab] == [ABOutcome.UNDECIDED] * 2
+    assert stage.status is StageStatus.NOT_VERIFIED and "step time, peak memory" in stage.note
+
+
 @pytest.mark.parametrize(
     "peaks",
     [None, [], [1000.0, None], [0.0], [-5.0]],
