@@ -4,12 +4,15 @@ past it, naming the field; and what the policy does not check is never passed as
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec
 from stagegate.judge import decide, judge_stage
+from stagegate.judge.evidence import agrees, check_summary
+from stagegate.judge.findings import Findings
 from stagegate.model import Benchmark, Decision, StageVerdict
 from stagegate.policy import Policy
 
@@ -138,3 +141,29 @@ def test_a_summary_of_zero_is_checked_against_a_floor_not_exactly(
     evidence = lambda v: [k for k in named(v, field) if k.startswith("evidence")]  # noqa: E731
     assert not evidence(judged(_claim(same, **{field: close})))
     assert evidence(judged(_claim(same, **{field: far}))) == ["evidence_inconsistent"]
+
+
+@pytest.mark.parametrize(
+    ("claimed", "actual", "tolerance", "scale", "agree"),
+    [
+        (1.5, 1.0, 50.0, 0.0, True),  # exactly at the tolerance
+        (1.5000001, 1.0, 50.0, 0.0, False),
+        (0.5, 0.0, 50.0, 1.0, True),  # a share of the scale when the figure is smaller
+        (0.5, 0.0, 50.0, 0.0, False),  # no scale: zero must be claimed exactly
+        (1.0, math.inf, 10.0, 0.0, False),  # a recomputation that overflowed agrees with nothing
+        (math.inf, 1.0, 10.0, 0.0, False),
+        (math.nan, 1.0, 10.0, 0.0, False),
+        (1.0, math.nan, 10.0, 0.0, False),
+        (None, 1.0, 10.0, 0.0, False),
+    ],
+)
+def test_a_summary_agrees_within_its_tolerance_and_only_when_finite(
+    claimed: float | None, actual: float, tolerance: float, scale: float, agree: bool
+) -> None:
+    assert agrees(claimed, actual, tolerance, scale) is agree
+
+
+def test_a_summary_is_checked_exactly_at_zero_unless_given_a_scale() -> None:
+    f = Findings("performance", POLICY)
+    check_summary(f, "x", 0.0005, 0.0, 0.1)
+    assert [x.kind for x in f.items] == ["evidence_inconsistent"]
