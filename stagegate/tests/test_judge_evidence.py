@@ -99,6 +99,8 @@ def test_more_windows_than_the_policy_checks_are_unchecked_not_passed() -> None:
     v = judged(bench(), policy)
     assert set(named(v, "window_s")) == {"evidence_unchecked"}
     assert decide([v]).decision is Decision.BLOCK
+    at_most = replace(POLICY, benchmark=replace(POLICY.benchmark, max_windows=5))
+    assert not named(judged(bench(), at_most), "window_s")  # five windows, five allowed
 
 
 def test_a_preset_that_does_not_measure_the_judged_baseline_is_unchecked() -> None:
