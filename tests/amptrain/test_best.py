@@ -4,6 +4,7 @@ a metric validation never gives, or no validation data, is refused before the fi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -231,7 +232,154 @@ def test_a_resume_into_another_checkpoint_dir_keeps_its_own_best(
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in best["model"].items())
 
 
-def test_of_equal_values_the_first_stays_the_best(saving: tuple[_Saving, Path, KeepBest]) -> None:
-    _, folder, keep = saving  # step 1 kept with 2.0
+def _keep(tmp_path: Path, model: TinyGPT, **options: Any) -> KeepBest:
+    return KeepBest(model, tmp_path / "best", "val/loss", **options)
+
+
+def _shift(model: TinyGPT, by: float) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(by)
+
+
+def test_the_folder_a_finished_swap_left_beside_its_old_copy_is_the_one_read(
+    tmp_path: Path, saving: tuple[_Saving, Path, KeepBest]
+) -> None:
+    # a kill after the second rename, before the old copy is deleted: both folders are there
+    _, folder, keep = saving
+    (tmp_path / "best.previous").mkdir()
+    torch.save({"metric": "val/loss", "value": 9.0, "step": 0, "model": {}},
+               tmp_path / "best.previous" / "weights.pt")  # fmt: skip
+    assert load_best(folder, torch.device("cpu"))["step"] == 1
+    keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})  # the next write clears it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert load_best(folder, torch.device("cpu"))["step"] == 2
+
+
+def test_what_a_killed_write_left_in_the_staging_folder_never_reaches_the_best(
+    tmp_path: Path, saving: tuple[_Saving, Path, KeepBest]
+) -> None:
+    _, folder, keep = saving
+    (tmp_path / "best.partial").mkdir()
+    (tmp_path / "best.partial" / "stale.bin").write_text("half a file")
+    keep.on_eval_end(TrainState(step=2), {"val/loss": 1.0})
+    assert sorted(p.name for p in folder.iterdir()) == ["model.txt", "weights.pt"]
+
+
+def test_the_best_weights_load_onto_the_device_asked_for(
+    saving: tuple[_Saving, Path, KeepBest],
+) -> None:
+    _, folder, _ = saving
+    saved = load_best(folder, torch.device("meta"))
+    assert {t.device.type for t in saved["model"].values()} == {"meta"}
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ({"metric": "val/loss", "value": 1.0, "step": 1}, "no weights"),
+        ([1, 2, 3], "not a record"),
+        ({"model": {}, "code": Path("a pickled object")}, "not weights only"),
+    ],
+)
+def test_a_file_that_is_not_amptrains_best_weights_is_refused_by_name(
+    tmp_path: Path, content: Any, why: str
+) -> None:
+    (tmp_path / "best").mkdir()
+    torch.save(content, tmp_path / "best" / "weights.pt")
+    with pytest.raises(ValueError) as raised:
+        load_best(tmp_path / "best", torch.device("cpu"))
+    assert str(tmp_path / "best" / "weights.pt") in str(raised.value), why
+
+
+def test_a_folder_with_no_weights_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as raised:
+        load_best(tmp_path / "best", torch.device("cpu"))
+    assert str(tmp_path / "best" / "weights.pt") in str(raised.value)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_of_equal_values_the_first_stays_the_best_in_either_mode(
+    tmp_path: Path, model: TinyGPT, mode: str
+) -> None:
+    keep = _keep(tmp_path, model, mode=mode)
+    keep.on_eval_end(TrainState(step=1), {"val/loss": 2.0})
     keep.on_eval_end(TrainState(step=2), {"val/loss": 2.0})
-    assert load_best(folder, torch.device("cpu"))["step"] == keep.best_step == 1
+    assert load_best(tmp_path / "best", torch.device("cpu"))["step"] == keep.best_step == 1
+
+
+@pytest.mark.parametrize(("mode", "values", "kept"), [("min", [3.0, 1.0, 2.0], 2),
+                                                      ("max", [1.0, 3.0, 2.0], 2)])  # fmt: skip
+def test_each_mode_keeps_its_own_best(
+    tmp_path: Path, model: TinyGPT, mode: str, values: list[float], kept: int
+) -> None:
+    keep = _keep(tmp_path, model, mode=mode)
+    for step, value in enumerate(values, start=1):
+        keep.on_eval_end(TrainState(step=step), {"val/loss": value})
+    assert load_best(tmp_path / "best", torch.device("cpu"))["step"] == kept
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+@pytest.mark.parametrize("on_disk", ["nothing", "another metric's"])
+def test_a_resume_with_no_best_of_its_metric_on_disk_keeps_the_first_value(
+    tmp_path: Path, model: TinyGPT, mode: str, on_disk: str
+) -> None:
+    if on_disk != "nothing":
+        other = KeepBest(model, tmp_path / "best", "val/accuracy", mode=mode)
+        other.on_eval_end(TrainState(step=1), {"val/accuracy": 0.5})
+    keep = _keep(tmp_path, model, mode=mode)
+    keep.load_state_dict({"metric": "val/loss", "mode": mode, "best": 0.0, "best_step": 1})
+    assert keep.best_step is None
+    keep.on_eval_end(TrainState(step=4), {"val/loss": -1e30 if mode == "max" else 1e30})
+    saved = load_best(tmp_path / "best", torch.device("cpu"))
+    assert (saved["metric"], saved["step"]) == ("val/loss", 4)
+
+
+def test_the_checkpoint_records_the_metric_its_mode_and_the_best_so_far(
+    tmp_path: Path, model: TinyGPT
+) -> None:
+    keep = _keep(tmp_path, model, mode="max")
+    assert keep.state_dict() == {"metric": "val/loss", "mode": "max", "best": -math.inf,
+                                 "best_step": None}  # fmt: skip
+    keep.on_eval_end(TrainState(step=3), {"val/loss": 1.5})
+    assert keep.state_dict() == {"metric": "val/loss", "mode": "max", "best": 1.5,
+                                 "best_step": 3}  # fmt: skip
+
+
+@pytest.mark.parametrize("restore", [None, False])
+def test_by_default_and_when_not_asked_the_model_keeps_its_last_weights(
+    tmp_path: Path, model: TinyGPT, weights: Any, restore: bool | None
+) -> None:
+    keep = _keep(tmp_path, model) if restore is None else _keep(tmp_path, model, restore=restore)
+    keep.on_eval_end(TrainState(step=1), {"val/loss": 1.0})
+    _shift(model, 1.0)
+    last = weights(model)
+    keep.on_train_end(TrainState(step=2))
+    assert all(torch.equal(a, b) for a, b in zip(weights(model), last, strict=True))
+
+
+def test_a_run_that_never_improved_keeps_its_last_weights_when_restoring(
+    tmp_path: Path, model: TinyGPT, weights: Any
+) -> None:
+    keep = _keep(tmp_path, model, restore=True)
+    keep.on_eval_end(TrainState(step=1), {"val/loss": math.nan})
+    last = weights(model)
+    keep.on_train_end(TrainState(step=2))  # no weights were kept: nothing to give back
+    assert all(torch.equal(a, b) for a, b in zip(weights(model), last, strict=True))
+    assert not (tmp_path / "best").exists()
+
+
+class _OldSaving(TinyGPT):
+    """A model whose ``save_pretrained`` writes a pickle unless asked for safetensors (as
+    transformers did before 4.35)."""
+
+    def save_pretrained(self, folder: Path, safe_serialization: bool = False) -> None:
+        name = "model.safetensors" if safe_serialization is True else "pytorch_model.bin"
+        (Path(folder) / name).write_text("weights")
+
+
+def test_the_models_own_format_is_asked_for_as_safetensors(tmp_path: Path) -> None:
+    model = _OldSaving(vocab_size=16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    _keep(tmp_path, model).on_eval_end(TrainState(step=1), {"val/loss": 1.0})
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == [
+        "model.safetensors", "weights.pt"]  # fmt: skip

@@ -204,9 +204,34 @@ def test_a_stop_on_one_rank_is_taken_with_its_reason_and_rank() -> None:
     assert asked == [False] and state.should_stop
     assert state.stop_reason == "patience ran out (on rank 1)"
     own = TrainState()
-    own.stop("mine")  # a rank that stopped keeps its own reason
-    AgreeStop(lambda flag: flag, lambda reason: [reason, None]).on_epoch_end(own, None)
-    assert own.stop_reason == "mine"
+    own.stop("mine")  # a rank that stopped tells the others why, and keeps its own reason
+    sent: list[Any] = []
+    AgreeStop(lambda flag: flag, lambda reason: sent.append(reason) or [reason, None]).on_epoch_end(
+        own, None
+    )
+    assert own.stop_reason == "mine" and sent == ["mine"]
     calm = TrainState()
     AgreeStop(lambda flag: False, lambda reason: [reason]).on_step_end(calm)
     assert not calm.should_stop and calm.stop_reason is None
+
+
+def test_early_stopping_at_an_epoch_end_without_a_validation_names_val_data(
+    names: Names,
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        EarlyStopping().on_epoch_end(TrainState(), {"train/loss": 1.0})
+    assert names(str(raised.value), "val_data")
+
+
+def test_a_stop_without_a_reason_on_any_rank_is_every_ranks_stop() -> None:
+    # the planned end (max_steps) stops every rank at once and gives no reason: under torchrun
+    # the run ended with a StopIteration at its last step
+    from amptrain.callbacks import AgreeStop
+
+    planned = TrainState()
+    planned.should_stop = True
+    AgreeStop(lambda flag: flag, lambda reason: [reason, None]).on_step_end(planned)
+    assert planned.should_stop and planned.stop_reason is None
+    other = TrainState()  # this rank did not stop; the other stopped without a reason
+    AgreeStop(lambda flag: True, lambda reason: [reason, None]).on_step_end(other)
+    assert other.should_stop and other.stop_reason is None

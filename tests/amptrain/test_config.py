@@ -19,6 +19,7 @@ from amptrain.checkpoint import checkpoints
 from amptrain.config import (
     Layout,
     ResumeSettingsWarning,
+    check_batch_ids,
     check_ids,
     check_logits_width,
     check_resume,
@@ -423,3 +424,13 @@ def test_the_best_metric_is_a_validation_key_kept_in_the_checkpoint_folder(names
         TrainConfig(load_best_at_end=True, checkpoint_dir="c")
     with pytest.raises(ValueError, match="best_mode"):
         TrainConfig(best_metric="val/loss", best_mode="lowest", checkpoint_dir="c")
+
+
+def test_each_batchs_ids_are_checked_against_the_vocabulary(names: Names) -> None:
+    check_batch_ids(torch.tensor([[0, 9]]), 10, batch=1, epoch=1)  # both ends fit
+    check_batch_ids(torch.tensor([[-3, 10**6]]), None, batch=1, epoch=1)  # the model does not say
+    check_batch_ids(torch.zeros(0, 4, dtype=torch.long), 10, batch=1, epoch=1)  # no ids
+    for ids, bad in [([[0, 99]], "99"), ([[-1, 3]], "-1"), ([[12]], "12")]:
+        with pytest.raises(ValueError) as raised:
+            check_batch_ids(torch.tensor(ids), 10, batch=3, epoch=2)
+        assert names(str(raised.value), f"token id {bad}", "batch 3", "epoch 2")

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, Sampler
 
 from amptrain import TinyGPT, fine_tune, make_dataloader, synthetic_token_data
 from amptrain.data import (
@@ -13,7 +14,10 @@ from amptrain.data import (
     EpochShuffle,
     PadCollate,
     _SequenceDataset,
+    check_restorable,
+    order_state,
     seed_everything,
+    set_order_state,
 )
 
 CPU = torch.device("cpu")
@@ -259,3 +263,90 @@ def test_under_torchrun_each_rank_loads_its_own_shard(ready: bool) -> None:
     assert sorted(sharded[0] + sharded[1]) == list(range(10))
     assert sharded[0] != [0, 2, 4, 6, 8] and rows(0, True) == sharded[0]
     assert rows(0, True, seed=6) != sharded[0]
+
+
+class _SavedOrder(Sampler[int]):
+    """A sampler whose order is its own state, which it saves and loads."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.turn = size, 0
+
+    def __iter__(self) -> Iterator[int]:
+        self.turn += 1
+        return iter(torch.arange(self.size).roll(self.turn).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def state_dict(self) -> dict[str, int]:
+        return {"turn": self.turn}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.turn = state["turn"]
+
+
+class _SavesOnly(Sampler[int]):
+    """Saves its state but cannot load it back."""
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(8))
+
+    def __len__(self) -> int:
+        return 8
+
+    def state_dict(self) -> dict[str, int]:
+        return {}
+
+
+class _OwnBatches:
+    """A batch sampler whose order is its own hidden state."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.turn = size, 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.turn += 1
+        return iter([[(i + self.turn) % self.size] for i in range(self.size)])
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def test_a_sampler_that_saves_and_loads_its_state_can_be_resumed(
+    tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    rows = tokens(8)
+    check_restorable(DataLoader(rows, batch_size=2, sampler=_SavedOrder(8)))
+    check_restorable(DataLoader(rows, batch_size=2, shuffle=True))
+    for sampler in (_SavesOnly(), _OwnBatches(8)):
+        loader = (DataLoader(rows, batch_sampler=sampler) if isinstance(sampler, _OwnBatches)
+                  else DataLoader(rows, batch_size=2, sampler=sampler))  # fmt: skip
+        with pytest.raises(ValueError) as raised:
+            check_restorable(loader)
+        assert names(str(raised.value), type(sampler).__name__)
+
+
+def test_a_samplers_own_state_is_put_back_with_the_order(tokens: Tokens) -> None:
+    sampler = _SavedOrder(8)
+    loader = DataLoader(tokens(8), batch_size=2, sampler=sampler)
+    list(loader)
+    saved = order_state(loader)
+    assert saved["samplers"] and all(s == {"turn": 1} for s in saved["samplers"])
+    first = [b.tolist() for b in loader]
+    list(loader)
+    set_order_state(loader, saved)
+    assert sampler.turn == 1 and [b.tolist() for b in loader] == first
+
+
+def test_an_order_the_loader_cannot_take_back_is_refused(
+    tokens: Tokens, names: Callable[..., bool]
+) -> None:
+    plain = DataLoader(tokens(8), batch_size=2)
+    stateful = order_state(DataLoader(tokens(8), batch_size=2, sampler=_SavedOrder(8)))
+    with pytest.raises(ValueError):
+        set_order_state(plain, stateful)  # a sampler's state and no sampler to take it
+    shuffled = order_state(DataLoader(tokens(8), batch_size=2, shuffle=True,
+                                      generator=torch.Generator()))  # fmt: skip
+    with pytest.raises(ValueError) as raised:
+        set_order_state(plain, shuffled)
+    assert names(str(raised.value), "generators")

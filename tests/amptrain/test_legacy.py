@@ -3,12 +3,14 @@ end-to-end runs of test_fine_tuning are the integration stage's, in tests/integr
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 
 import pytest
+import torch
 from torch import nn
 
-from amptrain import TinyGPT, detect_vocab_size
+from amptrain import TinyGPT, detect_vocab_size, synthetic_token_data, test_fine_tuning
 from amptrain.legacy import RESULT_KEYS
 
 
@@ -27,3 +29,53 @@ def test_a_model_without_an_embedding_and_no_config_size_is_a_clear_error() -> N
 def test_every_result_key_says_what_it_holds() -> None:
     assert "final_val_loss" in RESULT_KEYS and "vocab_size" in RESULT_KEYS
     assert all(isinstance(text, str) and text for text in RESULT_KEYS.values())
+
+
+def test_a_config_vocabulary_of_one_id_is_taken(model: TinyGPT) -> None:
+    assert detect_vocab_size(model, {"vocab_size": 1}) == 1
+
+
+class _Seen(TinyGPT):
+    """A TinyGPT that records the rows it trains on and the rows it is validated on."""
+
+    def __init__(self, vocab: int) -> None:
+        torch.manual_seed(0)
+        super().__init__(vocab, d_model=8, n_layers=1, n_heads=1, max_seq_len=8)
+        self.trained: list[torch.Tensor] = []
+        self.validated: list[torch.Tensor] = []
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        (self.trained if self.training else self.validated).append(input_ids.detach().clone())
+        return super().forward(input_ids)
+
+
+def _rows(batches: list[torch.Tensor]) -> set[tuple[int, ...]]:
+    return {tuple(row.tolist()) for batch in batches for row in batch}
+
+
+def test_by_default_three_epochs_of_batches_of_4_at_a_small_learning_rate() -> None:
+    model = _Seen(vocab=64)
+    before = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a plain fp32 run warns about nothing
+        result = test_fine_tuning(model, {"max_seq_len": 8})  # no data: 64 rows, 16 to validate
+    assert len(result["train_loss_history"]) == len(result["val_loss_history"]) == 3
+    assert result["final_train_loss"] == result["train_loss_history"][-1]
+    assert result["final_val_loss"] == result["val_loss_history"][-1]
+    assert result["vocab_size"] == 64 and result["precision"] == "32-true"
+    assert {len(batch) for batch in model.trained} == {4} and len(model.trained) == 3 * 16
+    # AdamW moves a weight by at most about 3 learning rates a step: 5e-5 over 48 steps
+    pairs = zip(model.parameters(), before, strict=True)
+    moved = max(float((p.detach() - b).abs().max()) for p, b in pairs)
+    assert 0 < moved < 48 * 3 * 5e-5
+    # the data generated is the one the reports were written against: seeds 0 and 1
+    assert _rows(model.trained) == _rows([synthetic_token_data(64, 8, 64, seed=0)])
+    assert _rows(model.validated) >= _rows([synthetic_token_data(16, 8, 64, seed=1)])
+
+
+def test_the_epochs_batch_size_and_config_vocabulary_given_are_used() -> None:
+    model = _Seen(vocab=16)
+    result = test_fine_tuning(model, {"vocab_size": 8, "max_seq_len": 8}, n_epochs=1, batch_size=16)
+    assert len(result["train_loss_history"]) == 1 and result["vocab_size"] == 8
+    assert [len(batch) for batch in model.trained] == [16] * 4
+    assert max(int(batch.max()) for batch in model.trained) < 8

@@ -3,7 +3,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import locale
 import math
+import re
 import signal
 import statistics
 import subprocess
@@ -420,3 +422,54 @@ def test_fine_tune_writes_every_record_to_csv_and_tensorboard(
     evals = {(e["step"], v) for e, v in zip(result.evals, as_float32, strict=True)}
     assert len(scalars["val/loss"]) == len(result.evals) + 2
     assert set(scalars["val/loss"]) == evals
+
+
+def test_a_csv_run_without_an_id_gets_one_of_12_hex_digits(tmp_path: Path) -> None:
+    sink = CsvSink(tmp_path / "log.csv")
+    sink.close()
+    assert len(sink.run_id) == 12 and int(sink.run_id, 16) >= 0
+
+
+def test_a_csv_log_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    old = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale: open()'s default codec is ASCII
+    try:
+        sink = CsvSink(tmp_path / "log.csv", run_id="r")
+        sink.log({"val/bleu·fr": "déjà vu"}, 1)
+        sink.close()
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
+    rows = list(csv.DictReader((tmp_path / "log.csv").read_text("utf-8").splitlines()))
+    assert [(r["key"], r["value"]) for r in rows] == [("val/bleu·fr", "déjà vu")]
+
+
+def test_a_steps_extra_figures_reach_the_sinks(tmp_path: Path) -> None:
+    tracker = MetricsTracker([JsonlSink(tmp_path / "m.jsonl")])
+    tracker.log_step(2.0, 1.0, lr=0.25)
+    tracker.close()
+    line = json.loads((tmp_path / "m.jsonl").read_text())
+    assert (line["step"], line["train/loss"], line["lr"]) == (1, 2.0, 0.25)
+
+
+def test_tensorboard_text_is_written_at_its_step(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from amptrain.metrics import TensorBoardSink
+
+    sink = TensorBoardSink(tmp_path / "tb")
+    sink.log({"amp/precision": "32-true", "val/loss": 0.5}, 7)
+    sink.close()
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator"
+    ).EventAccumulator(str(tmp_path / "tb"))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Tensors("amp/precision/text_summary")] == [7]
+
+
+def test_tensorboard_missing_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amptrain.metrics import TensorBoardSink
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed
+    with pytest.raises(ImportError, match=re.escape("amptrain[tensorboard]")):
+        TensorBoardSink(tmp_path / "tb")

@@ -68,3 +68,23 @@ def test_learning_rate_warms_up_then_decays(
     peak = lrs.index(max(lrs))
     assert 0 < peak < len(lrs) - 1 and max(lrs) == pytest.approx(1e-3)
     assert lrs[-1] < lrs[peak] and lrs[-1] >= 1e-4 - 1e-12
+
+
+class _NoDefaultRate(torch.optim.Optimizer):
+    """An optimizer of one's own whose groups carry their rate, with no default one."""
+
+    def __init__(self, params: list[dict[str, object]]) -> None:
+        super().__init__(params, defaults={})
+
+    def step(self, closure: object = None) -> None:
+        return None
+
+
+def test_a_polynomial_decay_without_an_optimizer_default_rate_decays_from_the_configs() -> None:
+    optimizer = _NoDefaultRate([{"params": [nn.Parameter(torch.zeros(1))], "lr": 0.1}])
+    cfg = TrainConfig(lr_scheduler_type="polynomial", learning_rate=0.1, warmup_ratio=0.0)
+    schedule = build_schedule(optimizer, cfg, 4)
+    for _ in range(4):
+        optimizer.step()
+        schedule.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-7)  # transformers' lr_end

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from amptrain import TinyGPT, fine_tune
+from amptrain import TinyGPT, fine_tune, make_dataloader, resolve_precision
 from amptrain.best import load_best
-from amptrain.predictions import Collected, EvalPrediction, checked_metrics
+from amptrain.distributed import World
+from amptrain.predictions import Collected, EvalPrediction, checked_metrics, given_keys, scores
 
 Tokens = Callable[..., torch.Tensor]
 Names = Callable[..., bool]
+CPU = torch.device("cpu")
 RUN = {"epochs": 1, "batch_size": 4, "num_workers": 0, "eval_every": 2}
 
 
@@ -114,3 +117,85 @@ def test_compute_metrics_without_validation_data_is_refused(
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(40), **RUN, compute_metrics=accuracy)
     assert names(str(raised.value), "compute_metrics", "val_data")
+
+
+def test_keys_must_be_names_and_the_bad_one_is_named(names: Names) -> None:
+    for bad in ({3: 0.5}, {"": 0.5}):
+        with pytest.raises(ValueError) as raised:
+            checked_metrics(bad, taken=())
+        assert names(str(raised.value), repr(next(iter(bad))))
+
+
+def test_what_is_no_float_or_no_dict_is_named_by_its_type(names: Names) -> None:
+    with pytest.raises(ValueError) as raised:
+        checked_metrics({"bleu": "0.5"}, taken=())
+    assert names(str(raised.value), "bleu", "str")
+    with pytest.raises(ValueError) as raised:
+        checked_metrics([("a", 0.5)], taken=())
+    assert names(str(raised.value), "list")
+
+
+def test_logits_and_labels_of_different_row_counts_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Collected()(torch.zeros(2, 3, 4), torch.zeros(3, 3, dtype=torch.long))
+
+
+def test_one_row_gives_float32_logits_and_int64_labels() -> None:
+    collected = Collected()
+    collected(torch.ones(1, 2, 5, dtype=torch.float16), torch.tensor([[1, 2]], dtype=torch.int32))
+    prediction = collected.prediction(lambda rows: [rows])
+    assert prediction.predictions.shape == (1, 2, 5)
+    assert prediction.predictions.dtype == np.float32 and prediction.label_ids.dtype == np.int64
+
+
+def test_a_pass_with_no_row_is_named_as_compute_metrics_own(names: Names) -> None:
+    with pytest.raises(ValueError) as raised:
+        Collected().prediction(lambda rows: [rows, []])
+    assert names(str(raised.value), "compute_metrics")
+
+
+def _loader(rows: torch.Tensor, batch_size: int) -> Any:
+    return make_dataloader(rows, batch_size=batch_size, shuffle=False, device=CPU)
+
+
+def test_the_keys_are_found_from_the_first_batch_alone(
+    model: TinyGPT, tokens: Tokens, names: Names
+) -> None:
+    seen: list[int] = []
+
+    def metrics(prediction: EvalPrediction) -> dict[str, float]:
+        seen.append(len(prediction.label_ids))
+        return {"rows": len(prediction.label_ids)}
+
+    plan = resolve_precision("32-true", CPU)
+    assert given_keys(model, _loader(tokens(12), 4), plan, CPU, metrics) == ["val/rows"]
+    assert seen == [4]
+    with pytest.raises(ValueError) as raised:
+        given_keys(model, _loader(tokens(12), 4), plan, CPU, lambda p: [("rows", 1.0)])
+    assert names(str(raised.value), "list")
+
+
+@dataclass(frozen=True)
+class _TwoRanks(World):
+    """Rank 0 of 2, whose peer scored ``peer`` (loss sum, hits, tokens) and no row of logits."""
+
+    rank: int = 0
+    size: int = 2
+    peer: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor + torch.tensor(self.peer, dtype=tensor.dtype)
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj, []]
+
+
+def test_the_validation_record_sums_every_ranks_totals(model: TinyGPT, tokens: Tokens) -> None:
+    plan, loader = resolve_precision("32-true", CPU), _loader(tokens(8), 4)
+    alone = scores(model, loader, plan, CPU, World(), compute_metrics=None)
+    tokens_here = 8 * 11  # 8 rows of 12 ids: 11 scored positions each
+    both = scores(model, loader, plan, CPU, _TwoRanks(peer=(0.0, 0.0, tokens_here)),
+                  compute_metrics=lambda p: {"rows": len(p.label_ids)})  # fmt: skip
+    assert both["loss"] == pytest.approx(alone["loss"] / 2)
+    assert both["accuracy"] == pytest.approx(alone["accuracy"] / 2)
+    assert both["rows"] == 8.0

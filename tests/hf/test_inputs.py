@@ -12,6 +12,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from amptrain import fine_tune
+from amptrain.collate import token_rows
+from amptrain.distributed import World
 
 from .conftest import encode, gpt2
 
@@ -132,3 +134,15 @@ def test_columns_of_unequal_length_are_named(tokenizer: Any) -> None:
     encoding["attention_mask"] = encoding["attention_mask"][:3]
     with pytest.raises(ValueError, match=r"\battention_mask\b"):
         fine_tune(gpt2(), encoding, epochs=1)
+
+
+@pytest.mark.parametrize(
+    ("rank", "size", "share"), [(0, 1, [0, 1, 2, 3, 4, 5]), (1, 2, [1, 3, 5]), (0, 3, [0, 3])]
+)
+def test_each_rank_streams_its_own_share_of_a_streaming_dataset(
+    rank: int, size: int, share: list[int]
+) -> None:
+    stream = datasets.Dataset.from_dict({"input_ids": [[i] for i in range(6)]})
+    data, _ = token_rows(stream.to_iterable_dataset(), pad_token_id=None, padding_side="right",
+                         world=World(rank=rank, size=size))  # fmt: skip
+    assert [row["input_ids"][0] for row in data] == share

@@ -3,13 +3,14 @@ from_pretrained gives back the same logits."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from amptrain import TinyGPT, evaluate, fine_tune, make_dataloader, resolve_precision
+from amptrain import TinyGPT, TrainState, evaluate, fine_tune, make_dataloader, resolve_precision
 from amptrain.pretrained import SavePretrained
 
 from .conftest import MODELS, encode, transformers
@@ -76,3 +77,60 @@ def test_the_best_weights_are_saved_pretrained_and_given_back(
     best = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "best")
     assert (tmp_path / "best" / "model.safetensors").is_file()
     assert torch.equal(_logits(best, ids), _logits(untrained, ids))
+
+
+class _Saving(TinyGPT):
+    """A model whose ``save_pretrained`` writes a pickle unless asked for safetensors (as
+    transformers did before 4.35), and counts its saves."""
+
+    saves = 0
+
+    def save_pretrained(self, folder: Path, safe_serialization: bool = False) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        name = "model.safetensors" if safe_serialization is True else "pytorch_model.bin"
+        (Path(folder) / name).write_text(str(self.saves))
+        self.saves += 1
+
+
+def _saver(tmp_path: Path, mode: str = "min") -> SavePretrained:
+    torch.manual_seed(0)
+    model = _Saving(16, d_model=16, n_layers=1, n_heads=2, max_seq_len=8)
+    return SavePretrained(model, tmp_path, monitor="val/loss", mode=mode)
+
+
+def test_safetensors_are_asked_for(tmp_path: Path) -> None:
+    _saver(tmp_path).on_train_end(TrainState(step=3))
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_of_equal_values_the_first_stays_the_best(tmp_path: Path, mode: str) -> None:
+    saver = _saver(tmp_path, mode)
+    for step in (1, 2):
+        saver.on_eval_end(TrainState(step=step), {"val/loss": 2.0})
+    assert saver.best_step == 1 and saver.model.saves == 1
+
+
+def test_a_resume_keeps_the_best_so_far(tmp_path: Path) -> None:
+    saver = _saver(tmp_path)
+    assert saver.state_dict() == {"best": math.inf, "best_step": None}
+    saver.on_eval_end(TrainState(step=2), {"val/loss": 1.5})
+    resumed = _saver(tmp_path)
+    resumed.load_state_dict(saver.state_dict())
+    resumed.on_eval_end(TrainState(step=4), {"val/loss": 1.7})  # worse: not saved
+    assert (resumed.best, resumed.best_step, resumed.model.saves) == (1.5, 2, 0)
+
+
+def test_a_monitor_the_evaluation_does_not_give_is_named_with_what_it_gives(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(KeyError) as raised:
+        _saver(tmp_path).on_eval_end(TrainState(step=1), {"val/accuracy": 0.5})
+    assert "'val/loss'" in str(raised.value) and "'val/accuracy'" in str(raised.value)
+
+
+def test_a_bad_mode_and_a_model_that_cannot_save_are_named() -> None:
+    with pytest.raises(ValueError, match="'maximum'"):
+        SavePretrained(_Saving(16), "unused", mode="maximum")
+    with pytest.raises(TypeError, match=r"\bTinyGPT\b"):
+        SavePretrained(TinyGPT(16), "unused")

@@ -108,3 +108,43 @@ def test_max_steps_sizes_a_stream_without_length() -> None:
 
     result, lrs = _lrs(train_data=Stream(), batch_size=4, max_steps=5)
     assert result.steps == 5 and len(lrs) == 5  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "theirs_options"),
+    [
+        ("cosine_with_restarts", {"lr_cycles": 2}, {"num_cycles": 2}),
+        ("cosine_with_restarts", {"lr_cycles": 3}, {"num_cycles": 3}),
+        ("polynomial", {"lr_power": 2.0}, {"power": 2.0}),
+        ("polynomial", {"lr_power": 0.5}, {"power": 0.5}),
+    ],
+)
+@pytest.mark.parametrize(("total", "warmup", "optimizer_lr"), [(20, 4, LR), (2, 1, LR),
+                                                               (20, 4, 10 * LR)])  # fmt: skip
+def test_a_schedules_options_and_the_optimizers_own_rate_give_transformers_rate(
+    name: str,
+    options: dict[str, float],
+    theirs_options: dict[str, float],
+    total: int,
+    warmup: int,
+    optimizer_lr: float,
+) -> None:
+    cfg = TrainConfig(lr_scheduler_type=name, warmup_ratio=warmup / total, learning_rate=LR,
+                      **options)  # fmt: skip
+    ours = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=optimizer_lr)
+    theirs = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=optimizer_lr)
+    reference = transformers.get_scheduler(name, theirs, num_warmup_steps=warmup,
+                                           num_training_steps=total,
+                                           scheduler_specific_kwargs=theirs_options)  # fmt: skip
+    mine = _rates(build_schedule(ours, cfg, total), ours, total + 2)
+    assert mine == pytest.approx(_rates(reference, theirs, total + 2), rel=1e-12, abs=1e-18)
+
+
+def test_linear_decay_over_one_step_after_the_warm_up_gives_transformers_rate() -> None:
+    cfg = TrainConfig(lr_scheduler_type="linear", warmup_ratio=0.5, learning_rate=LR)
+    ours, theirs = _optimizer(), _optimizer()
+    reference = transformers.get_scheduler("linear", theirs, num_warmup_steps=1,
+                                           num_training_steps=2)  # fmt: skip
+    assert _rates(build_schedule(ours, cfg, 2), ours, 3) == pytest.approx(
+        _rates(reference, theirs, 3), rel=1e-12, abs=1e-18
+    )
