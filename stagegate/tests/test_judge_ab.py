@@ -280,6 +280,25 @@ def test_a_regression_stage_without_an_a_b_file_blocks(tmp_path: Path) -> None:
     assert "evidence_missing" in kinds(stage)
 
 
+@pytest.mark.parametrize(
+    ("role", "dirty", "kind"),
+    [
+        ("head", True, "evidence_inconsistent"),
+        ("base", True, "evidence_inconsistent"),
+        ("head", None, "evidence_missing"),
+        ("base", "yes", "evidence_missing"),
+    ],
+)
+def test_a_side_measured_with_uncommitted_changes_or_not_saying_blocks(
+    tmp_path: Path, role: str, dirty: object, kind: str
+) -> None:
+    doc = scaled(lambda i: 1.0)
+    doc[role]["dirty"] = dirty
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert [f.kind for f in stage.blocking if f"{role}.dirty" in f.title] == [kind]
+    assert decide([stage]).decision is Decision.BLOCK
+
+
 def test_an_a_b_file_named_but_not_written_is_said_once_as_missing(tmp_path: Path) -> None:
     rec = sealed(record("regression", files={"ab": "ab.json"}, commit=SHA), tmp_path)
     stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)

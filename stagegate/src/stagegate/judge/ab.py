@@ -59,6 +59,22 @@ def _commits(f: Findings, run: ABRun, expected_base: str | None, head_commit: st
     return True
 
 
+def _clean(f: Findings, run: ABRun) -> None:
+    """Each side measured the commit it names: a tree with uncommitted changes is not that
+    commit, and a file that does not say is no evidence either way."""
+    for role, side in zip(ROLES, (run.base, run.head), strict=True):
+        if side.dirty is None:
+            flag(f, "evidence_missing", f"A/B {role}.dirty", "absent or not true/false")
+        elif side.dirty:
+            flag(
+                f,
+                "evidence_inconsistent",
+                f"A/B {role}.dirty",
+                f"the {role} was measured with uncommitted changes: it is not {side.sha or '?'}",
+                fix="commit the change, then run the A/B again from a clean tree",
+            )
+
+
 def _windows(f: Findings, side: ABSide, role: str, expected: int) -> tuple[float, ...] | None:
     where = f"A/B {role}.window_s"
     if len(side.window_s) != expected:
@@ -195,6 +211,7 @@ def ab_findings(
     n = _setup(f, run, policy)
     if n is None or not _commits(f, run, expected_base, head_commit):
         return ()
+    _clean(f, run)
     sides = [_windows(f, s, r, n) for r, s in zip(ROLES, (run.base, run.head), strict=True)]
     if sides[0] is None or sides[1] is None or not _interleaved(f, run, n):
         return ()
