@@ -173,7 +173,7 @@ def test_lint_levels_map_to_kinds() -> None:
     v = judge_stage("static", StageData(record("static"), lint={"ruff": items}), POLICY)
     assert sorted((f.title.split(":")[0], f.kind) for f in v.findings) == [
         ("ruff Cerror", "lint_error"),
-        ("ruff Codd", "lint_warning"),  # a level no reader writes counts as a warning
+        ("ruff Codd", "lint_error"),  # a level no reader writes counts as an error
         ("ruff Cstyle", "lint_style"),
         ("ruff Cwarning", "lint_warning"),
     ]

@@ -135,13 +135,14 @@ def warning_findings(f: Findings, data: StageData, stage: str, policy: Policy) -
 
 
 def lint_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """Every linter finding, its kind from its level (an unknown level counts as a warning)."""
+    """Every linter finding, its kind from its level; a level no reader writes (a generic
+    file's "ERROR" or "fatal") counts as an error: what the gate cannot place, it does not pass."""
     kinds = {"error": "lint_error", "warning": "lint_warning", "style": "lint_style"}
     lint: dict[str, list[LintFinding]] = data.lint
     for tool, items in lint.items():
         for item in items:
             f.add(
-                kinds.get(item.level, "lint_warning"),
+                kinds.get(item.level, "lint_error"),
                 f"{tool} {item.code}: {item.message}",
                 location=item.location,
                 fix=f"fix it, or justify an ignore for {item.code}",
