@@ -137,9 +137,11 @@ def _first_difference(gold: list[dict[str, Any]], said: list[dict[str, Any]]) ->
     return f"gold has {len(gold)} entries, now {len(said)}"
 
 
-# A time of this run (a stage's start and end): written as <now>; fixed times in fixtures stay.
+# A time of this run (a stage's start and end, between the test process's start and now, a
+# minute either side): written as <now>; fixed times in fixtures stay.
 TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
 STARTED = datetime.now(UTC)
+SLACK = timedelta(minutes=1)
 # A test's own temporary directory, numbered in the order a worker made them: the number goes.
 TMP = re.compile(r"<tmp>/[^/\s'\"]*")
 
@@ -151,7 +153,7 @@ def _now(match: re.Match[str]) -> str:
     except ValueError:  # not a date at all (month 13): a test's impossible input
         return text
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return "<now>" if abs(when - STARTED) < timedelta(hours=2) else text
+    return "<now>" if STARTED - SLACK <= when <= datetime.now(UTC) + SLACK else text
 
 
 def _scrub(value: Any, tmp: str) -> Any:

@@ -63,7 +63,5 @@ def test_skips_without_a_reason_say_so_and_a_run_of_no_tests_says_none_collected
     quiet = cuda_stage(case("tests/amptrain/test_engine.py::test_fp16_scaler_on_cuda", "skipped"))
     stage = judge_stage("cuda", quiet, CPU_POLICY)
     assert stage.status is StageStatus.NOT_VERIFIED and "no reason given" in stage.note
-    assert "1 tests" in stage.note
     empty = judge_stage("cuda", cuda_stage(), CPU_POLICY)
     assert empty.status is StageStatus.NOT_VERIFIED and "none collected" in empty.note
-    assert "0 tests" in empty.note

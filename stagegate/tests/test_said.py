@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,10 @@ def test_a_time_that_is_no_date_is_kept_as_it_is() -> None:
     s = Said("k", "/nowhere")
     s.add("error", {"message": "start 2026-13-40T00:00:00Z is not a time"})
     assert s.entries == [{"error": {"message": "start 2026-13-40T00:00:00Z is not a time"}}]
+
+
+def test_a_fixed_time_an_hour_from_the_run_is_kept() -> None:
+    hour_ago = (said.STARTED - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    s = Said("k", "/nowhere")
+    s.add("verdict", {"note": f"baseline of {hour_ago}"})
+    assert s.entries == [{"verdict": {"note": f"baseline of {hour_ago}"}}]
