@@ -123,13 +123,14 @@ class AgreeStop(Callback):
     def on_step_end(self, state: TrainState) -> None:
         if self.any_rank(state.should_stop):
             reasons = self.gather(state.stop_reason if state.should_stop else None)
-            said = [(r, why) for r, why in enumerate(reasons) if why is not None]
             if state.should_stop:
                 return
-            if said:
-                state.stop(f"{said[0][1]} (on rank {said[0][0]})")
-            else:  # the planned end (max_steps) gives no reason to pass on
+            given = ((r, why) for r, why in enumerate(reasons) if why is not None)
+            rank, reason = next(given, (None, None))
+            if reason is None:  # the planned end (max_steps) gives no reason to pass on
                 state.should_stop = True
+            else:
+                state.stop(f"{reason} (on rank {rank})")
 
     def on_epoch_end(self, state: TrainState, metrics: Any) -> None:
         self.on_step_end(state)

@@ -31,8 +31,8 @@ from typing import Any
 
 from stagegate.model import BaselineComparison, Finding, StageVerdict
 
-SAID = Path(__file__).resolve().parent / "fixtures" / "said"
-TESTS = str(Path(__file__).resolve().parent)  # stagegate/tests, or the copy mutmut tests
+HERE = Path(__file__).resolve().parent  # stagegate/tests, or the copy mutmut tests
+SAID, TESTS = HERE / "fixtures" / "said", str(HERE)
 UPDATE = "STAGEGATE_UPDATE_GOLD"
 
 
