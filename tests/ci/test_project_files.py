@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -137,3 +138,39 @@ def test_mutation_runs_copy_every_repository_path_their_tests_read() -> None:
     }
     assert read, "no test reads a repository path: the pattern no longer finds them"
     assert read <= copied, f"tests read {sorted(read - copied)}, which mutmut does not copy"
+
+
+CODE = ["src", "stagegate/src", "tools", "benchmarks", "noxfile.py"]
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path, names: list[str]) -> list[str]:
+    """Each function under `names` longer than MAX_FUNCTION_LINES (decorators left out)."""
+    paths = [
+        p for n in names for p in ([root / n] if n.endswith(".py") else (root / n).rglob("*.py"))
+    ]
+    found = []
+    for path in sorted(paths):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if function and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_every_function_reads_in_one_screen() -> None:
+    assert long_functions(ROOT, CODE) == []
+
+
+def test_a_function_one_line_too_long_is_named(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES - 1))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "ok.py").write_text(f"def fits():\n{body}\n")
+    (tmp_path / "pkg" / "long.py").write_text(
+        f"class A:\n  def too_long(self):\n{body}\n    return x0\n"
+    )
+    (tmp_path / "top.py").write_text(f"async def also():\n{body}\n    return x0\n")
+    assert long_functions(tmp_path, ["pkg", "top.py"]) == [
+        "pkg/long.py:2 too_long",
+        "top.py:1 also",
+    ]

@@ -241,6 +241,23 @@ def _grad_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
+def _memory(arm: Arm, device: torch.device) -> dict[str, Any]:
+    """Peak, static and activation memory of one arm's windows (measured on CUDA alone)."""
+    memory: dict[str, Any] = {"measured": device.type == "cuda"}
+    if device.type == "cuda":
+        # Static: parameters and optimizer state (resident between steps) plus gradients.
+        resident = _resident_bytes(arm.model, arm.trainer.optimizer)
+        static = resident + _grad_bytes(arm.model)
+        peak_bytes = resident + arm.transient_peak_bytes
+        memory.update(
+            peak_allocated_mb=peak_bytes / 2**20,
+            static_mb=static / 2**20,
+            activation_mb=(peak_bytes - static) / 2**20,
+            peak_reserved_device_mb=arm.peak_reserved_bytes / 2**20,
+        )
+    return memory
+
+
 def summarize_arm(
     arm: Arm, preset: Preset, device: torch.device, gpu_name: str | None, val_data: torch.Tensor
 ) -> dict[str, Any]:
@@ -269,18 +286,6 @@ def summarize_arm(
     val = evaluate(arm.model, val_loader, arm.plan, device)
     peak = peak_tflops(gpu_name, arm.name) if device.type == "cuda" else None
     flops = arm.model.flops_per_token(preset.seq_len) if isinstance(arm.model, TinyGPT) else None
-    memory: dict[str, Any] = {"measured": device.type == "cuda"}
-    if device.type == "cuda":
-        # Static: parameters and optimizer state (resident between steps) plus gradients.
-        resident = _resident_bytes(arm.model, arm.trainer.optimizer)
-        static = resident + _grad_bytes(arm.model)
-        peak_bytes = resident + arm.transient_peak_bytes
-        memory.update(
-            peak_allocated_mb=peak_bytes / 2**20,
-            static_mb=static / 2**20,
-            activation_mb=(peak_bytes - static) / 2**20,
-            peak_reserved_device_mb=arm.peak_reserved_bytes / 2**20,
-        )
     result.update(
         steps_per_window=preset.window_steps,
         window_s=arm.window_s,
@@ -290,7 +295,7 @@ def summarize_arm(
         samples_per_second=tokens_per_s / preset.seq_len,
         mfu=(flops * tokens_per_s / (peak * 1e12)) if peak and flops else None,
         peak_tflops=peak,
-        memory=memory,
+        memory=_memory(arm, device),
         val_loss=val["loss"],
         val_accuracy=val["accuracy"],
         overflow_steps=arm.trainer.overflow_steps,

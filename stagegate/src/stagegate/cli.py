@@ -79,6 +79,11 @@ def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=Path("pyproject.toml"),
         help="where [tool.stagegate] is read from",
     )
+    _change_options(rep)
+
+
+def _change_options(rep: argparse.ArgumentParser) -> None:
+    """What the change is judged against: its base, its files, its A/B base, its GPU host."""
     rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
     rep.add_argument(
         "--changed-files",
