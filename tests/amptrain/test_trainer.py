@@ -283,3 +283,20 @@ def test_fine_tune_validates_and_measures_memory_on_the_gpu(
     assert epoch.peak_memory_mb is not None and epoch.peak_memory_mb > 0
     # NVML may be missing from the machine; the epoch reports it when torch can read it
     assert (epoch.gpu_utilization is None) == (gpu_utilization(torch.device("cuda")) is None)
+
+
+@pytest.mark.parametrize("where", ["train", "val"])
+def test_an_id_outside_the_vocabulary_in_any_row_of_a_tensor_stops_the_run_before_a_step(
+    model: TinyGPT, tokens: Tokens, where: str
+) -> None:
+    # Tensors are checked whole up front; the per-batch check would only meet a late row (or
+    # the validation rows) after steps that trained already.
+    train, val = tokens(32), tokens(8, seed=1)
+    (train if where == "train" else val)[-1, -1] = model.vocab_size
+    steps: list[int] = []
+    model.register_forward_pre_hook(
+        lambda module, args: steps.append(1) if module.training else None
+    )
+    with pytest.raises(ValueError, match=f"token id {model.vocab_size}"):
+        fine_tune(model, train, val, epochs=1, batch_size=8, num_workers=0)
+    assert steps == []
