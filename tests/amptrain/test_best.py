@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from amptrain import Callback, TinyGPT, TrainState, fine_tune
-from amptrain.best import KeepBest, load_best
+from amptrain.best import BUILT_IN, KeepBest, check_metric, load_best
 from amptrain.checkpoint import checkpoints
 
 Tokens = Callable[..., torch.Tensor]
@@ -383,3 +383,17 @@ def test_the_models_own_format_is_asked_for_as_safetensors(tmp_path: Path) -> No
     _keep(tmp_path, model).on_eval_end(TrainState(step=1), {"val/loss": 1.0})
     assert sorted(p.name for p in (tmp_path / "best").iterdir()) == [
         "model.safetensors", "weights.pt"]  # fmt: skip
+
+
+def test_a_best_metric_is_checked_before_the_first_step(names: Names) -> None:
+    check_metric(None, extra=False, has_validation=False)  # none asked: nothing to check
+    for key in BUILT_IN:
+        check_metric(key, extra=False, has_validation=True)
+    check_metric("val/bleu", extra=True, has_validation=True)  # compute_metrics may give it
+    with pytest.raises(ValueError) as raised:
+        check_metric("val/loss", extra=True, has_validation=False)
+    assert names(str(raised.value), "best_metric='val/loss'", "val_data")
+    with pytest.raises(ValueError) as raised:
+        check_metric("val/bleu", extra=False, has_validation=True)
+    # the keys there are, and how compute_metrics's keys are named
+    assert names(str(raised.value), "best_metric='val/bleu'", *BUILT_IN, "val/<its key>")

@@ -189,6 +189,14 @@ def test_the_layout_takes_the_loaders_length_or_the_stated_epoch(
     assert names(str(raised.value), "the training data", "no batch", "empty?")
 
 
+def test_max_steps_sets_as_many_epochs_as_its_optimizer_steps_need() -> None:
+    cfg = TrainConfig(epochs=9, grad_accum_steps=4, max_steps=6)
+    assert layout(cfg, 10) == Layout(2, 10, 4, 6)  # 3 steps an epoch (the last of 2 batches)
+    assert layout(cfg, 12) == Layout(2, 12, 4, 6) and layout(cfg, 13) == Layout(2, 13, 4, 6)
+    # a stream with no stated epoch: one epoch of the run's micro-batches
+    assert layout(dataclasses.replace(cfg, grad_accum_steps=2), None) == Layout(1, 12, 2, 6)
+
+
 class _Stream(torch.utils.data.IterableDataset):
     def __init__(self, rows: torch.Tensor) -> None:
         self.rows = rows

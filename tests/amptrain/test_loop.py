@@ -41,6 +41,7 @@ from amptrain.loop import SkipGuard
 from amptrain.precision import PrecisionPlan
 
 Tokens = Callable[..., torch.Tensor]
+Names = Callable[..., bool]
 Models = Callable[..., TinyGPT]
 SCALED = PrecisionPlan("16-mixed", "16-mixed", "cpu", None, None, scaler_enabled=True)
 RUN = {"epochs": 2, "batch_size": 4, "num_workers": 0, "eval_every": 3, "log_every": 4}
@@ -612,7 +613,8 @@ def test_eval_on_start_validates_the_untrained_model_at_step_0(
 
 
 def test_eval_on_start_without_validation_data_is_refused(
-    make_model: Callable[..., TinyGPT], tokens: Tokens
+    make_model: Callable[..., TinyGPT], tokens: Tokens, names: Names
 ) -> None:
-    with pytest.raises(ValueError, match="eval_on_start"):
+    with pytest.raises(ValueError) as raised:
         fine_tune(make_model(), tokens(16), epochs=1, eval_on_start=True)
+    assert names(str(raised.value), "eval_on_start", "val_data")

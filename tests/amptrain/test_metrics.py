@@ -45,6 +45,13 @@ def test_running_stats_match_the_statistics_module() -> None:
     assert (stats.min, stats.max) == (-2.0, 9.25)
 
 
+def test_one_value_is_its_own_mean_exactly_however_small() -> None:
+    for value in (1e-20, -3e-300, 12345.678):
+        stats = RunningStats()
+        stats.update(value)
+        assert (stats.mean, stats.std, stats.min, stats.max) == (value, 0.0, value, value)
+
+
 def test_empty_stats_are_nan_not_zero() -> None:
     assert all(math.isnan(v) for v in RunningStats().summary().values())
 

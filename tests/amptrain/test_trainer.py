@@ -159,9 +159,10 @@ def test_a_rank_other_than_0_writes_nothing_and_leaves_the_callers_sinks_alone(
             seen.append(state.is_main)
 
     result = fine_tune(
-        model, tokens(16), epochs=1, batch_size=8, num_workers=0, tracker=tracker,
-        callbacks=[_Main()], progress=True, jsonl_path=str(tmp_path / "log.jsonl"),
-        checkpoint_dir=str(tmp_path / "ckpt"),
+        model, tokens(16), tokens(4, seed=1), epochs=1, batch_size=8, num_workers=0,
+        tracker=tracker, callbacks=[_Main()], progress=True,
+        jsonl_path=str(tmp_path / "log.jsonl"), checkpoint_dir=str(tmp_path / "ckpt"),
+        best_metric="val/loss",  # no best weights either
     )  # fmt: skip
     assert tracker.sinks == [sink] and sink.records == [] and not sink.closed
     assert tracker.step == 2 and len(tracker.epochs) == 1  # counted all the same

@@ -51,3 +51,21 @@ def test_left_padded_rows_train_as_right_padded_ones(name: str, tokenizer: Any) 
     assert left.train_loss_history == pytest.approx(right.train_loss_history, abs=1e-5)
     assert left.val_loss_history == pytest.approx(right.val_loss_history, abs=1e-5)
     assert torch.allclose(left_weights, right_weights, atol=1e-5)
+
+
+def test_a_tokenizer_gives_its_pad_id_and_side(tokenizer: Any) -> None:
+    pad = tokenizer.pad_token_id
+    vocab = max(20, pad + 1)
+
+    def tiny() -> TinyGPT:
+        torch.manual_seed(0)
+        return TinyGPT(vocab, d_model=16, n_layers=1, n_heads=2, max_seq_len=12)
+
+    rows = torch.randint(0, vocab - 1, (8, 7), generator=torch.Generator().manual_seed(0))
+    rows[rows >= pad] += 1  # every id but the pad id
+    padded = torch.cat([rows, torch.full((8, 5), pad)], dim=1)
+    taken, given = tiny(), tiny()
+    result = fine_tune(taken, padded, tokenizer=tokenizer, **RUN)
+    stated = fine_tune(given, padded, pad_token_id=pad, **RUN)
+    assert result.train_loss_history == stated.train_loss_history  # its pad columns unscored
+    assert torch.equal(_weights(taken), _weights(given))
