@@ -78,6 +78,20 @@ def test_a_batch_without_token_ids_names_its_type(batch: object, kind: str) -> N
     assert f"of type {kind}" in str(raised.value)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.bool])
+@pytest.mark.parametrize("field", ["input_ids", "labels"])
+def test_ids_that_are_not_integers_are_refused_naming_the_field(
+    dtype: torch.dtype, field: str, names: Callable[..., bool]
+) -> None:
+    good = torch.ones(2, 3, dtype=torch.long)
+    batch = {"input_ids": good, "labels": good, field: torch.ones(2, 3, dtype=dtype)}
+    with pytest.raises(ValueError) as raised:
+        unpack_batch(batch)
+    assert names(str(raised.value), repr(field), str(dtype))
+    ids, labels = unpack_batch({"input_ids": good.int(), "labels": good.short()})
+    assert ids.dtype == labels.dtype == torch.int64  # other integers are taken, as int64
+
+
 def test_unpack_batch_rejects_a_mapping_without_input_ids() -> None:
     with pytest.raises(KeyError) as raised:
         unpack_batch({"tokens": torch.ones(1, 2)})

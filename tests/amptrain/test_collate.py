@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from amptrain.collate import PadRows, _Columns, is_text
+from amptrain.collate import PadRows, _Columns, is_text, token_rows
 from amptrain.data import IGNORE_INDEX
+from amptrain.distributed import World
 
 Names = Callable[..., bool]
 
@@ -121,8 +122,27 @@ def test_input_ids_that_are_no_numbers_are_named(names: Names) -> None:
 def test_columns_give_one_row_per_value(names: Names) -> None:
     columns = _Columns({"input_ids": [[1, 2]], "labels": [[1, 2]], "extra": None})
     assert len(columns) == 1 and columns[0] == {"input_ids": [1, 2], "labels": [1, 2]}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         _Columns({"input_ids": []})
+    assert names(str(raised.value), "no sequences", "empty")
     with pytest.raises(KeyError) as raised:
         _Columns({"ids": [[1, 2]], "mask": [[1, 1]]})
     assert names(str(raised.value), "input_ids", "ids", "mask")
+
+
+def test_a_padding_side_other_than_right_or_left_is_refused(names: Names) -> None:
+    with pytest.raises(ValueError) as raised:
+        PadRows(None, "top")
+    assert names(str(raised.value), "padding_side", "'top'")
+
+
+def test_rows_of_fields_are_padded_on_the_side_asked_for() -> None:
+    data = _rows(input_ids=[[1, 2], [3]])
+    rows, collate = token_rows(data, pad_token_id=None, padding_side="left", world=World())
+    assert collate([rows[0], rows[1]])["input_ids"].tolist() == [[1, 2], [0, 3]]
+
+
+def test_a_numpy_array_of_ids_gives_the_rows_its_tensor_gives() -> None:
+    ids = np.arange(12, dtype=np.int64).reshape(3, 4)
+    rows, _ = token_rows(ids, pad_token_id=None, padding_side="right", world=World())
+    assert len(rows) == 3 and all(torch.equal(rows[i], torch.from_numpy(ids[i])) for i in range(3))
