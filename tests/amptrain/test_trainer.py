@@ -275,8 +275,17 @@ def test_fine_tune_validates_and_measures_memory_on_the_gpu(
 ) -> None:
     model = make_model(vocab=64, seq=32, d_model=64, n_layers=2, n_heads=4)
     train, val = tokens(32, vocab=64, seq=32), tokens(8, seed=1, vocab=64, seq=32)
+    seen: list[dict[str, float]] = []
+
+    class _Val(Callback):
+        def on_eval_end(self, state: TrainState, metrics: Any) -> None:
+            seen.append(dict(metrics))
+
+    # compute_metrics: its first pass, before the first step, and each validation's, on the GPU
     result = fine_tune(model, train, val, epochs=1, batch_size=8, precision="bf16-mixed",
-                       num_workers=0)  # fmt: skip
+                       num_workers=0, compute_metrics=lambda p: {"rows": len(p.label_ids)},
+                       callbacks=[_Val()])  # fmt: skip
+    assert seen and seen[-1]["val/rows"] == 8
     (epoch,) = result.epochs
     assert result.device.startswith("cuda") and result.precision == "bf16-mixed"
     assert math.isfinite(epoch.val_loss) and 0 <= epoch.val_accuracy <= 1
