@@ -441,4 +441,4 @@ def test_each_batchs_ids_are_checked_against_the_vocabulary(names: Names) -> Non
     for ids, bad in [([[0, 99]], "99"), ([[-1, 3]], "-1"), ([[12]], "12")]:
         with pytest.raises(ValueError) as raised:
             check_batch_ids(torch.tensor(ids), 10, batch=3, epoch=2)
-        assert names(str(raised.value), f"token id {bad}", "batch 3", "epoch 2")
+        assert names(str(raised.value), f"token id {bad}", "batch 3", "epoch 2", "ids 0 to 9")

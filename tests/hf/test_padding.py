@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from amptrain import TinyGPT, fine_tune
+from amptrain.collate import padding_of
 
-from .conftest import MODELS, encode
+from .conftest import MODELS, build_tokenizer, encode
 
 PAD = 0
 RUN = {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3, "log_every": 1}
@@ -69,3 +70,11 @@ def test_a_tokenizer_gives_its_pad_id_and_side(tokenizer: Any) -> None:
     stated = fine_tune(given, padded, pad_token_id=pad, **RUN)
     assert result.train_loss_history == stated.train_loss_history  # its pad columns unscored
     assert torch.equal(_weights(taken), _weights(given))
+
+
+def test_a_tokenizers_padding_is_read_from_it_and_defaults_where_it_has_none() -> None:
+    left = build_tokenizer(padding_side="left")
+    assert padding_of(left) == {"pad_token_id": left.pad_token_id, "padding_side": "left"}
+    # the raw `tokenizers` object under it names neither: no pad id, right padding
+    assert padding_of(left.backend_tokenizer) == {"pad_token_id": None, "padding_side": "right"}
+    assert padding_of(None) == {}  # no tokenizer: TrainConfig's own fields stand
