@@ -410,19 +410,21 @@ def test_a_fresh_skip_guard_saves_plain_values() -> None:
     assert all(type(value) in (int, bool) for value in fresh.values())
 
 
-@pytest.mark.parametrize("bad", [24, 99, -3])
+@pytest.mark.parametrize(("bad", "accum"), [(24, 1), (99, 1), (-3, 1), (24, 3)])
 def test_an_id_outside_the_vocabulary_in_any_batch_names_the_batch_and_the_id(
     model: TinyGPT,
     tokens: Tokens,
     names: Callable[..., bool],
     weights: Callable[..., Any],
     bad: int,
+    accum: int,
 ) -> None:
     rows = tokens(40)
-    rows[29, 5] = bad  # in the 8th batch of 4 rows, in order
+    rows[29, 5] = bad  # in the 8th batch of 4 rows, in order (the 2nd of a step's 3)
     before = weights(model)
     with pytest.raises(ValueError) as raised:
-        fine_tune(model, DataLoader(rows, batch_size=4), epochs=1, num_workers=0)
+        fine_tune(model, DataLoader(rows, batch_size=4), epochs=1, num_workers=0,
+                  grad_accum_steps=accum)  # fmt: skip
     assert names(str(raised.value), "batch 8", "epoch 1", f"token id {bad}", "24")
     after = weights(model)  # seven steps trained: the error came at the eighth batch, not later
     assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
