@@ -56,6 +56,12 @@ def test_bad_config_values_name_the_field(field: str, value: object) -> None:
         TrainConfig(**{field: value})
 
 
+def test_lightnings_integer_precisions_are_kept_as_their_names() -> None:
+    assert TrainConfig(precision=16).precision == "16"
+    assert TrainConfig(precision=32).precision == "32"
+    assert TrainConfig(precision="bf16-mixed").precision == "bf16-mixed"
+
+
 # each setting's last valid value beside its first invalid one
 _EDGES = [
     ("epochs", 1, 0),
@@ -78,12 +84,20 @@ _EDGES = [
     ("num_workers", 0, -1),
     ("collective_timeout", 0.5, 0.0),
     ("collective_timeout", 1e6, math.inf),
+    ("lr_cycles", 1, 0),
+    ("lr_power", 1e-9, 0.0),
+    ("lr_power", 1e6, math.inf),
+    ("max_steps", 1, 0),
+    ("pad_token_id", 0, -1),
+    ("padding_side", "left", "top"),
+    ("best_metric", "val/bleu", "/"),
 ]
 
 
 @pytest.mark.parametrize(("field", "good", "bad"), _EDGES)
 def test_each_settings_bounds(field: str, good: object, bad: object) -> None:
-    extra = {"checkpoint_dir": "checkpoints"} if field == "checkpoint_every" else {}
+    needs_dir = field in ("checkpoint_every", "best_metric")
+    extra = {"checkpoint_dir": "checkpoints"} if needs_dir else {}
     assert getattr(TrainConfig(**{field: good}, **extra), field) == good
     with pytest.raises(ValueError) as raised:
         TrainConfig(**{field: bad}, **extra)
@@ -427,9 +441,11 @@ def test_the_best_metric_is_a_validation_key_kept_in_the_checkpoint_folder(names
     assert TrainConfig(best_metric="val/bleu", checkpoint_dir="c").best_metric == "val/bleu"
     with pytest.raises(ValueError) as raised:
         TrainConfig(best_metric="val/loss")
-    assert names(str(raised.value), "best_metric", "checkpoint_dir")
-    with pytest.raises(ValueError, match="best_metric"):
+    # the field, what it needs, and where the weights would be kept
+    assert names(str(raised.value), "TrainConfig.best_metric", "checkpoint_dir/best")
+    with pytest.raises(ValueError) as raised:
         TrainConfig(load_best_at_end=True, checkpoint_dir="c")
+    assert names(str(raised.value), "TrainConfig.load_best_at_end", "best_metric")
     with pytest.raises(ValueError, match="best_mode"):
         TrainConfig(best_metric="val/loss", best_mode="lowest", checkpoint_dir="c")
 

@@ -248,6 +248,32 @@ def test_accumulated_micro_batches_equal_one_step_on_their_concatenation(
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_totals_summed_over_ranks_that_count_alike_train_as_one_process(
+    make_model: Callable[..., TinyGPT], tokens: Tokens, ranks: int
+) -> None:
+    # `ranks` ranks counting the same tokens: the sum over them, per rank, is this rank's count
+    ids, labels = _ragged(tokens)
+    alone, spread = make_model(), make_model()
+    one = TrainStep(alone, build_optimizer(alone, TrainConfig(), CPU), FP32)
+    kwargs = {"ranks": ranks} if ranks > 1 else {}  # one rank: the default
+    summed = TrainStep(spread, build_optimizer(spread, TrainConfig(), CPU), FP32,
+                       reduce=lambda total: total * ranks, **kwargs)  # fmt: skip
+    micro = [(ids[:4], labels[:4], {}), (ids[4:], labels[4:], {})]
+    out_one, out_summed = one.run(micro), summed.run(micro)
+    torch.testing.assert_close(out_summed.loss, out_one.loss, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_summed.grad_norm, out_one.grad_norm, rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_without_micro_batches_is_refused(
+    model: TinyGPT, names: Callable[..., bool]
+) -> None:
+    step = TrainStep(model, build_optimizer(model, TrainConfig(), CPU), FP32)
+    with pytest.raises(ValueError) as raised:
+        step.run([])
+    assert names(str(raised.value), "at least one micro-batch")
+
+
 def test_the_scaler_steps_and_updates_once_per_accumulated_step(
     model: TinyGPT, tokens: Tokens
 ) -> None:
