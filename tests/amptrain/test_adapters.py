@@ -92,6 +92,22 @@ def test_ids_that_are_not_integers_are_refused_naming_the_field(
     assert ids.dtype == labels.dtype == torch.int64  # other integers are taken, as int64
 
 
+def test_a_field_that_is_not_numbers_is_named_and_text_is_left_out(
+    names: Callable[..., bool],
+) -> None:
+    ids = torch.ones(2, 3, dtype=torch.long)
+    for batch, field in [
+        ({"input_ids": [["a", "b"]]}, "input_ids"),
+        ({"input_ids": ids, "labels": [[1], [2, 3]]}, "labels"),
+        ({"input_ids": ids, "pixels": [[1.0], [2.0, 3.0]]}, "pixels"),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            batch_inputs(batch)
+        assert names(str(raised.value), repr(field)), field
+    _, _, inputs = batch_inputs({"input_ids": ids, "text": ["a b", "c"], "mask": ids})
+    assert set(inputs) == {"mask"}
+
+
 def test_unpack_batch_rejects_a_mapping_without_input_ids() -> None:
     with pytest.raises(KeyError) as raised:
         unpack_batch({"tokens": torch.ones(1, 2)})

@@ -235,3 +235,10 @@ def test_a_stop_without_a_reason_on_any_rank_is_every_ranks_stop() -> None:
     other = TrainState()  # this rank did not stop; the other stopped without a reason
     AgreeStop(lambda flag: True, lambda reason: [reason, None]).on_step_end(other)
     assert other.should_stop and other.stop_reason is None
+
+
+def test_early_stopping_in_a_loop_that_never_validated_says_so(names: Names) -> None:
+    # another loop than fine_tune's (whose check runs before the first step) calling the hook
+    with pytest.raises(ValueError) as raised:
+        EarlyStopping().on_epoch_end(TrainState(step=3), None)
+    assert names(str(raised.value), "EarlyStopping", "pass val_data")
