@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amptrain import config
-from amptrain.collate import field_tensor, is_text
-from amptrain.data import IGNORE_INDEX
+from amptrain.collate import IGNORE_INDEX, field_tensor, is_text
 from amptrain.precision import PrecisionPlan
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

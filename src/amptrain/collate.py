@@ -2,7 +2,8 @@
 ``BatchEncoding`` (columns), a list of row mappings, NumPy arrays, and a ``datasets``
 ``Dataset`` or streaming ``IterableDataset``; each read as rows, and rows collated into padded
 batches as ``transformers.DataCollatorWithPadding`` does (``attention_mask`` 0 on padding,
-labels ``IGNORE_INDEX`` there). Token tensors keep the path of :mod:`amptrain.data`."""
+labels ``IGNORE_INDEX`` there). Token tensors (``[N, T]`` or a list of 1-D tensors) are rows
+of a :class:`SequenceDataset`, batched by :class:`PadCollate`."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from amptrain.data import IGNORE_INDEX, PadCollate, _SequenceDataset
 from amptrain.distributed import World
+
+IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
 Collate = Callable[[list[Any]], Any]
 PADDING_SIDES = ("right", "left")
@@ -48,6 +50,71 @@ def is_text(value: Any) -> bool:
     if isinstance(value, np.ndarray):
         return value.dtype.kind in "USO" and value.size > 0 and isinstance(value.flat[0], str)
     return isinstance(value, Sequence) and len(value) > 0 and isinstance(value[0], str)
+
+
+class SequenceDataset(Dataset):
+    """Rows of token ids, from a 2-D tensor or a list of 1-D tensors of any length."""
+
+    def __init__(self, rows: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        if isinstance(rows, torch.Tensor):
+            if rows.dim() != 2:
+                raise ValueError(
+                    f"token ids must be a 2-D tensor [N, T] or a list of 1-D tensors; got shape "
+                    f"{tuple(rows.shape)}"
+                )
+        else:
+            rows = list(rows)
+            for i, row in enumerate(rows):
+                if not isinstance(row, torch.Tensor) or row.dim() != 1:
+                    raise ValueError(f"item {i} of the token list is not a 1-D tensor")
+        if len(rows) == 0:
+            raise ValueError("no sequences: the token data is empty")
+        lengths = [rows.shape[1]] if isinstance(rows, torch.Tensor) else [r.numel() for r in rows]
+        short = next((i for i, n in enumerate(lengths) if n < 2), None)
+        if short is not None:
+            n = lengths[short]
+            raise ValueError(
+                f"row {short} has {n} token{'s' if n != 1 else ''}: next-token training needs "
+                "at least 2 per row"
+            )
+        tensors = [rows] if isinstance(rows, torch.Tensor) else rows
+        if any(t.is_floating_point() for t in tensors):
+            raise ValueError("token ids must be integers, got a floating-point tensor")
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def id_range_and_length(self) -> tuple[int, int, int]:
+        """(largest id, smallest id, longest row) over every row."""
+        tensors = [self.rows] if isinstance(self.rows, torch.Tensor) else self.rows
+        top = max(int(t.max()) for t in tensors)
+        low = min(int(t.min()) for t in tensors)
+        length = (
+            self.rows.shape[1]
+            if isinstance(self.rows, torch.Tensor)
+            else max(t.numel() for t in tensors)
+        )
+        return top, low, length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.rows[index]
+
+
+class PadCollate:
+    """Stack rows into ``(input_ids, labels)``, padding ragged rows; the loss skips padding."""
+
+    def __init__(self, pad_token_id: int = 0) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        length = max(row.numel() for row in rows)
+        input_ids = torch.full((len(rows), length), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(rows), length), IGNORE_INDEX, dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, : row.numel()] = row
+            labels[i, : row.numel()] = row
+        return input_ids, labels
 
 
 class PadRows:
@@ -176,7 +243,7 @@ def token_rows(
         return list(data), rows
     elif isinstance(data, Sequence) and len(data) and isinstance(data[0], np.ndarray):
         data = [torch.from_numpy(row) for row in data]
-    tokens = _SequenceDataset(data)
+    tokens = SequenceDataset(data)
     return tokens, rows if pad_token_id is not None or padding_side != "right" else PadCollate()
 
 

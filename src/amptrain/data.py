@@ -13,7 +13,6 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
-    Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
@@ -24,9 +23,8 @@ from torch.utils.data import (
 )
 
 from amptrain.checkpoint import rng_state, set_rng_state
+from amptrain.collate import token_rows
 from amptrain.distributed import ShardSampler, World, shard_loader, shard_sampler
-
-IGNORE_INDEX = -100  # label value that the loss and the accuracy skip
 
 # token tensors, a DataLoader, or what amptrain.collate reads (BatchEncoding, rows, datasets)
 TokenData = torch.Tensor | Sequence[torch.Tensor] | DataLoader | Any
@@ -81,55 +79,6 @@ def _seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
-class _SequenceDataset(Dataset):
-    """Rows of token ids, from a 2-D tensor or a list of 1-D tensors of any length."""
-
-    def __init__(self, rows: torch.Tensor | Sequence[torch.Tensor]) -> None:
-        if isinstance(rows, torch.Tensor):
-            if rows.dim() != 2:
-                raise ValueError(
-                    f"token ids must be a 2-D tensor [N, T] or a list of 1-D tensors; got shape "
-                    f"{tuple(rows.shape)}"
-                )
-        else:
-            rows = list(rows)
-            for i, row in enumerate(rows):
-                if not isinstance(row, torch.Tensor) or row.dim() != 1:
-                    raise ValueError(f"item {i} of the token list is not a 1-D tensor")
-        if len(rows) == 0:
-            raise ValueError("no sequences: the token data is empty")
-        lengths = [rows.shape[1]] if isinstance(rows, torch.Tensor) else [r.numel() for r in rows]
-        short = next((i for i, n in enumerate(lengths) if n < 2), None)
-        if short is not None:
-            n = lengths[short]
-            raise ValueError(
-                f"row {short} has {n} token{'s' if n != 1 else ''}: next-token training needs "
-                "at least 2 per row"
-            )
-        tensors = [rows] if isinstance(rows, torch.Tensor) else rows
-        if any(t.is_floating_point() for t in tensors):
-            raise ValueError("token ids must be integers, got a floating-point tensor")
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def id_range_and_length(self) -> tuple[int, int, int]:
-        """(largest id, smallest id, longest row) over every row."""
-        tensors = [self.rows] if isinstance(self.rows, torch.Tensor) else self.rows
-        top = max(int(t.max()) for t in tensors)
-        low = min(int(t.min()) for t in tensors)
-        length = (
-            self.rows.shape[1]
-            if isinstance(self.rows, torch.Tensor)
-            else max(t.numel() for t in tensors)
-        )
-        return top, low, length
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.rows[index]
-
-
 class EpochShuffle(Sampler[int]):
     """A shuffled order that is a function of (seed, epoch) alone: the same with any number of
     workers (they draw from their own generator, never from this one). Call
@@ -148,22 +97,6 @@ class EpochShuffle(Sampler[int]):
 
     def __len__(self) -> int:
         return self.size
-
-
-class PadCollate:
-    """Stack rows into ``(input_ids, labels)``, padding ragged rows; the loss skips padding."""
-
-    def __init__(self, pad_token_id: int = 0) -> None:
-        self.pad_token_id = pad_token_id
-
-    def __call__(self, rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        length = max(row.numel() for row in rows)
-        input_ids = torch.full((len(rows), length), self.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(rows), length), IGNORE_INDEX, dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, : row.numel()] = row
-            labels[i, : row.numel()] = row
-        return input_ids, labels
 
 
 def make_dataloader(
@@ -190,8 +123,6 @@ def make_dataloader(
     none on CPU: the rows are in memory, and a worker process would only take a core from
     the training.
     """
-    from amptrain.collate import token_rows  # it reads rows with this module's datasets
-
     world = world or World()
     if isinstance(data, DataLoader):
         return shard_loader(data, world, shuffle=shuffle, seed=seed)

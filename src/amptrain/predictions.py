@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from amptrain.data import IGNORE_INDEX
+from amptrain.collate import IGNORE_INDEX
 from amptrain.distributed import World
 from amptrain.engine import evaluate
 from amptrain.precision import PrecisionPlan

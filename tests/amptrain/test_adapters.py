@@ -30,7 +30,7 @@ from amptrain.adapters import (
     unwrap,
     vocabulary_size,
 )
-from amptrain.data import IGNORE_INDEX
+from amptrain.collate import IGNORE_INDEX
 from amptrain.precision import resolve_precision
 
 Tokens = Callable[..., torch.Tensor]

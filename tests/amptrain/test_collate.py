@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from amptrain.collate import PadRows, _Columns, is_text, token_rows
-from amptrain.data import IGNORE_INDEX
+from amptrain.collate import (
+    IGNORE_INDEX,
+    PadCollate,
+    PadRows,
+    SequenceDataset,
+    _Columns,
+    is_text,
+    token_rows,
+)
 from amptrain.distributed import World
 
 Names = Callable[..., bool]
@@ -146,3 +153,31 @@ def test_a_numpy_array_of_ids_gives_the_rows_its_tensor_gives() -> None:
     ids = np.arange(12, dtype=np.int64).reshape(3, 4)
     rows, _ = token_rows(ids, pad_token_id=None, padding_side="right", world=World())
     assert len(rows) == 3 and all(torch.equal(rows[i], torch.from_numpy(ids[i])) for i in range(3))
+
+
+# --- token tensors ---------------------------------------------------------------------------
+
+
+def test_padding_is_ignored_in_labels() -> None:
+    ids, labels = PadCollate()([torch.tensor([5, 6, 7]), torch.tensor([8])])  # 0 by default
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert labels.tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (torch.empty(0, 4, dtype=torch.long), "no sequences: the token data is empty"),
+        ([torch.tensor([3, 4]), torch.tensor([7])], "row 1 has 1 token"),
+        ([torch.tensor([], dtype=torch.long)], "row 0 has 0 tokens"),
+        (torch.ones(3, 1, dtype=torch.long), "row 0 has 1 token"),
+        (torch.ones(3, 4), "token ids must be integers, got a floating-point tensor"),
+    ],
+)
+def test_data_too_small_to_train_on_is_named(
+    rows: object, message: str, names: Callable[..., bool]
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        SequenceDataset(rows)  # type: ignore[arg-type]
+    assert names(str(raised.value), message)
+    assert names(str(raised.value), "at least 2 per row") == message.startswith("row")

@@ -9,11 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from amptrain import TinyGPT, fine_tune, make_dataloader, synthetic_token_data
+from amptrain.collate import PadCollate, SequenceDataset
 from amptrain.data import (
-    IGNORE_INDEX,
     EpochShuffle,
-    PadCollate,
-    _SequenceDataset,
     check_restorable,
     order_state,
     seed_everything,
@@ -22,12 +20,6 @@ from amptrain.data import (
 
 CPU = torch.device("cpu")
 Tokens = Callable[..., torch.Tensor]
-
-
-def test_padding_is_ignored_in_labels() -> None:
-    ids, labels = PadCollate()([torch.tensor([5, 6, 7]), torch.tensor([8])])  # 0 by default
-    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert labels.tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
 
 
 def test_synthetic_data_is_deterministic_in_range_and_follows_its_rule() -> None:
@@ -130,25 +122,6 @@ def test_a_loader_worker_seeds_python_and_numpy_from_its_torch_seed() -> None:
     assert got == (random.random(), np.random.random())
 
 
-@pytest.mark.parametrize(
-    ("rows", "message"),
-    [
-        (torch.empty(0, 4, dtype=torch.long), "no sequences: the token data is empty"),
-        ([torch.tensor([3, 4]), torch.tensor([7])], "row 1 has 1 token"),
-        ([torch.tensor([], dtype=torch.long)], "row 0 has 0 tokens"),
-        (torch.ones(3, 1, dtype=torch.long), "row 0 has 1 token"),
-        (torch.ones(3, 4), "token ids must be integers, got a floating-point tensor"),
-    ],
-)
-def test_data_too_small_to_train_on_is_named(
-    rows: object, message: str, names: Callable[..., bool]
-) -> None:
-    with pytest.raises(ValueError) as raised:
-        _SequenceDataset(rows)  # type: ignore[arg-type]
-    assert names(str(raised.value), message)
-    assert names(str(raised.value), "at least 2 per row") == message.startswith("row")
-
-
 def test_rows_too_short_to_train_on_stop_fine_tune_before_it_trains(model: TinyGPT) -> None:
     rows = [torch.tensor([3, 4, 5]), torch.tensor([7])]
     with pytest.raises(ValueError, match="row 1 has 1 token"):
@@ -248,7 +221,7 @@ def test_under_torchrun_each_rank_loads_its_own_shard(ready: bool) -> None:
     from amptrain.distributed import World
 
     data = synthetic_token_data(10, 6, 20)
-    source = DataLoader(_SequenceDataset(data), batch_size=2, collate_fn=PadCollate())
+    source = DataLoader(SequenceDataset(data), batch_size=2, collate_fn=PadCollate())
 
     def rows(rank: int, shuffle: bool, seed: int = 5) -> list[int]:
         loader = make_dataloader(

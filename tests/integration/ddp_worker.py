@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
 from amptrain import MetricsTracker, TinyGPT, fine_tune, synthetic_token_data
+from amptrain.collate import PadCollate
 from amptrain.config import TrainConfig
-from amptrain.data import PadCollate
 from amptrain.engine import TrainStep
 from amptrain.optim import build_optimizer
 from amptrain.precision import resolve_precision

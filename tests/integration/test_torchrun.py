@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from amptrain import fine_tune
-from amptrain.data import PadCollate
+from amptrain.collate import PadCollate
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_worker
