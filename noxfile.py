@@ -52,6 +52,10 @@ VENV_PARAMS = ["--system-site-packages", "--without-pip"] if SYSTEM_TORCH else [
 CONSTRAINTS = ["--no-build-isolation"] if SYSTEM_TORCH else ["-c", "constraints-cpu.txt"]
 
 
+# pytest as a module of the session's interpreter: in the image the sessions install no pytest
+# script of their own, and the image's would run on its interpreter, which has no amptrain.
+PYTEST = ["python", "-m", "pytest"]
+
 # What an install depends on: when none of these changed, a reused virtualenv has it already.
 INSTALL_INPUTS = ("pyproject.toml", "stagegate/pyproject.toml", "constraints-cpu.txt")
 
@@ -160,7 +164,7 @@ def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
         "execution",
         [f"--junit={junit}", f"--coverage={cov}", f"--warnings={warns}"],
         [
-            "pytest",
+            *PYTEST,
             "-m",
             "not integration",
             # Independent tests, one worker per core; worksteal keeps both busy to the end.
@@ -189,7 +193,7 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
         "integration",
         [f"--junit={junit}", f"--metrics={metrics}"],
         [
-            "pytest",
+            *PYTEST,
             "tests/integration",
             "-m",
             "integration",
@@ -246,7 +250,7 @@ def run_regression(
 def run_cuda(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
     """The cuda-marked tests as a stage of their own, with JUnit."""
     junit = f"{RAW}/junit-cuda.xml"
-    command = ["pytest", "-m", "cuda", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    command = [*PYTEST, "-m", "cuda", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
     return stage(session, "cuda", [f"--junit={junit}"], command, must_pass=must_pass)
 
 
@@ -342,7 +346,7 @@ def verify(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the project's whole test suite."""
     install(session, "test", "lint")
-    session.run("pytest", *session.posargs, env=peer_env())
+    session.run(*PYTEST, *session.posargs, env=peer_env())
 
 
 def requirements(*extras: str) -> list[str]:

@@ -9,6 +9,7 @@ the stand-in's site-packages reach the sessions through PYTHONPATH, ahead of any
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,14 @@ from .ci_tools import noxfile as load_noxfile
 ROOT = Path(__file__).resolve().parents[2]
 # Run in each session's virtualenv: both distributions import there, on the image's torch.
 IMPORTS = "import amptrain.benchmark, stagegate.cli, torch; print(torch.__file__)"
+LAYERS = "tests/amptrain/test_layers.py"  # a test file that imports amptrain and is quick
+
+
+def _nox(python: str, work: Path, env: dict[str, str], *args: str) -> None:
+    run = subprocess.run(
+        [python, "-m", "nox", *args], cwd=work, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 def _copy_checkout(dest: Path) -> None:
@@ -93,18 +102,15 @@ def test_sessions_in_the_image_reuse_its_torch_and_download_nothing(tmp_path: Pa
     # first process that imports each module (kept from being written, every process of the
     # session would compile torch anew).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # Each install of the sessions CI runs in the image (lint installs what unit does); what
-    # the sessions then run, the stages' own tests run.
+    # Each install of the sessions CI runs in the image (lint installs what unit does)...
     sessions = ["unit", "integration", "benchmark"]
-    run = subprocess.run(
-        [python, "-m", "nox", "--install-only", "-s", *sessions],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    _nox(python, work, env, "--install-only", "-s", *sessions)
+    # ...and a pytest stage runs there: pytest on the session's interpreter, which has amptrain
+    # (the image's own pytest script would run on the image's, which has not). One small test
+    # file in one process; the host's own pytest plugins, which a stand-in sees, left out.
+    _nox(python, work, env, "-R", "-s", "unit", "--", "-n", "0", "-p", "no:benchmark", LAYERS)
+    record = json.loads((work / "reports" / "raw" / "execution.json").read_text())
+    assert record["exit_code"] == 0, record
     for name in sessions:
         session = work / ".nox" / name
         assert not list(session.glob("lib/python*/site-packages/torch")), f"{name} installed torch"
