@@ -85,19 +85,14 @@ def test_a_record_pointing_at_the_committed_baseline_is_refused(tmp_path: Path) 
 
 
 def test_records_of_another_commit_than_the_judged_one_are_refused(tmp_path: Path) -> None:
-    # judge.yml passes the run's head_sha: a passing run's records, uploaded again for a new
-    # commit, say nothing about it.
+    # gpu.yml passes the SHA it admitted: another commit's passing records say nothing of it
     art = copy_fixture(tmp_path, "pass-cpu")
     named = json.loads((art / "execution.json").read_text())["commit"]
     out = judge(tmp_path, art, "--commit", "f" * 40)
     assert out["state"] == "error" and named in out["description"], out
     assert not (tmp_path / "reports" / "summary.md").exists(), "stagegate must not have run"
-    assert (
-        judge(tmp_path / "same", copy_fixture(tmp_path / "same", "pass-cpu"), "--commit", named)[
-            "state"
-        ]
-        == "success"
-    )
+    same = judge(tmp_path / "same", copy_fixture(tmp_path / "same", "pass-cpu"), "--commit", named)
+    assert same["state"] == "success", same
 
 
 def test_the_default_branch_policy_requires_what_the_change_dropped(tmp_path: Path) -> None:
