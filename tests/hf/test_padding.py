@@ -11,7 +11,7 @@ from torch import nn
 
 from amptrain import TinyGPT, fine_tune
 
-from .conftest import MODELS, encode
+from .conftest import MODELS, build_tokenizer, encode
 
 PAD = 0
 RUN = {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3, "log_every": 1}
@@ -69,3 +69,23 @@ def test_a_tokenizer_gives_its_pad_id_and_side(tokenizer: Any) -> None:
     stated = fine_tune(given, padded, pad_token_id=pad, **RUN)
     assert result.train_loss_history == stated.train_loss_history  # its pad columns unscored
     assert torch.equal(_weights(taken), _weights(given))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_tokenizer_pads_its_rows_on_its_own_side(side: str) -> None:
+    # The side comes from the tokenizer alone (no padding_side= given): each batch the model
+    # trains on has its pad ids on that side and a real token at the other end of every row.
+    tokenizer = build_tokenizer(padding_side=side)
+    pad = tokenizer.pad_token_id
+    batches: list[torch.Tensor] = []
+
+    def seen(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        if module.training:
+            batches.append(kwargs.get("input_ids", args[0] if args else None).clone())
+
+    model = MODELS["gpt2"]()
+    model.register_forward_pre_hook(seen, with_kwargs=True)
+    fine_tune(model, encode(tokenizer, 8), tokenizer=tokenizer, **RUN)
+    padded_end, real_end = (0, -1) if side == "left" else (-1, 0)
+    assert batches and all((ids[:, real_end] != pad).all() for ids in batches)
+    assert any((ids[:, padded_end] == pad).any() for ids in batches)  # rows were padded
