@@ -78,3 +78,23 @@ def test_a_tokenizers_padding_is_read_from_it_and_defaults_where_it_has_none() -
     # the raw `tokenizers` object under it names neither: no pad id, right padding
     assert padding_of(left.backend_tokenizer) == {"pad_token_id": None, "padding_side": "right"}
     assert padding_of(None) == {}  # no tokenizer: TrainConfig's own fields stand
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_tokenizer_pads_its_rows_on_its_own_side(side: str) -> None:
+    # The side comes from the tokenizer alone (no padding_side= given): each batch the model
+    # trains on has its pad ids on that side and a real token at the other end of every row.
+    tokenizer = build_tokenizer(padding_side=side)
+    pad = tokenizer.pad_token_id
+    batches: list[torch.Tensor] = []
+
+    def seen(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        if module.training:
+            batches.append(kwargs.get("input_ids", args[0] if args else None).clone())
+
+    model = MODELS["gpt2"]()
+    model.register_forward_pre_hook(seen, with_kwargs=True)
+    fine_tune(model, encode(tokenizer, 8), tokenizer=tokenizer, **RUN)
+    padded_end, real_end = (0, -1) if side == "left" else (-1, 0)
+    assert batches and all((ids[:, real_end] != pad).all() for ids in batches)
+    assert any((ids[:, padded_end] == pad).any() for ids in batches)  # rows were padded
