@@ -140,7 +140,7 @@ def test_mutation_runs_copy_every_repository_path_their_tests_read() -> None:
     assert read <= copied, f"tests read {sorted(read - copied)}, which mutmut does not copy"
 
 
-CODE = ["src", "stagegate/src", "tools", "benchmarks", "noxfile.py"]
+CODE = ["src", "stagegate/src", "tools", "benchmarks", "noxfile.py", "tests", "stagegate/tests"]
 MAX_FUNCTION_LINES = 60
 
 
