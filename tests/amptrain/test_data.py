@@ -312,6 +312,24 @@ def test_a_samplers_own_state_is_put_back_with_the_order(tokens: Tokens) -> None
     assert sampler.turn == 1 and [b.tolist() for b in loader] == first
 
 
+def test_the_loaders_and_its_samplers_own_generators_are_each_put_back(tokens: Tokens) -> None:
+    from torch.utils.data import RandomSampler
+
+    rows = tokens(8)
+    drawing, seeding = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    loader = DataLoader(rows, batch_size=2, sampler=RandomSampler(rows, generator=drawing),
+                        generator=seeding)  # fmt: skip
+    saved = order_state(loader)
+    first = [b.tolist() for b in loader]  # draws from both: the order, the workers' base seed
+    states = drawing.get_state(), seeding.get_state()
+    list(loader)
+    set_order_state(loader, saved)
+    assert [b.tolist() for b in loader] == first
+    assert torch.equal(drawing.get_state(), states[0]) and torch.equal(
+        seeding.get_state(), states[1]
+    )
+
+
 def test_an_order_the_loader_cannot_take_back_is_refused(
     tokens: Tokens, names: Callable[..., bool]
 ) -> None:
