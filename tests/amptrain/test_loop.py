@@ -351,7 +351,7 @@ def test_the_skip_guard_says_where_and_what_to_change(names: Callable[..., bool]
         guard.update(finite=False, where=" (epoch 1, step 5)")
     message = str(raised.value)
     assert names(message, "2 optimizer steps", "(epoch 1, step 5)", "loss or gradient")
-    assert names(message, "learning rate", "max_consecutive_skips", "expected")
+    assert names(message, "learning rate", "max_consecutive_skips", "expected", "NaN")
 
 
 def test_the_skipped_step_warning_points_at_the_callers_line(
@@ -494,7 +494,9 @@ def test_a_checkpoint_of_another_model_shape_is_refused_with_what_differs(
     fine_tune(make_model(), tokens(40), **args)
     with pytest.raises(ValueError) as raised:
         fine_tune(make_model(d_model=16), tokens(40), **args, resume_from="latest")
-    assert names(str(raised.value), "another model's weights", "size mismatch")
+    assert names(
+        str(raised.value), "another model's weights", "size mismatch", "(the same class and sizes)"
+    )
 
 
 class _OwnOrder(torch.utils.data.Sampler[int]):
