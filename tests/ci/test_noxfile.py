@@ -57,7 +57,7 @@ def _no_pip_config(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
 
 
-def test_uv_is_given_pips_find_links_folders_and_compiles_bytecode(tmp_path: Path) -> None:
+def test_uv_is_given_pips_find_links_folders_and_compiles_nothing(tmp_path: Path) -> None:
     env = {**_no_pip_config(tmp_path), "PIP_FIND_LINKS": "/opt/wheels  /srv/more"}
     args = noxfile.uv_args(_session("uv"), env)
     assert _links(args) == ["/opt/wheels", "/srv/more"] and "--compile-bytecode" not in args
@@ -76,3 +76,21 @@ def test_uv_is_given_the_find_links_of_pips_configuration_files(tmp_path: Path) 
 
 def test_pip_reads_its_own_configuration() -> None:
     assert noxfile.uv_args(_session("venv"), {"PIP_FIND_LINKS": "/opt/wheels"}) == []
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_every_session_writes_bytecode_as_it_imports(tmp_path: Path, installed: bool) -> None:
+    # PYTHONDONTWRITEBYTECODE set here would make each process compile torch again: the
+    # sessions write bytecode, whether or not the install runs this time
+    calls: list[tuple[str, ...]] = []
+    session = SimpleNamespace(
+        env={}, virtualenv=SimpleNamespace(venv_backend="venv", location=str(tmp_path)),
+        log=lambda *a: calls.append(("log",)), install=lambda *a: calls.append(("install",)),
+        run_install=lambda *a, **k: None,
+    )  # fmt: skip
+    if installed:
+        args = [*noxfile.CONSTRAINTS, "-e", ".[test]", "-e", "./stagegate"]
+        (tmp_path / "amptrain-install.sha256").write_text(noxfile.install_key(args))
+    noxfile.install(session, "test")
+    assert session.env["PYTHONDONTWRITEBYTECODE"] == ""  # empty: Python writes bytecode
+    assert calls == [("log",) if installed else ("install",)]
