@@ -424,6 +424,7 @@ class Loop:
         self.step.load_state_dict(state)
         self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
         self._resume_order = state["data_order"][self.world.rank]
+        self.epoch_order = self._resume_order  # saved again if no epoch starts before a save
         self.state.epoch = int(state["position"]["epoch"])
         self.state.step = int(state["position"]["step"])
         self.counters = EpochCounters(**state["counters"])

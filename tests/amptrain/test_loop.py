@@ -446,6 +446,24 @@ def test_a_resumed_run_ends_bit_for_bit_where_the_uninterrupted_one_does(
     assert resumed.evals == full.evals and resumed.steps == full.steps == 20
 
 
+def test_a_finished_run_resumed_twice_goes_on_as_if_resumed_once(
+    tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens,
+    same_weights: Callable[..., bool],
+) -> None:  # fmt: skip
+    # A resume that finds the run at its end trains nothing but saves its checkpoint again;
+    # that checkpoint must still hold the order of the epoch, for a later resume to go on from.
+    rows, run = tokens(16), {"batch_size": 4, "num_workers": 0}
+    once, twice = make_model(), make_model()
+    for model, folder, finished_resumes in ((once, "a", 0), (twice, "b", 1)):
+        args = {**run, "checkpoint_dir": str(tmp_path / folder)}
+        fine_tune(make_model(), rows, epochs=1, **args)
+        for _ in range(finished_resumes):
+            assert fine_tune(make_model(), rows, epochs=1, resume_from="latest", **args).steps == 4
+        with pytest.warns(ResumeSettingsWarning):  # two epochs where the run had one
+            fine_tune(model, rows, epochs=2, resume_from="latest", **args)
+    assert same_weights(once, twice)
+
+
 def test_resume_is_exact_with_accumulation_and_bf16(
     resume_pair: Pair, same_weights: Callable[..., bool]
 ) -> None:
