@@ -37,7 +37,7 @@ _LINE = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+?)\s*$")
 @dataclass(frozen=True)
 class Equivalent:
     mutant: str
-    line: str  # the mutated line, as `mutmut show` prints it after "+"
+    line: str  # the mutated line, as `mutmut show` prints it after "+" ("-" and it: one deleted)
     why: str
 
 
@@ -103,10 +103,19 @@ def check_equivalents(
             diff = subprocess.run(
                 [*show, eq.mutant], capture_output=True, text=True, cwd=cwd
             ).stdout
-            added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+ ")]
-            if eq.line not in added:
-                problems.append(f"{eq.mutant}: its change is now {added}, not {eq.line!r}")
+            changed = changed_lines(diff)
+            if eq.line not in changed:
+                problems.append(f"{eq.mutant}: its change is now {changed}, not {eq.line!r}")
     return problems
+
+
+def changed_lines(diff: str) -> list[str]:
+    """What a mutant's diff (``mutmut show``) changes: its added lines, stripped; a mutant that
+    only deletes (an argument left out) gives its removed lines, each marked with a "-"."""
+    added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+ ")]
+    if added:
+        return added
+    return ["-" + ln[1:].strip() for ln in diff.splitlines() if ln.startswith("- ")]
 
 
 def kill_rates(

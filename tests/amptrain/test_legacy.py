@@ -10,7 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from amptrain import TinyGPT, detect_vocab_size, synthetic_token_data, test_fine_tuning
+from amptrain import (
+    PrecisionFallbackWarning,
+    TinyGPT,
+    detect_vocab_size,
+    synthetic_token_data,
+    test_fine_tuning,
+)
 from amptrain.legacy import RESULT_KEYS
 
 
@@ -94,3 +100,11 @@ def test_use_amp_on_a_gpu_trains_in_mixed_precision_and_says_so(model: TinyGPT) 
     assert next(model.parameters()).device.type == "cuda"
     off = test_fine_tuning(model, {"vocab_size": model.vocab_size}, n_epochs=1, use_amp=False)
     assert off["precision"] == "32-true" and off["amp_enabled"] is False
+
+
+def test_the_use_amp_fallback_warning_points_at_the_callers_line(model: TinyGPT) -> None:
+    rows = synthetic_token_data(8, 8, model.vocab_size, seed=0)
+    with pytest.warns(PrecisionFallbackWarning) as caught:
+        test_fine_tuning(model, {}, rows, n_epochs=1, use_amp=True)
+    fallback = [w for w in caught if issubclass(w.category, PrecisionFallbackWarning)]
+    assert [w.filename for w in fallback] == [__file__]

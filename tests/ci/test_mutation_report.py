@@ -161,3 +161,24 @@ def test_results_of_several_workspaces_make_one_report(
     assert "x_clamp__mutmut_1: its change is now ['if value <= low:']" in report
     with pytest.raises(SystemExit):
         mutation_report.main([*args, "--workspace", "tinylib"])
+
+
+# `mutmut show` of a mutant that leaves an argument out: it adds no line
+DELETION = """# amptrain.trainer.x__build_step__mutmut_44: survived
+--- src/amptrain/trainer.py
++++ src/amptrain/trainer.py
+@@ -20,6 +20,5 @@
+         max_grad_norm=cfg.max_grad_norm,
+         loss_fn=parts.loss_fn,
+-        reduce=world.sum if world.distributed else None,
+         ranks=world.size,
+     )
+"""
+
+
+def test_a_listed_mutant_is_named_by_the_line_it_adds_or_else_the_one_it_deletes() -> None:
+    assert mutation_report.changed_lines(DELETION) == [
+        "-reduce=world.sum if world.distributed else None,"
+    ]
+    replaced = DELETION.replace("-        reduce=", "+        reduce=None,\n-        reduce=")
+    assert mutation_report.changed_lines(replaced) == ["reduce=None,"]  # what it adds, then
