@@ -122,7 +122,7 @@ def _judged(repo: Path, head: str, base: str, out: Path) -> tuple[int, dict, str
     return report.returncode, doc, (out / "reports" / "regression.md").read_text()
 
 
-def test_a_planted_slowdown_blocks_and_a_commit_against_itself_passes(
+def test_a_planted_slowdown_blocks_and_a_commit_against_itself_never_does(
     repo: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     path, clean, slow = repo
@@ -137,8 +137,11 @@ def test_a_planted_slowdown_blocks_and_a_commit_against_itself_passes(
     code, doc, text = _judged(path, clean, clean, tmp_path / "self")
     low, high = doc["summary"]["step_time_ratio_ci95"]
     print(f"itself: head/base {doc['summary']['step_time_ratio']:.3f} ({low:.3f}-{high:.3f})")
-    assert code == 0, text
-    assert high <= 1.1
+    # Never a regression; it PASSes when the interval shows none (a quiet machine), and on a busy
+    # one whose interval straddles the limit it is NOT VERIFIED, never passed (seen once: 1.131)
+    assert low <= 1.1 and "step time regressed" not in text, text
+    assert (code == 0) == (high <= 1.1), text
+    assert code == 0 or "NOT VERIFIED" in text, text
 
 
 def test_a_base_without_the_benchmark_is_refused_with_what_to_do(tmp_path: Path) -> None:
