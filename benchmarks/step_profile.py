@@ -4,8 +4,9 @@ Profiles ``--steps`` steps of the benchmark's TrainStep on a preset (CUDA kernel
 warm-up) and sums kernel time by kind: matrix multiplies, attention, the fused optimizer, and
 the elementwise/normalization/loss kernels around them; the GPU's idle share is wall time not
 covered by any kernel (launch overhead, host work). Then times the same step eager and under
-``torch.compile``, interleaved in rounds, and prints the MFU of each (FLOPs per token as the
-benchmark counts them). Usage:
+``torch.compile`` (the forward and its loss as one graph, as ``TrainStep(compile=True)`` and
+the benchmark's ``--compile`` run it), interleaved in rounds, and prints the MFU of each
+(FLOPs per token as the benchmark counts them). Usage:
     python benchmarks/step_profile.py --preset gpu [--precision bf16-mixed] [--steps 10]
         [--rounds 5] [--no-compile] [--top 8] [--out FILE]
 """
@@ -53,8 +54,7 @@ def build_step(base: TinyGPT, precision: str, compiled: bool, preset: Preset) ->
     plan = resolve_precision(precision, device)
     model = copy.deepcopy(base).to(device=device, dtype=plan.param_dtype).train()
     cfg = TrainConfig(precision=plan.name, learning_rate=preset.learning_rate)
-    net = torch.compile(model) if compiled else model
-    return TrainStep(net, build_optimizer(model, cfg, device), plan)
+    return TrainStep(model, build_optimizer(model, cfg, device), plan, compile=compiled)
 
 
 def timed(step: TrainStep, batch: tuple[torch.Tensor, torch.Tensor], steps: int) -> float:

@@ -85,7 +85,7 @@ class TrainConfig:
     checkpoint_every: int | None = None  # optimizer steps between checkpoints
     keep_checkpoints: int = 3  # the newest K are kept
     resume_from: str | None = None  # a checkpoint, a directory (its newest), or "latest"
-    compile: bool = False  # torch.compile the model for training
+    compile: bool = False  # torch.compile the forward and its loss, as one graph, for training
     device: str | None = None  # None: CUDA when available, else CPU
     seed: int = 0
     deterministic: bool = False

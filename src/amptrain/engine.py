@@ -40,6 +40,8 @@ class TrainStep:
 
     scaled backward (per micro-batch) -> unscale_ -> clip -> step (skipped on a non-finite
     gradient norm) -> scaler.update() -> zero_grad(set_to_none=True).
+    With ``compile``, the forward and its loss are one ``torch.compile``d graph, so the head's
+    logits, their fp32 cast and the softmax fuse (the model alone compiled leaves the loss eager).
     With fp16 the scaler skips the step on inf/NaN gradients. Otherwise a fused optimizer
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
@@ -61,6 +63,7 @@ class TrainStep:
         loss_fn: LossFn = lm_loss,
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
         ranks: int = 1,
+        compile: bool = False,
     ) -> None:
         self.model = model
         self.adapter = ModelAdapter(model)
@@ -70,6 +73,7 @@ class TrainStep:
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.loss_fn = loss_fn
         self.reduce, self.ranks = reduce, ranks
+        self.forward_loss = torch.compile(self._loss) if compile else self._loss
         self.scaler = plan.grad_scaler()
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
@@ -118,7 +122,7 @@ class TrainStep:
             raise ValueError("a training step needs at least one micro-batch")
         if len(micro_batches) == 1 and self.reduce is None:
             input_ids, labels, inputs = micro_batches[0]
-            loss = self._loss(input_ids, labels, inputs)
+            loss = self.forward_loss(input_ids, labels, inputs)
             self.scaler.scale(loss).backward()
             return loss.detach()
         counts = [scored_tokens(labels) for _, labels, _ in micro_batches]
@@ -131,7 +135,7 @@ class TrainStep:
             zip(micro_batches, counts, strict=True)
         ):
             with self.adapter.no_sync() if i < last else contextlib.nullcontext():
-                loss = self._loss(input_ids, labels, inputs) * (count / total)
+                loss = self.forward_loss(input_ids, labels, inputs) * (count / total)
                 self.scaler.scale(loss).backward()
             step_loss += loss.detach()
         return step_loss

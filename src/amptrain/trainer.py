@@ -273,11 +273,9 @@ def _build_step(
     place: tuple[torch.device, World],
     shape: Layout,
 ) -> TrainStep:
-    """The training step: the model wrapped (DDP, compile), its optimizer and schedule."""
+    """The training step: the model wrapped (DDP), its optimizer and schedule."""
     device, world = place
     train_model = wrap_model(model, world, device)
-    if cfg.compile:
-        train_model = torch.compile(train_model)
     optimizer = (parts.optimizer_factory or (lambda m: build_optimizer(m, cfg, device)))(model)
     make_schedule = parts.scheduler_factory or (lambda o, n: build_schedule(o, cfg, n))
     return TrainStep(
@@ -289,6 +287,7 @@ def _build_step(
         loss_fn=parts.loss_fn,
         reduce=world.sum if world.distributed else None,
         ranks=world.size,
+        compile=cfg.compile,
     )
 
 

@@ -301,6 +301,46 @@ def test_the_benchmark_measures_the_gpu_paths_on_a_small_model() -> None:
     assert ("bf16-mixed", "32-true") in speedups and ("bf16-mixed", "32-tf32") in speedups
 
 
+# importing torch.compile's machinery warns from inside torch
+_COMPILE_IMPORT = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
+
+
+@pytest.mark.slow
+@_COMPILE_IMPORT
+def test_a_compiled_benchmark_trains_as_the_eager_one_and_says_it_was_compiled() -> None:
+    from torch._dynamo.utils import counters
+
+    preset = dataclasses.replace(PRESETS["cpu-smoke"], windows=5, window_steps=2, num_workers=0)
+    docs, graphs = [], []
+    for compile in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        docs.append(run_benchmark(preset, ["bf16-mixed"], CPU, compile=compile))
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == 0 and graphs[1] >= 1  # the compiled run compiled, the eager one did not
+    assert [d["settings"]["compile"] for d in docs] == [False, True]
+    a, b = (d["precisions"]["bf16-mixed"] for d in docs)
+    assert b["status"] == "ok" and len(b["loss_curve"]) == 10
+    assert b["loss_curve"] == pytest.approx(a["loss_curve"], rel=2e-2)
+    assert b["health"]["syncs_in_step"]["count"] == 0
+    assert b["health"]["matmul_dtypes"]["observed"].keys() == {"bfloat16"}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@_COMPILE_IMPORT
+def test_a_compiled_step_on_the_gpu_never_syncs_and_computes_in_its_dtype() -> None:
+    preset = dataclasses.replace(
+        PRESETS["cpu-smoke"], precisions=("16-mixed", "bf16-mixed"), needs_cuda=True, num_workers=0
+    )
+    doc = run_benchmark(preset, list(preset.precisions), torch.device("cuda"), compile=True)
+    assert doc["settings"]["compile"]
+    for name, r in doc["precisions"].items():
+        assert r["status"] == "ok", (name, r["error"])
+        assert r["health"]["syncs_in_step"]["count"] == 0, r["health"]["syncs_in_step"]
+        assert r["overflow_steps"] == 0
+
+
 def test_commit_info_without_git_is_the_commit_the_job_gave(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports/raw/benchmark.json"))
     parser.add_argument("--device", help="default: cuda for the gpu preset, else cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile each step's forward and loss"
+    )
     parser.add_argument("--wandb", action="store_true", help="log the summary to W&B (offline)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         precisions,
         device,
         seed=args.seed,
+        compile=args.compile,
         on_window=lambda name: (bar.set_postfix_str(name), bar.update()),
     )
     bar.close()

@@ -88,12 +88,16 @@ def commit_info() -> dict[str, Any]:
     }
 
 
-def settings_info(device: torch.device, precisions: list[str], seed: int) -> dict[str, Any]:
-    """The numeric settings that define the baseline: TF32, attention backends, fused AdamW."""
+def settings_info(
+    device: torch.device, precisions: list[str], seed: int, compile: bool = False
+) -> dict[str, Any]:
+    """The numeric settings that define the baseline: TF32, attention backends, fused AdamW,
+    and whether the step's forward and loss ran ``torch.compile``d."""
     cuda = device.type == "cuda"
     return {
         "seed": seed,
         "precisions": precisions,
+        "compile": compile,
         "fp32_matmul": "IEEE fp32 (torch.set_float32_matmul_precision('highest')) for 32-true; "
         "TF32 ('high') for 32-tf32",
         "float32_matmul_precision_after_run": torch.get_float32_matmul_precision(),

@@ -109,15 +109,22 @@ def _resident_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) ->
 
 
 def build_arm(
-    name: str, base: torch.nn.Module, preset: Preset, data: torch.Tensor, device: torch.device
+    name: str,
+    base: torch.nn.Module,
+    preset: Preset,
+    data: torch.Tensor,
+    device: torch.device,
+    compile: bool = False,
 ) -> Arm:
-    """A fresh copy of ``base`` with its optimizer and data stream for precision ``name``."""
+    """A fresh copy of ``base`` with its optimizer and data stream for precision ``name``;
+    with ``compile``, its step's forward and loss ``torch.compile``d (the model itself stays
+    eager for evaluation and latency)."""
     plan = resolve_precision(BASELINE if name == TF32 else name, device)
     model = copy.deepcopy(base).to(device=device, dtype=plan.param_dtype)
     model.train()
     cfg = TrainConfig(precision=plan.name, learning_rate=preset.learning_rate, device=str(device))
     optimizer = build_optimizer(model, cfg, device)
-    trainer = TrainStep(model, optimizer, plan, max_grad_norm=cfg.max_grad_norm)
+    trainer = TrainStep(model, optimizer, plan, max_grad_norm=cfg.max_grad_norm, compile=compile)
     loader = make_dataloader(
         data,
         batch_size=preset.batch_size,
@@ -397,11 +404,14 @@ def run_benchmark(
     device: torch.device,
     *,
     seed: int = 0,
+    compile: bool = False,
     on_window: Callable[[str], None] = lambda name: None,
     arms_hook: Callable[[list[Arm]], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``preset`` for ``precisions`` on ``device``; the returned document is always complete.
 
+    With ``compile``, every arm's step is ``torch.compile``d (:class:`TrainStep`'s ``compile``);
+    its compilation happens in the warm-up, before any timed window.
     A failed precision (out of memory, non-finite loss, an error) is recorded as such and the
     others still run. ``arms_hook`` sees the built arms before warm-up (for instrumentation).
     """
@@ -419,7 +429,7 @@ def run_benchmark(
     arms: list[Arm] = []
     for name in precisions:
         try:
-            arm = build_arm(name, base, preset, data, device)
+            arm = build_arm(name, base, preset, data, device, compile)
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             arm = Arm(
                 name=name, plan=resolve_precision(BASELINE, "cpu"), matmul_precision="highest"
@@ -444,7 +454,7 @@ def run_benchmark(
         "gpu_verified": device.type == "cuda" and preset.needs_cuda,
         "machine_info": machine,
         "commit_info": commit_info(),
-        "settings": settings_info(device, precisions, seed),
+        "settings": settings_info(device, precisions, seed, compile),
         "baseline": BASELINE,
         "precisions": results,
         "comparisons": compare(results),
