@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import IO, Any
 from stagegate.digest import sha256_file
 from stagegate.errors import UsageError
 from stagegate.io import write_atomic
+from stagegate.machine import observe
 from stagegate.model import RUN_LOG, StageRecord, stage_name_problem
 from stagegate.proctree import children, end_tree, subreaper
 
@@ -84,14 +84,8 @@ def _git_commit(env: Mapping[str, str]) -> str | None:
 
 
 def environment(env: Mapping[str, str]) -> dict[str, Any]:
-    """Where the stage ran: interpreter, platform, CPU count and CI variables that are set."""
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        **{k.lower(): env[k] for k in _ENV_KEYS if k in env},
-    }
+    """Where the stage ran, as observed here (:func:`stagegate.machine.observe`)."""
+    return observe(env, _ENV_KEYS)
 
 
 def _exited(pid: int, timeout_s: float | None) -> bool:
