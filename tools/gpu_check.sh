@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The GPU checks of one lent GPU machine, run with the machine's own python3 and torch (no
+# Docker, no registry): each item capped in time, judged by stagegate like any stage, and its
+# files packed under $OUT as soon as they exist.
+#
+#   SHA=<40 hex> [PLANT_SHA=<40 hex> PLANT_SRC=DIR] tools/gpu_check.sh [ITEM...]
+#
+# ITEMs, in the order given (default: all four, in this order):
+#   cuda     the cuda-marked tests as the cuda stage (JUnit), judged with --require cuda
+#   ab       the A/B regression stage on the gpu preset: the commit against itself (must PASS,
+#            half-width under 1%), then PLANT_SRC's commit (a planted slowdown) against SHA
+#            (must BLOCK with its ratio and interval)
+#   profile  benchmarks/step_profile.py on the gpu preset: eager and compiled, top kernels
+#   bench    the judged benchmark, compiled: python -m amptrain.benchmark --preset "$PRESET" --compile
+# SHA is the commit of this tree (the records name it; git need not exist here). Wheels that
+# the machine lacks (stagegate's defusedxml, the tests' jsonschema) are taken from WHEELS
+# (default .whl/). PRESET (default gpu) sizes ab and bench: cpu-smoke tries the script on a CPU.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+: "${OUT:?OUT must name the folder the results go to}"
+[[ "${SHA:-}" =~ ^[0-9a-f]{40}$ ]] || { echo "gpu_check: SHA must be a full commit id" >&2; exit 2; }
+WORK="${WORK:-/tmp/gpu-check}"
+PY="${PYTHON:-python3}"  # the machine's own, which holds its torch
+mkdir -p "$OUT" "$WORK"
+LOG="$OUT/log.txt"
+exec > >(tee -a "$LOG") 2>&1
+
+PRESET="${PRESET:-gpu}"
+if compgen -G "${WHEELS:-.whl}/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$WORK/site" "${WHEELS:-.whl}"/*.whl || exit 2
+fi
+export PYTHONPATH="$WORK/site:$PWD/src:$PWD/stagegate/src" PYTHONUNBUFFERED=1
+# The records and files name SHA, never a git checkout's state; W&B stays off.
+export GIT_DIR=/nonexistent GITHUB_SHA="$SHA" WANDB_MODE=disabled
+export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor"  # a later call on the same machine reuses it
+STAGEGATE=("$PY" -m stagegate)
+
+# NAME: WORK/NAME packed into OUT/NAME.tgz (records, files, reports).
+pack() { tar -C "$WORK" -czf "$OUT/$1.tgz" "$1" 2>/dev/null || true; }
+
+# NAME LIMIT_S STAGE FILE-OPTION -- COMMAND...: COMMAND as stage STAGE in WORK/NAME/raw.
+stage() {
+    local name="$1" limit="$2" stage="$3" files="$4"
+    shift 5
+    rm -rf "${WORK:?}/$name" && mkdir -p "$WORK/$name/raw"
+    "${STAGEGATE[@]}" run "$stage" --out-dir "$WORK/$name/raw" "$files" --timeout "$limit" -- "$@"
+    echo "== $name: stage $stage exited $?"
+}
+
+# NAME REPORT-OPTION...: stagegate's verdict on WORK/NAME/raw, in WORK/NAME/reports.
+judge() {
+    local name="$1" code=0
+    shift
+    "${STAGEGATE[@]}" report "$WORK/$name/raw" --out "$WORK/$name/reports" \
+        --changed-files /dev/null "$@" >"$WORK/$name/report.log" 2>&1 || code=$?
+    echo "== $name: stagegate report exit $code (0 PASS, 1 BLOCK, 2 unusable input)"
+    "$PY" - "$WORK/$name/reports/verdict.json" <<'EOF' || true
+import json, sys
+v = json.load(open(sys.argv[1]))
+print("   decision:", v["decision"], "score:", v["score"])
+for stage in v["stages"]:
+    print("   stage", stage["name"], stage["status"], stage["note"])
+    for f in stage["findings"]:
+        print("   -", f["severity"], f["kind"], "|", f["title"], "|", (f["detail"] or "")[:400])
+EOF
+    pack "$name"
+}
+
+facts() {
+    nvidia-smi >"$OUT/machine.txt" 2>&1
+    "$PY" - >>"$OUT/machine.txt" 2>&1 <<'EOF'
+import platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
+      "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.get_device_name())
+EOF
+    tail -n 1 "$OUT/machine.txt"
+}
+
+# The cuda-marked tests of the files that hold them: collecting every test file would import
+# packages this machine lacks (wandb, datasets), which the image installs.
+cuda() {
+    local raw="$WORK/cuda/raw" files
+    local plugin=(-p stagegate.pytest_plugin)  # the pytest options' --stagegate-guard is its
+    "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(
+        e.value.startswith('stagegate') for e in m.entry_points(group='pytest11')))" && plugin=()
+    mapfile -t files < <(grep -l "mark.cuda" tests/amptrain/test_*.py)
+    stage cuda 240 cuda "--junit=$raw/junit-cuda.xml" -- \
+        "$PY" -m pytest "${plugin[@]}" -m cuda -p no:cacheprovider \
+        --junitxml="$raw/junit-cuda.xml" "${files[@]}"
+    judge cuda --only cuda --require cuda
+}
+
+# NAME HEAD_SRC HEAD_SHA: the A/B of HEAD against SHA, recorded at HEAD_SHA, judged with SHA
+# as the base asked for.
+ab_run() {
+    local name="$1" src="$2" head="$3" raw="$WORK/$1/raw"
+    GITHUB_SHA="$head" stage "$name" 200 regression "--ab=$raw/ab.json" -- \
+        "$PY" -m amptrain.benchmark.ab --preset "$PRESET" --windows 10 --steps 10 \
+        --base-src src --base-sha "$SHA" --head-src "$src" --head-sha "$head" --out "$raw/ab.json"
+    judge "$name" --only regression --require regression --ab-base "$SHA"
+}
+
+ab() {
+    ab_run ab-self src "$SHA"
+    if [ -n "${PLANT_SRC:-}" ]; then
+        ab_run ab-planted "$PLANT_SRC" "${PLANT_SHA:?PLANT_SHA must name the commit of PLANT_SRC}"
+    fi
+}
+
+profile() {
+    timeout 300 "$PY" benchmarks/step_profile.py --preset gpu --top 16 \
+        --out "$OUT/step-profile.json"
+    echo "== profile exited $?"
+}
+
+bench() {
+    local raw="$WORK/bench/raw"
+    stage bench 540 performance "--benchmark=$raw/benchmark.json" -- \
+        "$PY" -m amptrain.benchmark --preset "$PRESET" --compile --out "$raw/benchmark.json" --quiet
+    judge bench --only performance --require performance
+}
+
+items=("$@")
+[ ${#items[@]} -gt 0 ] || items=(cuda ab profile bench)
+facts
+for item in "${items[@]}"; do
+    case "$item" in
+        cuda | ab | profile | bench) start=$SECONDS; "$item"; echo "== $item: $((SECONDS - start)) s" ;;
+        *) echo "gpu_check: unknown item $item (cuda, ab, profile, bench)" >&2; exit 2 ;;
+    esac
+done
