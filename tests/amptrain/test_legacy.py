@@ -92,13 +92,14 @@ def test_the_epochs_batch_size_and_config_vocabulary_given_are_used() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_use_amp_on_a_gpu_trains_in_mixed_precision_and_says_so(model: TinyGPT) -> None:
+    sizes = {"vocab_size": model.vocab_size, "max_seq_len": model.max_seq_len}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning: CUDA is there
-        result = test_fine_tuning(model, {"vocab_size": model.vocab_size}, n_epochs=2, use_amp=True)
+        result = test_fine_tuning(model, sizes, n_epochs=2, use_amp=True)
     mixed = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
     assert result["precision"] == mixed and result["amp_enabled"] is True
     assert next(model.parameters()).device.type == "cuda"
-    off = test_fine_tuning(model, {"vocab_size": model.vocab_size}, n_epochs=1, use_amp=False)
+    off = test_fine_tuning(model, sizes, n_epochs=1, use_amp=False)
     assert off["precision"] == "32-true" and off["amp_enabled"] is False
 
 
