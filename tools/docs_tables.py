@@ -24,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = Path("reports/baseline")
 H100 = BASELINE / "h100-80gb-hbm3"
+H200 = BASELINE / "h200"
 # Markers stand at the start of a line; one quoted inside a sentence is left alone.
 MARKER = re.compile(
     r"^(<!-- begin table:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)^(<!-- end table:(?P=name) -->)",
@@ -37,11 +38,29 @@ class DocsTableError(Exception):
 
 
 @dataclass(frozen=True)
-class Table:
-    """One generated table: the committed file it reads and the function that renders it."""
+class Files:
+    """Several committed JSON files read as one table's data, each under its label."""
 
-    source: Path
+    paths: dict[str, Path]
+
+    def read(self, root: Path) -> dict[str, Any]:
+        return {label: json.loads((root / p).read_text()) for label, p in self.paths.items()}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One generated table: the committed file (or files) it reads and the function that
+    renders it."""
+
+    source: Path | Files
     render: Callable[[dict[str, Any]], str]
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """Every committed file the table reads."""
+        return (
+            tuple(self.source.paths.values()) if isinstance(self.source, Files) else (self.source,)
+        )
 
 
 def _ms(value: float) -> str:
@@ -148,9 +167,30 @@ def step_profile(data: dict[str, Any]) -> str:
         "| ms/step | " + " | ".join(f"{modes[n]['step_ms']:.2f}" for n in names) + " |",
         "| MFU | " + " | ".join(f"{modes[n]['mfu']:.1%}" for n in names) + " |",
     ]
+    # step_profile.py writes "by_kind"; files from before it listed top kernels, "kernel_time_share"
+    share = {n: modes[n].get("by_kind") or modes[n]["kernel_time_share"] for n in names}
     for kind in KINDS:
-        shares = [f"{modes[n]['kernel_time_share'][kind]:.1%}" for n in names]
+        shares = [f"{share[n][kind]:.1%}" for n in names]
         rows.append(f"| {kind} (share of GPU time) | " + " | ".join(shares) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def ab_runs(data: dict[str, Any]) -> str:
+    """A/B files side by side: what each compared, its windows, and head/base with its interval."""
+    rows = [
+        "| A/B (head against base) | windows x steps a side | step time head/base (95% CI) "
+        "| half-width | peak memory head/base |",
+        "|---|---|---|---|---|",
+    ]
+    for label, doc in data.items():
+        s = doc["summary"]
+        low, high = s["step_time_ratio_ci95"]
+        rows.append(
+            f"| {label}: `{doc['head']['sha'][:7]}` against `{doc['base']['sha'][:7]}` "
+            f"| {s['windows']} x {doc['steps_per_window']} "
+            f"| {s['step_time_ratio']:.3f}x ({low:.3f}-{high:.3f}) "
+            f"| +-{s['half_width_pct']:.1f}% | {s['peak_memory_ratio']:.3f}x |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -184,12 +224,24 @@ def policy_thresholds(data: dict[str, Any]) -> str:
 
 
 BENCH = BASELINE / "benchmark-h100-80gb-hbm3.json"
+H200_BENCH = BASELINE / "benchmark-h200.json"
+H200_AB = Files(
+    {
+        "the commit against itself": H200 / "ab-head-against-itself.json",
+        "a planted slowdown": H200 / "ab-planted-slowdown.json",
+    }
+)
 TABLES: dict[str, Table] = {
     "h100-run": Table(BENCH, benchmark_run),
     "h100-precisions": Table(BENCH, benchmark_table),
     "h100-findings": Table(BENCH, benchmark_findings),
     "h100-step-profile": Table(H100 / "step-profile-eager-and-compiled.json", step_profile),
     "h100-fine-tune-throughput": Table(H100 / "fine-tune-throughput.json", fine_tune_throughput),
+    "h200-run": Table(H200_BENCH, benchmark_run),
+    "h200-precisions": Table(H200_BENCH, benchmark_table),
+    "h200-findings": Table(H200_BENCH, benchmark_findings),
+    "h200-step-profile": Table(H200 / "step-profile-eager-and-compiled.json", step_profile),
+    "h200-ab": Table(H200_AB, ab_runs),
     "policy": Table(Path("pyproject.toml"), policy_thresholds),
 }
 
@@ -199,14 +251,16 @@ def render(name: str, root: Path = ROOT) -> str:
     if name not in TABLES:
         raise DocsTableError(f"unknown table {name!r}: add it to TABLES in tools/docs_tables.py")
     table = TABLES[name]
-    path = root / table.source
     try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        if isinstance(table.source, Files):
+            return table.render(table.source.read(root))
+        text = (root / table.source).read_text()
+        data = tomllib.loads(text) if table.source.suffix == ".toml" else json.loads(text)
         return table.render(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DocsTableError(
-            f"table {name}: {table.source} cannot be read as its result file ({exc!r}); "
+            f"table {name}: {', '.join(map(str, table.paths))} cannot be read as its result "
+            f"file ({exc!r}); "
             "restore the file or change the table's renderer"
         ) from exc
 

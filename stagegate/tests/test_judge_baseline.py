@@ -58,6 +58,16 @@ def test_the_baseline_on_the_same_gpu_and_preset_is_picked() -> None:
     assert pick_baseline(h100, []) is None
 
 
+def test_a_compiled_run_is_compared_with_a_compiled_baseline_only() -> None:
+    eager, compiled = bench(), replace(bench(), settings={"compile": True})
+    faster = replace(bench(step_ms={"32-true": 300.0}), settings={"compile": True})
+    assert pick_baseline(faster, [eager, compiled]) is compiled
+    assert pick_baseline(faster, [eager]) is eager  # then reported as not comparable
+    cmp = compare_to_baseline(faster, eager, 10.0)
+    assert not cmp.comparable and "compilation" in cmp.reason and cmp.changes == ()
+    assert compare_to_baseline(faster, compiled, 10.0).improvements
+
+
 def test_collection_reads_the_benchmark_and_leaves_the_comparison_to_the_judge(
     tmp_path: Path, fixtures: Path
 ) -> None:

@@ -24,6 +24,7 @@ RANK = {
     "policy": 2,
     "collect": 2,
     "runner": 2,
+    "machine": 1,
     "pytest_guard": 1,
     "pytest_plugin": 2,
     "judge": 3,

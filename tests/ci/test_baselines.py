@@ -45,7 +45,10 @@ def test_a_baseline_is_a_clean_gpu_run_of_the_gpu_preset(path: Path) -> None:
         assert machine[key], f"{path.name} does not name its {key}"
     assert doc["gpu_verified"] and doc["device"] == "cuda"
     assert doc["preset"] == PRESETS["gpu"].to_dict(), "measured with another gpu preset"
-    assert doc["commit_info"]["id"] and doc["commit_info"]["dirty"] is False
+    # A run without git (the GPU job's container, a lent machine's copy of the tree) names the
+    # commit it was given and cannot tell whether the tree was clean (dirty null); with git, the
+    # tree must have been clean.
+    assert doc["commit_info"]["id"] and doc["commit_info"]["dirty"] is not True
     assert all(r["status"] == "ok" for r in doc["precisions"].values())
     assert set(doc["precisions"]) == set(PRESETS["gpu"].precisions)
     slug = machine["gpu_name"].removeprefix("NVIDIA ").lower().replace(" ", "-")

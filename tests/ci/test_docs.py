@@ -57,8 +57,9 @@ def test_every_table_is_shown_in_some_doc() -> None:
 
 def _copy_sources(dest: Path) -> None:
     for table in tables.TABLES.values():
-        (dest / table.source).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / table.source, dest / table.source)
+        for path in table.paths:
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / path, dest / path)
 
 
 def test_a_changed_result_file_makes_its_table_stale(tmp_path: Path) -> None:

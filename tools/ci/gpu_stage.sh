@@ -67,7 +67,8 @@ container() {
     local rc=0
     in_container gpu /workspace \
         --env PYTHONPATH=/workspace/src --env GITHUB_SHA="$GITHUB_SHA" -- \
-        python -m amptrain.benchmark --preset gpu --out /out/benchmark.json --quiet || rc=$?
+        python -m amptrain.benchmark --preset gpu --compile --out /out/benchmark.json --quiet ||
+        rc=$?
     keep_output benchmark.json
     return "$rc"
 }

@@ -398,6 +398,28 @@ def _comparison(
     }
 
 
+def _build_arms(
+    precisions: list[str],
+    base: torch.nn.Module,
+    preset: Preset,
+    data: torch.Tensor,
+    device: torch.device,
+    compile: bool,
+) -> list[Arm]:
+    """One arm per precision; one that cannot be built is a failed arm, the others still run."""
+    arms: list[Arm] = []
+    for name in precisions:
+        try:
+            arm = build_arm(name, base, preset, data, device, compile)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            arm = Arm(
+                name=name, plan=resolve_precision(BASELINE, "cpu"), matmul_precision="highest"
+            )
+            _fail(arm, exc, device)
+        arms.append(arm)
+    return arms
+
+
 def run_benchmark(
     preset: Preset,
     precisions: list[str],
@@ -424,18 +446,8 @@ def run_benchmark(
     val_data = synthetic_token_data(
         preset.eval_batches * preset.batch_size, preset.seq_len, preset.vocab_size, seed=seed + 1
     )
-    base = preset_model(preset)
     machine = machine_info(device)
-    arms: list[Arm] = []
-    for name in precisions:
-        try:
-            arm = build_arm(name, base, preset, data, device, compile)
-        except (torch.OutOfMemoryError, RuntimeError) as exc:
-            arm = Arm(
-                name=name, plan=resolve_precision(BASELINE, "cpu"), matmul_precision="highest"
-            )
-            _fail(arm, exc, device)
-        arms.append(arm)
+    arms = _build_arms(precisions, preset_model(preset), preset, data, device, compile)
     if arms_hook is not None:
         arms_hook(arms)
     run_arms(arms, preset, device, on_window)

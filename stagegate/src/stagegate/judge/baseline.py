@@ -22,11 +22,23 @@ _METRICS = {
 }
 
 
+def step_mode(benchmark: Benchmark) -> str:
+    """How the run executed its training step: ``compiled`` where its settings say
+    ``"compile": true``, else ``eager`` (a file from before the setting existed ran eager)."""
+    return "compiled" if benchmark.settings.get("compile") is True else "eager"
+
+
+def _key(b: Benchmark) -> tuple[str | None, str, str]:
+    return b.gpu_name, b.preset, step_mode(b)
+
+
 def pick_baseline(current: Benchmark, baselines: Sequence[Benchmark]) -> Benchmark | None:
-    """The baseline measured on the same GPU and preset as ``current``, else the first one
-    (which the comparison then reports as not comparable)."""
-    same = [b for b in baselines if (b.gpu_name, b.preset) == (current.gpu_name, current.preset)]
-    return (same or list(baselines) or [None])[0]
+    """The baseline measured on the same GPU and preset, with the step run the same way
+    (compiled or eager), as ``current``; else one on the same GPU and preset; else the first
+    one (the comparison then reports either as not comparable)."""
+    same = [b for b in baselines if _key(b) == _key(current)]
+    near = [b for b in baselines if _key(b)[:2] == _key(current)[:2]]
+    return (same or near or list(baselines) or [None])[0]
 
 
 def history(baselines: Sequence[Benchmark], runs: int) -> tuple[Benchmark, ...]:
@@ -87,6 +99,7 @@ def compare_to_baseline(
         ("GPU", current.gpu_name, baseline.gpu_name),
         ("torch", current.torch, baseline.torch),
         ("preset", current.preset, baseline.preset),
+        ("the step's compilation", step_mode(current), step_mode(baseline)),
     ):
         if ours != theirs:
             return BaselineComparison(
