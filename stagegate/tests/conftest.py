@@ -8,14 +8,8 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from stagegate.errors import StagegateError
-from stagegate.model import StageVerdict
-
-from .said import Said, finding_entry, verdict_entry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -126,21 +120,12 @@ def policy_file() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _every_finding_says_what_and_what_to_do(
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[None]:
+def _every_finding_says_what_and_what_to_do(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every finding any test makes has a title and, when it blocks, a fix: a report that
-    blocks a merge says why and what to do. Its words, each stage verdict's and each error's
-    stagegate raises are compared with the test's entry in ``fixtures/said/`` (tests/said.py):
-    the tests check behaviour, that file pins the words."""
-    from stagegate.judge import verdict
+    blocks a merge says why and what to do."""
     from stagegate.judge.findings import Findings
 
-    key = request.node.nodeid.partition("::")[2]
-    said = Said(key, str(tmp_path_factory.getbasetemp()))
-    add, make_verdict, init = Findings.add, verdict.StageVerdict, StagegateError.__init__
+    add = Findings.add
 
     def checked(self: Findings, kind: str, title: str, **kw: object) -> None:
         add(self, kind, title, **kw)  # type: ignore[arg-type]
@@ -148,31 +133,6 @@ def _every_finding_says_what_and_what_to_do(
         assert isinstance(made.title, str) and made.title.strip(), f"{kind}: no title"
         if made.severity.blocks:
             assert isinstance(made.fix, str) and made.fix.strip(), f"{kind}: no fix"
-        said.add("finding", finding_entry(made))
-
-    def recorded(**kw: Any) -> StageVerdict:
-        made = make_verdict(**kw)
-        said.add("verdict", verdict_entry(made))
-        return made
-
-    def raised(self: StagegateError, *args: object) -> None:
-        init(self, *args)
-        said.add("error", {"type": type(self).__name__, "message": str(self)})
 
     monkeypatch.setattr(Findings, "add", checked)
-    monkeypatch.setattr(verdict, "StageVerdict", recorded)
-    monkeypatch.setattr(StagegateError, "__init__", raised)
     yield
-    random = getattr(request.function, "is_hypothesis_test", False)
-    if getattr(request.node, "rep_call_passed", False) and not random:
-        said.check(request.module.__name__.rpartition(".")[2])
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    """Tell the fixture above whether the test itself passed (a failed test's words are not
-    compared: its failure says more)."""
-    report = yield
-    if report.when == "call":
-        item.rep_call_passed = report.passed  # type: ignore[attr-defined]
-    return report
