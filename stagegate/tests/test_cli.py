@@ -38,39 +38,63 @@ def test_an_unusable_baseline_is_not_verified_never_a_block_nor_silent(
     assert baseline.split(".")[0] in banner  # the file it could not use is named
 
 
-def test_broken_record_exits_2_and_leaves_no_earlier_verdict_to_be_read_as_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def _verdict(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "reports" / "verdict.json").read_text())
+
+
+def _kinds(verdict: dict, stage: str) -> set[str]:
+    found = [s for s in verdict["stages"] if s["name"] == stage]
+    return {f["kind"] for s in found for f in s["findings"]}
+
+
+@pytest.mark.parametrize(
+    ("damage", "stage"),
+    [
+        (
+            lambda raw: (raw / "execution.json").write_text(
+                '{"format_version": 1, "kind": "stagegate-rec'
+            ),
+            "execution",
+        ),
+        (
+            lambda raw: shutil.copy(raw / "execution.json", raw / "execution-copy.json"),
+            "execution",
+        ),
+        (
+            lambda raw: (raw / "static.json").write_text(
+                json.dumps({**json.loads((raw / "static.json").read_text()), "format_version": 9})
+            ),
+            "static",
+        ),
+        (lambda raw: (raw / "integration.json").write_text("[" * 5000 + "]" * 5000), "integration"),
+    ],
+    ids=["truncated", "two-records", "another-format", "nested-deep"],
+)
+def test_a_record_that_cannot_be_used_blocks_its_stage_and_replaces_the_earlier_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage, stage: str
 ) -> None:
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
     assert report_cli(tmp_path) == 0
-    (tmp_path / "reports" / "raw" / "execution.json").write_text(
-        '{"format_version": 1, "kind": "stagegate-rec'
+    damage(tmp_path / "reports" / "raw")
+    assert report_cli(tmp_path) == 1
+    verdict = _verdict(tmp_path)
+    assert verdict["decision"] == "BLOCK" and _kinds(verdict, stage) == {"record_unusable"}
+    status = {s["name"]: s["status"] for s in verdict["stages"]}
+    assert (
+        status[stage] == "ERROR"
+        and status["static" if stage != "static" else "execution"] == "PASS"
     )
-    assert report_cli(tmp_path) == 2
-    assert "execution.json is not valid JSON" in capsys.readouterr().err
-    assert not (tmp_path / "reports" / "summary.md").exists()
-    assert not (tmp_path / "reports" / "verdict.json").exists()
     assert (tmp_path / "reports" / "raw" / "static.json").exists()  # the inputs are kept
 
 
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (
-            lambda raw: shutil.copy(raw / "execution.json", raw / "execution-copy.json"),
-            "two records",
-        ),
         (lambda raw: [p.unlink() for p in raw.glob("*.json")], "no stage records"),
-        (
-            lambda raw: (raw / "static.json").write_text(
-                json.dumps({**json.loads((raw / "static.json").read_text()), "format_version": 9})
-            ),
-            "format_version 9",
-        ),
         (lambda raw: shutil.rmtree(raw), "is not a directory"),
     ],
 )
-def test_unusable_input_exits_2_with_a_message(
+def test_a_raw_folder_with_nothing_to_judge_exits_2_with_a_message(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -78,9 +102,11 @@ def test_unusable_input_exits_2_with_a_message(
     message: str,
 ) -> None:
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    assert report_cli(tmp_path) == 0
     damage(tmp_path / "reports" / "raw")
     assert report_cli(tmp_path) == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "verdict.json").exists()  # no earlier verdict to misread
 
 
 def test_a_bad_policy_value_exits_2_naming_the_key(

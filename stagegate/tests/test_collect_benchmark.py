@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def test_optional_keys_take_their_defaults(tmp_path: Path) -> None:
         d["preset"].pop("name")
         _bf16(d).pop("precision_used")
         _bf16(d)["stats"]["iqr"] = None
-        _bf16(d)["window_s"] = [0.5, None, math.inf, 0, 0.25]
+        _bf16(d)["window_s"] = [0.5, None, "slow", 0, 0.25]
         d["comparisons"][0]["speedup"] = None
 
     bench = read_benchmark(_write(tmp_path, _altered(strip)))
@@ -110,6 +111,30 @@ def test_optional_keys_take_their_defaults(tmp_path: Path) -> None:
     # every window keeps its place: what is not a finite number reads as None, for the judge
     assert bf16.window_s == (0.5, None, None, 0.0, 0.25)
     assert math.isnan(bench.comparisons[0].speedup)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('"window_s": [0.5, NaN]', "NaN, which is not JSON (write null) at $.precisions["),
+        ('"window_s": [0.5, 1], "window_s": [0.5]', "key 'window_s' twice"),
+        ('"window_s": [' + "9" * 5000 + "]", "an integer of 5000 digits"),
+    ],
+    ids=["nan", "duplicate-key", "huge-integer"],
+)
+def test_what_no_producer_writes_is_refused_naming_where(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """A later duplicate key would win in one parser and lose in another; NaN is not JSON; a
+    5,000-digit integer costs seconds to convert: each is refused, naming its place."""
+    path = _write(tmp_path, REAL)
+    raw = path.read_text()
+    window = re.search(r'"window_s": \[[^\]]*\]', raw)
+    assert window is not None
+    path.write_text(raw[: window.start()] + text + raw[window.end() :])
+    with pytest.raises(InputError) as caught:
+        read_benchmark(path)
+    assert said in str(caught.value) and "benchmark.json" in str(caught.value)
 
 
 def test_iqr_needs_steps_per_window(tmp_path: Path) -> None:
@@ -124,7 +149,7 @@ def test_a_failed_precision_keeps_its_error_and_a_nonfinite_one_its_figures(
     def change(d: dict) -> None:
         d["precisions"]["16-mixed"] = {"status": "error", "error": "boom"}
         _bf16(d)["status"] = "nonfinite"
-        _bf16(d)["step_time_ms"] = math.nan
+        _bf16(d)["step_time_ms"] = None
         _bf16(d)["mfu"] = True  # a bool is not a figure
 
     bench = read_benchmark(_write(tmp_path, _altered(change)))
@@ -133,7 +158,7 @@ def test_a_failed_precision_keeps_its_error_and_a_nonfinite_one_its_figures(
     assert (failed.status, failed.error, failed.precision_used) == ("error", "boom", None)
     assert failed.step_time_ms is None
     nonfinite = by_name["bf16-mixed"]
-    assert nonfinite.status == "nonfinite" and nonfinite.step_time_ms is None  # NaN: not measured
+    assert nonfinite.status == "nonfinite" and nonfinite.step_time_ms is None  # null: not measured
     assert nonfinite.mfu is None
     assert nonfinite.tokens_per_second == _bf16(REAL)["tokens_per_second"]
 

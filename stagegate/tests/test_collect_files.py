@@ -85,9 +85,11 @@ def test_curves_malformed_and_not_measured(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         read_curves(path)
     assert str(path) in str(caught.value) and "'loss'" in str(caught.value)
-    curves = read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, null, "x", NaN]}}'))
+    curves = read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, null, "x"]}}'))
     loss = curves.series["loss"]
     assert loss[:2] == (2.0, 1.5) and all(math.isnan(v) for v in loss[2:])
+    with pytest.raises(InputError, match=r"literal NaN.* at \$\.curves\.loss\[2\]"):
+        read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, NaN]}}'))
 
 
 def test_coverage_json_from_a_real_run(sample_run: dict) -> None:

@@ -62,6 +62,11 @@ def _reports(root: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in (root / "reports").glob("*.md")}
 
 
+def _stage(root: Path, name: str) -> dict[str, Any]:
+    verdict = json.loads((root / "reports" / "verdict.json").read_text())
+    return next(s for s in verdict["stages"] if s["name"] == name)
+
+
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Where the report runs: the passing scenario's raw directory is ``reports/raw`` here."""
@@ -87,14 +92,20 @@ def scenario(root: Path) -> Path:
         "x" * 200,
     ],
 )
-def test_a_stage_name_that_is_no_identifier_is_a_clear_error(
-    root: Path, scenario: Path, stage: str, capsys: pytest.CaptureFixture[str]
+def test_a_stage_name_that_is_no_identifier_blocks_its_file_and_forges_nothing(
+    root: Path, scenario: Path, stage: str
 ) -> None:
     _edit_record(scenario, "static", stage=stage)
-    assert report_cli(root) == EXIT_BROKEN
-    err = capsys.readouterr().err
-    assert "static.json" in err and "short identifier" in err and "Traceback" not in err
-    assert not list(root.rglob("escaped*")) and not _reports(root)
+    assert report_cli(root) == EXIT_BLOCK
+    static = _stage(root, "static")
+    assert static["status"] == "ERROR" and [f["kind"] for f in static["findings"]] == [
+        "record_unusable"
+    ]
+    assert "static.json" in static["findings"][0]["detail"]
+    assert "short identifier" in static["findings"][0]["detail"]
+    assert not list(root.rglob("escaped*"))
+    for name, text in _reports(root).items():
+        assert_nothing_forged(text, name)
 
 
 # --- strings that reach markdown ---------------------------------------------------------------
@@ -111,13 +122,16 @@ HOSTILE_TEXT = [
 ]
 
 
-def test_a_commit_that_is_no_commit_id_is_a_clear_error(
-    root: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
+def test_a_commit_that_is_no_commit_id_blocks_its_stage_and_forges_nothing(
+    root: Path, scenario: Path
 ) -> None:
     _edit_record(scenario, "execution", commit="@org/team please merge\n# FORGED")
-    assert report_cli(root, "--github") == EXIT_BROKEN
-    err = capsys.readouterr().err
-    assert "execution.json" in err and "not a commit id" in err and not _reports(root)
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    execution = _stage(root, "execution")
+    assert execution["status"] == "ERROR"
+    assert "not a commit id" in execution["findings"][0]["detail"]
+    for name, text in _reports(root).items():
+        assert_nothing_forged(text, name)
 
 
 def test_a_commit_shown_cannot_mention_forge_a_heading_or_break_its_code_span(

@@ -42,14 +42,17 @@ def _execution(verdict: dict) -> dict:
         ("start", "2026-13-40T00:00:00Z"),
     ],
 )
-def test_an_impossible_record_time_is_refused_naming_it(
-    root: Path, field: str, value: object, capsys: pytest.CaptureFixture[str]
+def test_an_impossible_record_time_blocks_its_stage_naming_it(
+    root: Path, field: str, value: object
 ) -> None:
     assert report_cli(root) == 0
     _edit("execution.json", lambda d: d.update({field: value}))
-    assert report_cli(root) == 2
-    err = capsys.readouterr().err
-    assert "execution.json" in err and field in err and "Traceback" not in err
+    assert report_cli(root) == 1
+    stage = _execution(json.loads(Path("reports/verdict.json").read_text(encoding="utf-8")))
+    (finding,) = stage["findings"]
+    assert stage["status"] == "ERROR" and finding["kind"] == "record_unusable"
+    # a NaN or infinity is not JSON: refused where the file holds it
+    assert "execution.json" in finding["detail"] and f"{field}" in finding["detail"]
 
 
 @pytest.mark.parametrize("percent", [250.0, -5.0, 100.5, math.nan, math.inf])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -192,7 +191,7 @@ def _drop_window(doc: Doc) -> None:
 
 
 def _nan_window(doc: Doc) -> None:
-    doc["base"]["window_s"][3] = math.nan
+    doc["base"]["window_s"][3] = None  # what the producer writes for a non-finite window
 
 
 def _zero_window(doc: Doc) -> None:

@@ -35,11 +35,23 @@ GPU_TARGETS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduct
 Doc = dict[str, Any]
 
 
+def _as_written(value: Any) -> Any:
+    """NaN and infinity as the producer writes them: null (a literal NaN is not JSON, and the
+    reader refuses the whole file: tests/test_collect_benchmark.py)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _as_written(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_written(v) for v in value]
+    return value
+
+
 def judged(tmp_path: Path, doc: Doc) -> StageVerdict:
-    """``doc`` written as a file (NaN and Infinity as Python writes them), collected and
-    judged as the performance stage is."""
+    """``doc`` written as a file (non-finite figures as null), collected and judged as the
+    performance stage is."""
     path = tmp_path / "benchmark.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(_as_written(doc)))
     rec = record("performance", files={"benchmark": str(path)}, **run_of(doc))
     rec = sealed(rec, tmp_path)
     data = collect_stage(rec, tmp_path)

@@ -77,7 +77,7 @@ def test_a_command_that_could_not_start_names_the_records_own_command() -> None:
 
 def test_unreadable_output_is_an_error_even_with_exit_zero() -> None:
     v = judge_stage("execution", StageData(record(), input_errors=("j.xml is empty",)), POLICY)
-    assert v.status is StageStatus.ERROR and kinds(v) == [("CRITICAL", "stage_failed")]
+    assert v.status is StageStatus.ERROR and kinds(v) == [("CRITICAL", "input_malformed")]
     assert "j.xml is empty" in v.findings[0].title
 
 

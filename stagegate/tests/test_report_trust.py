@@ -105,14 +105,17 @@ def test_a_stage_named_after_a_report_file_is_refused_by_run(tmp_path: Path, nam
 
 
 @pytest.mark.parametrize("name", ["summary", "comment"])
-def test_a_record_named_after_a_report_file_is_refused(
-    run: Path, name: str, capsys: pytest.CaptureFixture[str]
+def test_a_record_named_after_a_report_file_blocks_and_writes_no_such_stage(
+    run: Path, name: str
 ) -> None:
     record = json.loads((RAW / "static.json").read_text(encoding="utf-8"))
     (RAW / f"{name}.json").write_text(json.dumps({**record, "stage": name}), encoding="utf-8")
-    assert report_cli(run, "--github") == 2
-    err = capsys.readouterr().err
-    assert f"{name}.json" in err and "report file" in err and "Traceback" not in err
+    assert report_cli(run, "--github") == 1
+    stages = {s["name"]: s for s in _verdict()["stages"]}
+    assert name not in stages and stages["raw_inputs"]["status"] == "ERROR"
+    (finding,) = stages["raw_inputs"]["findings"]
+    assert finding["kind"] == "record_unusable" and f"{name}.json" in finding["detail"]
+    assert "report file" in finding["detail"]
 
 
 def test_a_policy_naming_a_report_file_as_a_stage_is_refused() -> None:
@@ -125,21 +128,14 @@ def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize(
-    "refuse",
-    [
-        lambda: (RAW / "execution.json").write_text("{not json", encoding="utf-8"),
-        lambda: Path("pyproject.toml").write_text("[tool.stagegate]\nslow_test_s = -1\n"),
-    ],
-    ids=["broken-record", "bad-policy"],
-)
-def test_a_refused_input_leaves_no_earlier_verdict_behind(run: Path, refuse) -> None:
+def test_a_refused_policy_leaves_no_earlier_verdict_behind(run: Path) -> None:
     assert _verdict()["decision"] == "PASS"
     raw_before = _tree(RAW)
     keep = Path("reports/baseline/keep.json")
     keep.parent.mkdir()
     keep.write_text("{}", encoding="utf-8")
-    refuse()
+    (RAW / "execution.json").write_text("{not json", encoding="utf-8")
+    Path("pyproject.toml").write_text("[tool.stagegate]\nslow_test_s = -1\n")
     assert main(["report", "reports/raw", "--out", "reports", "--pyproject", "pyproject.toml"]) == 2
     left = sorted(p.name for p in Path("reports").iterdir())
     assert left == ["baseline", "raw"]  # no summary, comment, verdict or stage report

@@ -403,6 +403,8 @@ class StageData:
     record: StageRecord | None
     # No record, but the raw directory's run log says the stage ran (its start): removed since.
     record_gone: str = ""
+    # No usable record: a file named after the stage that cannot be read, or two records.
+    record_problem: str = ""
     suite: TestSuite | None = None
     coverage: Coverage | None = None
     warnings: tuple[WarningEntry, ...] = ()

@@ -94,6 +94,9 @@ DEFAULT_SEVERITY = {
     "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
     "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
     "commit_mismatch": Severity.CRITICAL,  # records of another commit than the others
+    "record_unusable": Severity.CRITICAL,  # a stage's record cannot be read, or it has two
+    # A raw file over a reader's bounds or not strictly well-formed (duplicate keys, NaN, ...)
+    "input_malformed": Severity.CRITICAL,
     "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,
@@ -107,6 +110,8 @@ DEFAULT_SEVERITY = {
 }
 
 EVIDENCE_KINDS = (
+    "record_unusable",
+    "input_malformed",
     "evidence_missing",
     "evidence_impossible",
     "evidence_inconsistent",

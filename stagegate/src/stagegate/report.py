@@ -12,6 +12,7 @@ from typing import Any
 from stagegate.changes import changed_files, gate_files
 from stagegate.collect import collect_stage, find_records, read_baselines, read_run_log
 from stagegate.collect.jsonfile import load_json
+from stagegate.collect.records import UNATTRIBUTED, RecordScan
 from stagegate.errors import InputError, InternalError
 from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
@@ -21,7 +22,6 @@ from stagegate.model import (
     STAGES,
     Benchmark,
     StageData,
-    StageRecord,
     Verdict,
     stage_name_problem,
 )
@@ -59,26 +59,30 @@ def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
     return f"{server}/{repo}/actions/runs/{run}"
 
 
-def _records(options: ReportOptions, policy: Policy) -> dict[str, StageRecord]:
-    records = find_records(options.raw_dir)
-    if not records:
+def _records(options: ReportOptions, policy: Policy) -> RecordScan:
+    scan = find_records(options.raw_dir, {*STAGES, *policy.required})
+    if not scan.records and not scan.problems:
         how = policy.rerun or "stagegate run STAGE -- COMMAND, for each stage"
         raise InputError(f"no stage records in {options.raw_dir}: run the stages first ({how})")
-    return records
+    return scan
 
 
-def _stage_names(records: Mapping[str, StageRecord], policy: Policy, only: bool) -> list[str]:
+def _stage_names(scan: RecordScan, policy: Policy, only: bool) -> list[str]:
     """The stages to judge: the known ones the policy names or that ran, then any others."""
-    wanted = [s for s in STAGES if s in records or s in policy.required or s in policy.skippable]
+    ran = {*scan.records, *scan.problems}
+    wanted = [s for s in STAGES if s in ran or s in policy.required or s in policy.skippable]
     return [
         *(s for s in wanted if s in policy.judged),
-        *(s for s in records if s not in STAGES and not only),
+        *(s for s in sorted(ran) if s not in STAGES and not only and s != UNATTRIBUTED),
+        *([UNATTRIBUTED] if UNATTRIBUTED in scan.problems else []),  # whatever is judged
     ]
 
 
-def _collect(record: StageRecord | None, raw_dir: Path, ran: str | None) -> StageData:
+def _collect(scan: RecordScan, name: str, raw_dir: Path, ran: str | None) -> StageData:
+    record = scan.records.get(name)
     if record is None:
-        return StageData(record=None, record_gone=ran or "")
+        problem = scan.problems.get(name, "")
+        return StageData(record=None, record_gone=ran or "", record_problem=problem)
     return collect_stage(record, raw_dir)
 
 
@@ -109,7 +113,7 @@ def _base_results(base_raw: Path | None) -> tuple[dict[str, StageData], str]:
     if base_raw is None:
         return {}, "not compared: no base branch results given (--base-raw)"
     try:
-        records = find_records(base_raw)
+        records = find_records(base_raw).records
     except InputError as exc:
         return {}, f"not compared: the base branch's results cannot be read: {exc}"
     return {name: collect_stage(rec, base_raw) for name, rec in records.items()}, ""
@@ -121,17 +125,17 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
-def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecord]) -> Verdict:
+def _judge(options: ReportOptions, policy: Policy, scan: RecordScan) -> Verdict:
     """Every stage judged, each with the base branch's tests and the baselines."""
     baselines, baseline_problem = _baselines(options.baseline)
     host = _host(options.host)
     bases, note = _base_results(options.base_raw)
     runs = read_run_log(options.raw_dir)
-    names = _stage_names(records, policy, bool(options.only))
-    commit = run_commit({n: records[n] for n in names if n in records})
+    names = _stage_names(scan, policy, bool(options.only))
+    commit = run_commit({n: scan.records[n] for n in names if n in scan.records})
     stages = []
     for name in names:
-        data = _collect(records.get(name), options.raw_dir, runs.get(name))
+        data = _collect(scan, name, options.raw_dir, runs.get(name))
         data = _with_base(data, bases.get(name), note)
         stages.append(
             judge_stage(
@@ -151,8 +155,7 @@ def _judge(options: ReportOptions, policy: Policy, records: dict[str, StageRecor
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
     """Read, collect, judge and render every output to text (nothing is written yet)."""
     policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
-    records = _records(options, policy)
-    verdict = _judge(options, policy, records)
+    verdict = _judge(options, policy, _records(options, policy))
     generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
     commit = run_commit(judged) or "unknown"

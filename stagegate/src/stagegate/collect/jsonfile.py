@@ -1,32 +1,150 @@
-"""JSON files as every reader opens them: a missing, unreadable or malformed file is an
-:class:`~stagegate.errors.InputError` that names it and says what is wrong."""
+"""JSON files as every reader opens them: strictly and within bounds.
+
+A file that is missing, unreadable or malformed is an :class:`~stagegate.errors.InputError`
+that names it and says what is wrong; so is one that is larger than a reader's bound, nests
+deeper than :data:`MAX_DEPTH`, holds a key twice (which value a reader would see depends on
+the parser), an integer longer than :data:`MAX_INT_DIGITS` digits, or a ``NaN``/``Infinity``
+literal (not JSON; the producers write ``null`` for "not measured"). Where the problem sits
+inside the document, the message names its path (``$.precisions["bf16-mixed"].window_s[3]``).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from stagegate.errors import InputError, MissingFileError
 
+MAX_JSON_BYTES = 64 * 2**20  # a benchmark with raw windows is about 1 MB; lint output of a
+# large repository a few MB
+MAX_DEPTH = 64  # the deepest file any producer writes nests 6 levels
+MAX_INT_DIGITS = 30  # counts, sizes and nanoseconds fit in 20
 
-def load_json(path: Path, what: str) -> Any:
-    """Parse a JSON file; a missing or malformed file is an :class:`InputError` that says so."""
+
+class _Duplicated(dict):  # type: ignore[type-arg]
+    """An object that held a key twice: the first such key."""
+
+    duplicate: str = ""
+
+
+class _Invalid:
+    """A value the parser met that no reader may see: what it was, in words."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+    marked = _Duplicated(obj)
+    marked.duplicate = dup
+    return marked
+
+
+def _integer(text: str) -> int | _Invalid:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return _Invalid(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _constant(name: str) -> _Invalid:
+    return _Invalid(f"the literal {name}, which is not JSON (write null)")
+
+
+Trail = tuple[Any, str | int] | None  # (the parent's trail, this key): built as it is walked
+
+
+def _path(trail: Trail) -> str:
+    """``$.precisions["bf16-mixed"].window_s[3]`` for a trail."""
+    keys: list[str | int] = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    out = "$"
+    for key in reversed(keys):
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            out += f".{key}" if key.isidentifier() else f"[{json.dumps(key)[:60]}]"
+    return out if len(out) <= 200 else f"{out[:100]}...{out[-80:]}"
+
+
+def _walk(value: Any) -> Iterator[tuple[Trail, int, Any]]:
+    """(trail, depth, value) of every value in the document, without recursion."""
+    stack: list[tuple[Trail, int, Any]] = [(None, 1, value)]
+    while stack:
+        trail, depth, item = stack.pop()
+        yield trail, depth, item
+        if isinstance(item, dict):
+            stack.extend(((trail, k), depth + 1, v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend(((trail, i), depth + 1, v) for i, v in enumerate(item))
+
+
+def _problem(document: Any) -> str | None:
+    """The first thing in a parsed document that no reader may see, with its path."""
+    for trail, depth, item in _walk(document):
+        if depth > MAX_DEPTH:
+            return f"nests deeper than {MAX_DEPTH} levels (at {_path(trail)})"
+        if isinstance(item, _Duplicated):
+            return f"holds the key {item.duplicate[:80]!r} twice at {_path(trail)}"
+        if isinstance(item, _Invalid):
+            return f"holds {item.what} at {_path(trail)}"
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """Parse ``text`` strictly; a ValueError says what is wrong and where."""
     try:
-        text = path.read_text(encoding="utf-8")
+        document = json.loads(
+            text, object_pairs_hook=_pairs, parse_int=_integer, parse_constant=_constant
+        )
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"nests deeper than {MAX_DEPTH} levels") from None
+    problem = _problem(document)
+    if problem:
+        raise ValueError(problem)
+    return document
+
+
+def _read_text(path: Path, what: str, max_bytes: int) -> str:
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{what} {path} is not a regular file")
+        size = info.st_size
+        if size > max_bytes:
+            raise InputError(
+                f"{what} {path} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+                "a reader takes: no producer of this file writes that much"
+            )
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MissingFileError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{what} {path} cannot be read: {exc}") from None
+
+
+def load_json(path: Path, what: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse a JSON file strictly and within bounds; anything else is an :class:`InputError`
+    that names the file, says what is wrong and, inside the document, where."""
+    text = _read_text(path, what, max_bytes)
     if not text.strip():
         raise InputError(f"{what} {path} is empty")
     try:
-        return json.loads(text, parse_constant=lambda name: math.nan)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
-        ) from None
+        return parse_json(text)
+    except ValueError as exc:
+        raise InputError(f"{what} {path} {exc}") from None
 
 
 def finite(value: Any) -> float | None:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect.jsonfile import load_json
+from stagegate.collect.jsonfile import load_json, parse_json
 from stagegate.errors import InputError
 from stagegate.model import (
     RECORD_FORMAT_VERSION,
@@ -110,45 +111,92 @@ def load_record(path: Path) -> StageRecord:
         raise InputError(f"stage record {path} is missing fields: {exc}") from None
 
 
-def find_records(raw_dir: Path) -> dict[str, StageRecord]:
-    """Every stage record in ``raw_dir``, by stage; two records for one stage is an error."""
+MAX_RECORD_BYTES = 4 * 2**20  # two 8,000-character tails, the command and the environment
+# Where a file that claims to be a record, of no stage it may name, is reported: it blocks
+UNATTRIBUTED = "raw_inputs"
+
+
+@dataclass(frozen=True)
+class RecordScan:
+    """The records of a raw directory, by stage, and the stages whose record cannot be used
+    (a broken file named after the stage, or two records of one stage), each with why."""
+
+    records: dict[str, StageRecord] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+Scanned = tuple[StageRecord | None, str, str | None]
+
+
+def _scan(path: Path, expected: Collection[str]) -> Scanned:
+    """(the record, its stage, None); (None, stage, why) for a file named after an expected
+    stage, or holding a record (of :data:`UNATTRIBUTED` where it names no possible stage),
+    that cannot be used; (None, "", None) for some other stage output."""
+    stage = path.stem if path.stem in expected else ""
+    try:
+        data = load_json(path, "stage record", MAX_RECORD_BYTES)
+    except InputError as exc:
+        return None, stage, str(exc) if stage else None
+    if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
+        return None, "", None
+    try:
+        record = load_record(path)
+    except InputError as exc:
+        claimed = data.get("stage")
+        stage = stage or (claimed if stage_name_problem(claimed) is None else UNATTRIBUTED)
+        return None, stage, str(exc)
+    return record, record.stage, None
+
+
+def find_records(raw_dir: Path, expected: Collection[str] = STAGES) -> RecordScan:
+    """Every stage record in ``raw_dir``, by stage. A file named after one of the ``expected``
+    stages that is no usable record, and a stage recorded twice, are problems of that stage
+    (the judge blocks it); a directory that does not exist is an InputError."""
     if not raw_dir.is_dir():
         raise InputError(
             f"{raw_dir} is not a directory: run the stages first "
             "(stagegate run STAGE -- COMMAND writes each stage's record)"
         )
-    records: dict[str, tuple[Path, StageRecord]] = {}
+    found: dict[str, list[tuple[Path, StageRecord]]] = {}
+    problems: dict[str, str] = {}
     for path in sorted(raw_dir.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-            if path.stem in STAGES:  # a record is named after its stage: this one is broken
-                load_record(path)  # raises an InputError that says what is wrong
-            continue  # some other stage output: judged when a record names it
-        if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
-            continue
-        record = load_record(path)
-        if record.stage in records:
-            other = records[record.stage][0]
-            raise InputError(
-                f"two records for stage {record.stage!r}: {other} and {path}; remove the stale one"
-            )
-        records[record.stage] = (path, record)
-    return {stage: rec for stage, (_, rec) in records.items()}
+        record, stage, problem = _scan(path, expected)
+        if problem is not None:
+            problems.setdefault(stage, problem)
+        if record is not None:
+            found.setdefault(stage, []).append((path, record))
+    records = {}
+    for stage, entries in found.items():
+        if len(entries) > 1:
+            paths = " and ".join(str(p) for p, _ in entries)
+            problems.setdefault(stage, f"two records for stage {stage!r}: {paths}")
+        elif stage not in problems:
+            records[stage] = entries[0][1]
+    return RecordScan(records, problems)
+
+
+MAX_RUN_LOG_BYTES = 4 * 2**20  # one short line per stage run
+MAX_LOG_LINE = 4096
 
 
 def read_run_log(raw_dir: Path) -> dict[str, str]:
     """Stage -> the start of its last run that ``stagegate run`` logged in ``raw_dir``; lines
-    that are not such entries are skipped (the log only tells a removed record from none)."""
+    that are not such entries are skipped (the log only tells a removed record from none).
+    A log too large to be stagegate's is read for its last entries only."""
+    path = raw_dir / RUN_LOG
     try:
-        lines = (raw_dir / RUN_LOG).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+        if not path.is_file():
+            return {}
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - MAX_RUN_LOG_BYTES))
+            lines = f.read(MAX_RUN_LOG_BYTES).decode("utf-8", errors="replace").splitlines()
+    except OSError:
         return {}
     runs: dict[str, str] = {}
     for line in lines:
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
+            entry = parse_json(line) if len(line) <= MAX_LOG_LINE else None
+        except ValueError:
             continue
         if isinstance(entry, dict) and not stage_name_problem(entry.get("stage")):
             runs[entry["stage"]] = str(entry.get("start", "?"))[:40]

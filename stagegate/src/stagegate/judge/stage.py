@@ -80,6 +80,15 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
         if policy.rerun
         else f"stagegate run {name} -- COMMAND records it"
     )
+    if data.record_problem:
+        f.add(
+            "record_unusable",
+            f"{name}'s record cannot be used",
+            detail=data.record_problem,
+            fix=f"run the {name} stage again so that stagegate run writes its one record "
+            f"({how}); remove any other file that claims to be its record",
+        )
+        return stage_verdict(name, StageStatus.ERROR, f, data)
     if data.record_gone:
         f.add(
             "stage_failed",
@@ -231,7 +240,7 @@ def judge_stage(
     errors = unreadable(data)
     for error in data.input_errors:  # missing and refused files: judge/outputs.py
         f.add(
-            "stage_failed",
+            "input_malformed",
             f"unreadable output: {error}",
             fix="re-run the stage; if the file is still unreadable, its producer changed format "
             "or crashed while writing it",
