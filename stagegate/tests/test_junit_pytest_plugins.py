@@ -1,8 +1,10 @@
 """JUnit from pytest's subtests and from pytest-rerunfailures, written by the real producers.
 
 Subtests: pytest (9.0 on, its own ``subtests``; before it the pytest-subtests plugin) counts in
-``tests=`` every subtest's report, and a subtest that passed writes no element; a run whose
-subtests all pass is no count mismatch and PASSes, a failed subtest fails its test and BLOCKs.
+``tests=`` every subtest's report, and a subtest that passed writes no element. stagegate's
+pytest plugin counts those itself and writes the count beside the JUnit file: with it, a run
+whose subtests all pass is no count mismatch and PASSes; without it, the file is read as
+strictly as any other. A failed subtest fails its test and BLOCKs.
 pytest-rerunfailures writes each try as a ``<testcase>``: a test that failed every try is
 failed, one that failed and then passed carries no re-run evidence and reads as passed.
 """
@@ -17,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import read_junit
+from stagegate.collect.junit import read_pytest_counts
 from stagegate.judge import decide, judge_stage
-from stagegate.model import Decision, StageData, TestSuite
+from stagegate.model import Decision, StageData, TestSuite, counts_path
 from stagegate.policy import Policy
 
 from .builders import record
@@ -36,8 +39,9 @@ def _verdict(suite: TestSuite) -> tuple[Decision, list[str]]:
     return decide([result]).decision, titles
 
 
-def _run_pytest(tmp_path: Path, sample: str) -> TestSuite:
-    """Run the installed pytest for real on a copy of ``sample`` and read its JUnit file."""
+def _run_pytest(tmp_path: Path, sample: str, counted: bool = True) -> TestSuite:
+    """Run the installed pytest (stagegate's plugin with it) for real on a copy of ``sample``
+    and read its JUnit file, with the plugin's count unless ``counted`` is false."""
     shutil.copy(SAMPLES / sample, tmp_path / sample)
     junit = tmp_path / "junit.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -50,7 +54,8 @@ def _run_pytest(tmp_path: Path, sample: str) -> TestSuite:
         timeout=120,
     )
     assert junit.is_file(), done.stdout + done.stderr
-    return read_junit(junit, root=tmp_path)
+    passed = read_pytest_counts(Path(counts_path(str(junit)))) if counted else 0
+    return read_junit(junit, root=tmp_path, subtest_reports=passed)
 
 
 def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
@@ -62,6 +67,15 @@ def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
     }
     assert suite.count_mismatches == ()
     assert _verdict(suite) == (Decision.PASS, [])
+    assert read_pytest_counts(tmp_path / "junit.xml.counts.json") == 5  # the sample's subtests
+
+
+def test_subtests_without_the_plugins_count_are_read_strictly(tmp_path: Path) -> None:
+    suite = _run_pytest(tmp_path, "test_subtests_pass.py", counted=False)
+    (mismatch,) = suite.count_mismatches
+    assert "declares 8 tests" in mismatch and "holds 3" in mismatch
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK and findings[0].startswith("count_mismatch")
 
 
 def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
@@ -83,7 +97,7 @@ def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
 
 
 PYTEST_SUITE = (
-    '<testsuites name="pytest tests"><testsuite name="pytest" tests="9" failures="1" '
+    '<testsuites name="pytest tests"><testsuite name="pytest" tests="4" failures="1" '
     'errors="1" skipped="1">{cases}</testsuite></testsuites>'
 )
 CASES = {
@@ -93,32 +107,30 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize(
-    ("lost", "attribute"), [("failure", "failures"), ("error", "errors"), ("skipped", "skipped")]
-)
-def test_a_pytest_suite_that_lost_a_failure_error_or_skip_is_a_mismatch(
+@pytest.mark.parametrize(("lost", "attribute"), [("failure", "failures"), ("error", "errors")])
+def test_a_pytest_suite_that_lost_a_failure_or_error_is_a_mismatch(
     tmp_path: Path, lost: str, attribute: str
 ) -> None:
-    # tests= (9) counts passing subtests, which have no element: it is no measure of loss.
     path = tmp_path / "junit.xml"
-    passing = '<testcase classname="m" name="p"/>'
-    path.write_text(PYTEST_SUITE.format(cases="".join(CASES.values()) + passing))
+    path.write_text(PYTEST_SUITE.format(cases="".join(CASES.values()) + CASES["skipped"]))
     assert read_junit(path).count_mismatches == ()
     kept = "".join(case for element, case in CASES.items() if element != lost)
-    path.write_text(PYTEST_SUITE.format(cases=kept + passing))
+    path.write_text(PYTEST_SUITE.format(cases=kept + CASES["skipped"]))
     suite = read_junit(path)
-    (mismatch,) = suite.count_mismatches
-    assert f"declares 1 {attribute}" in mismatch and "holds 0" in mismatch
+    assert any(f"declares 1 {attribute}" in m and "holds 0" in m for m in suite.count_mismatches)
     decision, findings = _verdict(suite)
     assert decision is Decision.BLOCK and any(f.startswith("count_mismatch") for f in findings)
 
 
-def test_another_producers_suite_is_still_checked_by_its_test_cases(tmp_path: Path) -> None:
+def test_naming_a_suite_pytest_switches_no_count_off(tmp_path: Path) -> None:
+    """A file that declares 5 tests and holds 2 passes is a mismatch whatever its suite is
+    called: the name is a claim of the file, like its counts."""
     path = tmp_path / "junit.xml"
-    plain = PYTEST_SUITE.replace(' name="pytest tests"', "").replace('"pytest"', '"unit"')
-    path.write_text(plain.format(cases="".join(CASES.values())))
-    (mismatch,) = read_junit(path).count_mismatches
-    assert "declares 9 tests" in mismatch and "holds 3" in mismatch
+    passing = '<testcase classname="m" name="a"/><testcase classname="m" name="b"/>'
+    for name in ("pytest", "unit"):
+        path.write_text(f'<testsuite name="{name}" tests="5">{passing}</testsuite>')
+        (mismatch,) = read_junit(path).count_mismatches
+        assert "declares 5 tests" in mismatch and "holds 2" in mismatch, name
 
 
 def test_a_rerun_that_failed_every_try_blocks_and_one_that_passed_is_not_flaky() -> None:

@@ -35,7 +35,8 @@ def test_success_is_recorded_with_output_and_environment(tmp_path: Path) -> None
     assert saved == record
     assert saved.files == {"junit": junit} and saved.environment["python"]
     assert saved.start.endswith("Z") and saved.duration_s >= 0
-    assert saved.out_dir == str(tmp_path) and saved.sha256 == {junit: None}  # never written
+    assert saved.out_dir == str(tmp_path)
+    assert saved.sha256 == {junit: None, f"{junit}.counts.json": None}  # never written
 
 
 def test_failure_keeps_the_exit_code_and_stderr(tmp_path: Path) -> None:
@@ -85,7 +86,8 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
     )
     assert code == 0 and record.out_dir == str(tmp_path)
     assert record.sha256 == {str(junit): hashlib.sha256(b"<testsuites/>").hexdigest(),
-                             str(absent): None}  # fmt: skip
+                             str(absent): None,
+                             f"{junit}.counts.json": None}  # pytest's counts: sealed too  # fmt: skip
 
 
 # A grandchild that leaves the stage's process group and session (setsid, or a daemon's double

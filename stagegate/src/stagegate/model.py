@@ -44,6 +44,14 @@ def stage_name_problem(name: object) -> str | None:
     )
 
 
+JUNIT_COUNTS_SUFFIX = ".counts.json"  # what stagegate's pytest plugin writes beside JUnit
+
+
+def counts_path(junit: str) -> str:
+    """Where stagegate's pytest plugin writes its counts for the JUnit file ``junit``."""
+    return f"{junit}{JUNIT_COUNTS_SUFFIX}"
+
+
 class Severity(Enum):
     """Finding severity, most severe first."""
 

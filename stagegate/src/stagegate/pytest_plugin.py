@@ -1,7 +1,10 @@
 """pytest plugin: ``--stagegate-warnings FILE`` writes every captured warning, grouped, as JSON;
-``--stagegate-guard DIR`` fails every test that changes DIR (stagegate.pytest_guard).
+``--stagegate-guard DIR`` fails every test that changes DIR (stagegate.pytest_guard); and
+where pytest writes JUnit (``--junitxml F``), ``F.counts.json`` beside it holds what this plugin
+counted itself: the subtests' reports, which pytest counts in ``tests=`` but writes into their
+test's element (stagegate reads a pytest file's ``tests=`` against its elements plus these).
 
-Registered through the ``pytest11`` entry point; it does nothing unless an option is given.
+Registered through the ``pytest11`` entry point; it does nothing unless one of those is given.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from stagegate.io import write_atomic
+from stagegate.model import counts_path
 from stagegate.pytest_guard import register as register_guard
 
 FORMAT_VERSION = 1
@@ -47,6 +51,34 @@ def pytest_configure(config: pytest.Config) -> None:
     guarded = config.getoption("--stagegate-guard")
     if guarded:
         register_guard(config, guarded)
+    junit = getattr(config.option, "xmlpath", None)
+    if junit and not hasattr(config, "workerinput"):  # where the JUnit file is written
+        where = Path(config.invocation_params.dir) / junit
+        config.pluginmanager.register(SubtestCounter(where), "stagegate-junit-counts")
+
+
+# The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
+_SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
+
+
+class SubtestCounter:
+    """Counts the subtest reports pytest's JUnit writer counts in ``tests=`` (a pass of the
+    call, a failure, a skip), as it receives them (in the process that writes the file:
+    pytest-xdist's controller), and writes the count beside the file."""
+
+    def __init__(self, junit: Path) -> None:
+        self.path = Path(counts_path(str(junit)))
+        self.subtest_reports = 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        counted = report.when == "call" or not report.passed
+        self.subtest_reports += counted and type(report).__name__ in _SUBTEST_REPORTS
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        doc = {"format_version": FORMAT_VERSION, "subtest_reports": self.subtest_reports}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(doc) + "\n")
 
 
 _DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}

@@ -22,7 +22,7 @@ from stagegate.digest import sha256_file
 from stagegate.errors import UsageError
 from stagegate.io import write_atomic
 from stagegate.machine import observe
-from stagegate.model import RUN_LOG, StageRecord, stage_name_problem
+from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
 from stagegate.proctree import children, end_tree, subreaper
 
 TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
@@ -202,11 +202,17 @@ def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
                 )
 
 
+def _sealed(record: StageRecord) -> list[str]:
+    """The files whose hash the record keeps: those it names, and beside each JUnit file the
+    counts stagegate's pytest plugin writes (the judge reads them with it)."""
+    named = record.named_files()
+    return [path for _, path, _ in named] + [counts_path(p) for k, p, _ in named if k == "junit"]
+
+
 def _hashes(record: StageRecord) -> dict[str, str | None]:
-    """The sha256 of every file the record names, None for one that is not there."""
+    """The sha256 of every file the record seals, None for one that is not there."""
     return {
-        path: sha256_file(Path(path)) if Path(path).exists() else None
-        for _, path, _ in record.named_files()
+        path: sha256_file(Path(path)) if Path(path).exists() else None for path in _sealed(record)
     }
 
 

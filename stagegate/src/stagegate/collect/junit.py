@@ -24,10 +24,17 @@ import defusedxml
 import defusedxml.ElementTree as SafeET
 
 from stagegate.collect.frames import first_frame, innermost_frame, last_frame, relative
+from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError, MissingFileError
 from stagegate.model import Failure, Location, TestCase, TestSuite
 
-__all__ = ["innermost_frame", "last_frame", "merge_attempts", "read_junit"]
+__all__ = [
+    "innermost_frame",
+    "last_frame",
+    "merge_attempts",
+    "read_junit",
+    "read_pytest_counts",
+]
 
 TEXT_LIMIT = 16_000  # characters kept of one failure's text; the file keeps the rest
 # A test status or result that means "not run" (GoogleTest's notrun/suppressed, XCTest exports).
@@ -43,17 +50,17 @@ _RERUN = ("rerunFailure", "rerunError")  # Surefire/nextest: a re-run that faile
 _FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later passed
 
 
-# pytest writes one <failure>, <error> or <skipped> element for each report it counts in
-# failures=, errors= and skipped=, but counts in tests= every passing report too: each subtest
-# that passed (pytest-subtests, pytest 9's subtests, unittest's subTest) writes no element.
-_PYTEST_COUNTS = {"failures": "failure", "errors": "error", "skipped": "skipped"}
+# A count a suite declares, and the element of the file that holds each one. Every producer's
+# totals are checked, at every level: one that claims more than its elements hold lost tests.
+_DECLARED = {"tests": "testcase", "failures": "failure", "errors": "error"}
 
 
 @dataclass
 class _Suite:
-    """An open ``<testsuite>``: its name, place in the file, the counts it declares (``tests``,
-    ``failures``, ...) and the elements it holds (``testcase``, ``failure``, ...)."""
+    """An open ``<testsuites>`` or ``<testsuite>``: its tag, name, place in the file, the counts
+    it declares (``tests``, ``failures``, ``errors``) and the elements it holds."""
 
+    tag: str
     name: str
     ordinal: int
     file: str = ""
@@ -67,6 +74,9 @@ class _Context:
 
     path: Path
     root: Path
+    # Subtest reports pytest counted in tests= but wrote into their test's element, as
+    # stagegate's pytest plugin counted them beside the file; without its count, none
+    subtest_reports: int = 0
     pytest: bool = False  # pytest's 0-based line numbers and dotted module classnames
     mismatches: list[str] = field(default_factory=list)
     suites: int = 0  # <testsuite> elements opened so far
@@ -235,34 +245,67 @@ def _events(path: Path) -> Iterator[tuple[str, ET.Element]]:
     yield from SafeET.iterparse(str(path), events=("start", "end"), forbid_dtd=True)
 
 
+_SUITES = ("testsuites", "testsuite")
+
+
 def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: _Context) -> None:
-    if not open_ and elem.tag not in ("testsuites", "testsuite"):
+    if not open_ and elem.tag not in _SUITES:
         raise InputError(
             f"JUnit file {ctx.path} has root <{elem.tag}>, not <testsuites> or "
             "<testsuite>: it is not JUnit XML"
         )
-    if elem.tag in ("testsuites", "testsuite") and elem.get("name") in ("pytest tests", "pytest"):
+    if elem.tag in _SUITES and elem.get("name") in ("pytest tests", "pytest"):
         ctx.pytest = True
-    if elem.tag == "testsuite":
-        ctx.suites += 1
+    if elem.tag in _SUITES:
+        ctx.suites += elem.tag == "testsuite"
         name, file = elem.get("name") or "", elem.get("file") or ""
-        declared = {a: _int(elem.get(a)) for a in ("tests", *_PYTEST_COUNTS)}
-        suites.append(_Suite(name, ctx.suites, file, declared))
+        declared = {a: _int(elem.get(a)) for a in _DECLARED}
+        suites.append(_Suite(elem.tag, name, ctx.suites, file, declared))
     open_.append(elem)
 
 
 def _close_suite(suite: _Suite, ctx: _Context) -> None:
-    """A count the suite declares that is larger than what it holds: the file lost tests. A
-    pytest suite is checked by its failures, errors and skips, one element each; its tests=
-    also counts passing subtests, which leave no element."""
-    checks = {"tests": "testcase"} if not ctx.pytest else _PYTEST_COUNTS
-    for attribute, element in checks.items():
+    """A count the suite (or the file's ``<testsuites>``) declares that is larger than what it
+    holds: the file lost tests, failures or errors. pytest's tests= also counts each subtest's
+    report, which adds no test case: those its plugin counted are allowed for."""
+    for attribute, element in _DECLARED.items():
         declared, held = suite.declared.get(attribute), suite.held[element]
-        if declared is not None and held < declared:
+        allowed = held + (ctx.subtest_reports if element == "testcase" else 0)
+        if declared is not None and allowed < declared:
+            level = "the file's <testsuites>" if suite.tag == "testsuites" else "suite"
+            name = f" {suite.name or '(unnamed)'}" if suite.tag == "testsuite" else ""
             ctx.mismatches.append(
-                f"suite {suite.name or '(unnamed)'} declares {declared} {attribute}; "
-                f"the file holds {held}"
+                f"{level}{name} declares {declared} {attribute}; the file holds {held}"
+                + (f" (and {ctx.subtest_reports} subtest reports)" if allowed != held else "")
             )
+
+
+def _suite_failure(elem: ET.Element, suite: _Suite, ctx: _Context) -> TestCase:
+    """A ``<failure>`` or ``<error>`` of the suite itself, outside any test (a test class that
+    could not start: none of its tests ran): a failed test of that suite."""
+    failure = _failure(elem, elem, ctx, suite)
+    name = f"{suite.name or '(unnamed suite)'} ({elem.tag} outside any test case)"
+    return TestCase(
+        nodeid=name,
+        file=suite.file,
+        name=name,
+        outcome="error" if failure.kind == "error" else "failed",
+        duration_s=0.0,
+        message=failure.message,
+        text=failure.text,
+        location=failure.location,
+        failures=(failure,),
+        attempts=1,
+        suite=suite.name,
+    )
+
+
+def _held(elem: ET.Element, suites: list[_Suite]) -> None:
+    """What one test case (or a suite-level failure) adds to every suite it lies in."""
+    held = Counter(child.tag for child in elem) if elem.tag == "testcase" else Counter([elem.tag])
+    held["testcase"] = 1
+    for open_suite in suites:
+        open_suite.held.update(held)
 
 
 def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
@@ -270,34 +313,35 @@ def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
     grouped: dict[tuple[object, ...], list[TestCase]] = {}
     open_: list[ET.Element] = []
     suites: list[_Suite] = []
-    top = _Suite("", 0)  # cases outside any <testsuite>
+    top = _Suite("", "", 0)  # cases outside any <testsuite>
     for event, elem in _events(ctx.path):
         if event == "start":
             _open(elem, open_, suites, ctx)
             continue
         open_.pop()
         parent = open_[-1] if open_ else None
+        testsuite = next((s for s in reversed(suites) if s.tag == "testsuite"), top)
         if elem.tag == "testcase":
             ctx.cases += 1
-            suite = suites[-1] if suites else top
-            grouped.setdefault(_key(elem, suite, ctx), []).append(_case(elem, ctx, suite))
-            held = Counter(child.tag for child in elem)
-            held["testcase"] = 1
-            for open_suite in suites:
-                open_suite.held.update(held)
-        elif elem.tag == "testsuite":
+            grouped.setdefault(_key(elem, testsuite, ctx), []).append(_case(elem, ctx, testsuite))
+            _held(elem, suites)
+        elif elem.tag in _FINAL and parent is not None and parent.tag == "testsuite":
+            ctx.cases += 1
+            grouped[("suite", ctx.cases)] = [_suite_failure(elem, testsuite, ctx)]
+            _held(elem, suites)
+        elif elem.tag in _SUITES:
             _close_suite(suites.pop(), ctx)
-        if parent is not None and (
-            elem.tag in ("testcase", "testsuite") or parent.tag in ("testsuite", "testsuites")
-        ):
+        if parent is not None and (elem.tag in ("testcase", *_SUITES) or parent.tag in _SUITES):
             parent.remove(elem)  # keep memory flat: this element has been read
     return grouped
 
 
-def read_junit(path: Path, root: Path | None = None) -> TestSuite:
+def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -> TestSuite:
     """Read a JUnit XML file written by any producer; an unusable file is an InputError that
-    names the file and what is wrong with it (parse errors with line and column)."""
-    ctx = _Context(path=path, root=(root or Path.cwd()).resolve())
+    names the file and what is wrong with it (parse errors with line and column).
+    ``subtest_reports``: what stagegate's pytest plugin counted beside a pytest file
+    (:func:`read_pytest_counts`)."""
+    ctx = _Context(path=path, root=(root or Path.cwd()).resolve(), subtest_reports=subtest_reports)
     try:
         if path.stat().st_size == 0:
             raise InputError(f"JUnit file {path} is empty: the test run was cut off before the end")
@@ -322,3 +366,18 @@ def read_junit(path: Path, root: Path | None = None) -> TestSuite:
         raise InputError(f"JUnit file {path} cannot be read: {exc}") from None
     cases = _distinct([merge_attempts(a) for a in grouped.values()])
     return TestSuite(cases=cases, source=str(path), count_mismatches=tuple(ctx.mismatches))
+
+
+MAX_COUNTS_BYTES = 4096
+
+
+def read_pytest_counts(path: Path) -> int:
+    """The subtest reports stagegate's pytest plugin counted (its ``.counts.json``); 0 where
+    there is no such file. One that is there and unusable is an InputError."""
+    if not path.exists():
+        return 0
+    data = load_json(path, "pytest counts file", MAX_COUNTS_BYTES)
+    count = data.get("subtest_reports") if isinstance(data, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InputError(f"pytest counts file {path} holds no count of subtest_reports")
+    return count

@@ -15,11 +15,18 @@ from typing import Any
 from stagegate.collect.ab import read_ab
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
-from stagegate.collect.junit import read_junit
+from stagegate.collect.junit import read_junit, read_pytest_counts
 from stagegate.collect.lint import read_lint
 from stagegate.collect.locate import locate
 from stagegate.errors import InputError, MissingFileError
-from stagegate.model import Benchmark, MissingFile, RefusedFile, StageData, StageRecord
+from stagegate.model import (
+    Benchmark,
+    MissingFile,
+    RefusedFile,
+    StageData,
+    StageRecord,
+    counts_path,
+)
 
 # kind of file in a record -> (StageData field, reader); "lint" maps tools to files
 READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
@@ -43,6 +50,22 @@ def _read(reader: Callable[[Path], Any], path: Path) -> Any:
             f"{path} could not be read ({type(exc).__name__}: {exc}); the file is kept as it "
             "is: report this as a stagegate bug with the file attached"
         ) from exc
+
+
+def _junit_reader(record: StageRecord, raw_dir: Path, value: str) -> Callable[[Path], Any]:
+    """A JUnit file's reader, with the pytest plugin's count beside it where the record sealed
+    one; a count that changed after the stage, or appeared after it, is refused."""
+    sibling = counts_path(value)
+    if sibling not in record.sha256:
+        return read_junit
+    where = locate(record, raw_dir, sibling)
+    if where.missing and record.sha256[sibling] is None:
+        return read_junit
+    if where.refused or where.missing:
+        reason = where.refused or "it was there when the stage ended and is gone"
+        raise InputError(f"pytest counts file {sibling} is refused: {reason}")
+    passed = read_pytest_counts(where.path)
+    return partial(read_junit, subtest_reports=passed)
 
 
 def _readers(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] | None, str]]:
@@ -72,6 +95,8 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
             refused.append(RefusedFile(kind, value, where.refused))
             continue
         try:
+            if kind == "junit":
+                reader = _junit_reader(record, raw_dir, value)
             data = _read(reader, where.path)
         except MissingFileError as exc:
             missing.append(MissingFile(kind, value, str(exc), where.disappeared))
