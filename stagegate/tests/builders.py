@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path, PurePath
 from xml.sax.saxutils import quoteattr
 
@@ -38,9 +39,44 @@ DECLARED = {
 }
 
 
+# What stagegate run observes of a 2-core CPU machine without a GPU
+NO_GPU = {"probe": "nvidia-smi", "found": False, "devices": [], "error": None}
+CPU_MACHINE = {
+    "python": "3.11.7",
+    "platform": "Linux-x86_64",
+    "machine": "x86_64",
+    "cpu_count": 2,
+    "accelerators": NO_GPU,
+}
+
+
+def gpu_machine(*names: str) -> dict[str, object]:
+    """What stagegate run observes of a machine with GPUs named ``names``."""
+    devices = [{"name": n, "driver": "580.159.04", "memory_mb": 81559} for n in names]
+    return {**CPU_MACHINE, "accelerators": {**NO_GPU, "found": True, "devices": devices}}
+
+
+def run_that_wrote(doc: dict) -> dict[str, object]:
+    """Record fields of the stage run that wrote the output file ``doc`` (a benchmark or an
+    A/B file) on the machine it names: five minutes either side of its datetime, and
+    stagegate run's observation of that machine (its GPU, CPUs, architecture)."""
+    info = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
+    gpu = info.get("gpu_name")
+    machine = gpu_machine(gpu) if isinstance(gpu, str) else dict(CPU_MACHINE)
+    for key in ("cpu_count", "machine"):
+        if key in info:
+            machine[key] = info[key]
+    try:
+        written = datetime.fromisoformat(doc["datetime"])
+    except (KeyError, TypeError, ValueError):
+        written = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    start = (written - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    return {"start": start, "duration_s": 600.0, "environment": machine}
+
+
 def record(stage: str = "execution", **kw: object) -> StageRecord:
-    """A record of a stage whose command exited 0, declaring the file the default policy
-    requires of the stage (``kw`` overrides any field)."""
+    """A record of a stage whose command exited 0 on a CPU machine, declaring the file the
+    default policy requires of the stage (``kw`` overrides any field)."""
     base = {
         "stage": stage,
         "command": ["pytest"],
@@ -48,6 +84,7 @@ def record(stage: str = "execution", **kw: object) -> StageRecord:
         "start": "2026-01-01T00:00:00Z",
         "duration_s": 1.0,
         "files": DECLARED.get(stage, {}),
+        "environment": CPU_MACHINE,
     }
     return StageRecord(**{**base, **kw})  # type: ignore[arg-type]
 

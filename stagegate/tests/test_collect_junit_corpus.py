@@ -14,6 +14,8 @@ from stagegate.judge import decide, judge_stage
 from stagegate.model import OUTCOMES, StageData, StageRecord, TestSuite
 from stagegate.policy import Policy
 
+from .builders import CPU_MACHINE
+
 CORPUS = Path(__file__).parent / "fixtures" / "junit"
 EXPECTED = tomllib.loads((CORPUS / "expected.toml").read_text())
 # The pytest samples ran in a copy of producers/: their test files exist in that "checkout".
@@ -28,6 +30,7 @@ def _record() -> StageRecord:
         start="2026-01-05T10:00:00Z",
         duration_s=1.0,
         files={"junit": "junit.xml"},
+        environment=CPU_MACHINE,
     )
 
 

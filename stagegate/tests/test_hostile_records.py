@@ -23,7 +23,15 @@ from stagegate.summaryviews import summary_view
 from stagegate.viewparts import Context
 from stagegate.views import stage_view
 
-from .builders import POLICY_FILE, build_scenario, copy_scenario, junit_file, report_cli, reseal
+from .builders import (
+    CPU_MACHINE,
+    POLICY_FILE,
+    build_scenario,
+    copy_scenario,
+    junit_file,
+    report_cli,
+    reseal,
+)
 from .test_report import check_markdown
 
 MARK = "FORGED"  # every planted piece of markup carries it
@@ -152,7 +160,7 @@ def test_environment_values_and_tails_are_shown_inert(root: Path, scenario: Path
     _edit_record(
         scenario,
         "execution",
-        environment={"github_ref": hostile, "runner_name": "@org/team"},
+        environment={**CPU_MACHINE, "github_ref": hostile, "runner_name": "@org/team"},
         stdout_tail=hostile + "\n```\n# FORGED after a fence",
         stderr_tail=hostile,
     )

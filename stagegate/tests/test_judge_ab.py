@@ -20,7 +20,7 @@ from stagegate.judge.stats import RatioDistribution, median
 from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
 from stagegate.policy import load_policy
 
-from .builders import FIXTURES, POLICY_FILE, record, sealed
+from .builders import FIXTURES, POLICY_FILE, record, run_that_wrote, sealed
 
 POLICY = load_policy(POLICY_FILE)
 SELF = json.loads((FIXTURES / "ab-cpu-self.json").read_text())
@@ -33,7 +33,8 @@ def judged(tmp_path: Path, doc: Doc, ab_base: str | None = SHA, commit: str = SH
     """``doc`` written as the regression stage's A/B file, collected and judged."""
     path = tmp_path / "ab.json"
     path.write_text(json.dumps(doc))
-    rec = sealed(record("regression", files={"ab": str(path)}, commit=commit), tmp_path)
+    rec = record("regression", files={"ab": str(path)}, commit=commit, **run_that_wrote(doc))
+    rec = sealed(rec, tmp_path)
     return judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=ab_base)
 
 

@@ -10,7 +10,6 @@ import copy
 import json
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,15 @@ from stagegate.judge.stats import RatioDistribution, median, quartiles, ratio_of
 from stagegate.model import CheckOutcome, Decision, StageStatus, StageVerdict
 from stagegate.policy import load_policy
 
-from .builders import FIXTURES, POLICY_FILE, copy_scenario, record, report_cli, sealed
+from .builders import (
+    FIXTURES,
+    POLICY_FILE,
+    copy_scenario,
+    record,
+    report_cli,
+    run_that_wrote,
+    sealed,
+)
 
 POLICY = load_policy(POLICY_FILE)  # this repository's policy
 H100 = json.loads((FIXTURES / "benchmark-h100-80gb-hbm3.json").read_text())
@@ -59,20 +66,16 @@ def judged(tmp_path: Path, doc: Doc) -> StageVerdict:
 
 
 def run_of(doc: Doc) -> dict[str, Any]:
-    """The record of the stage run that wrote ``doc``: its commit, and five minutes either side
-    of its datetime (a file altered in either keeps the values of the file it came from)."""
+    """The record of the stage run that wrote ``doc``: its commit, five minutes either side of
+    its datetime, and the machine it names as stagegate run would have observed it (a file
+    altered in any of these keeps the values of the file it came from)."""
     info = doc.get("commit_info")
     commit = info.get("id") if isinstance(info, dict) else None
-    try:
-        written = datetime.fromisoformat(doc["datetime"])
-    except (KeyError, TypeError, ValueError):
-        written = datetime.fromisoformat(CPU["datetime"])
-    start = written - timedelta(minutes=5)
-    return {
-        "commit": commit if isinstance(commit, str) else "0" * 40,
-        "start": start.isoformat().replace("+00:00", "Z"),
-        "duration_s": 600.0,
-    }
+    source = H100 if doc.get("preset", {}).get("name") == "gpu" else CPU
+    run = run_that_wrote(doc if isinstance(doc.get("datetime"), str) else source)
+    if not isinstance(doc.get("machine_info"), dict):
+        run["environment"] = run_that_wrote(source)["environment"]
+    return {"commit": commit if isinstance(commit, str) else "0" * 40, **run}
 
 
 def assert_blocked(stage: StageVerdict, *words: str) -> None:

@@ -85,9 +85,11 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
         tmp_path, PY, "-c", write, files={"junit": str(junit), "metrics": str(absent)}
     )
     assert code == 0 and record.out_dir == str(tmp_path)
-    assert record.sha256 == {str(junit): hashlib.sha256(b"<testsuites/>").hexdigest(),
-                             str(absent): None,
-                             f"{junit}.counts.json": None}  # pytest's counts: sealed too  # fmt: skip
+    assert record.sha256 == {
+        str(junit): hashlib.sha256(b"<testsuites/>").hexdigest(),
+        str(absent): None,
+        f"{junit}.counts.json": None,  # where pytest's counts would be: sealed too
+    }
 
 
 # A grandchild that leaves the stage's process group and session (setsid, or a daemon's double

@@ -71,14 +71,16 @@ def test_the_gate_reads_a_baseline_and_finds_it_comparable_with_itself(path: Pat
 def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(
     path: Path, tmp_path: Path
 ) -> None:
-    """Judged as the stage run that wrote it (its commit, around its time). A baseline measured
-    before the benchmark wrote float32_matmul_precision gets it as every commit has set it:
-    TF32 ("high") for 32-tf32 alone."""
+    """Judged as the stage run that wrote it (its commit, around its time, on its machine). A
+    baseline measured before the benchmark wrote float32_matmul_precision gets it as every
+    commit has set it: TF32 ("high") for 32-tf32 alone."""
     doc = json.loads(path.read_text())
     for name, result in doc["precisions"].items():
         result.setdefault("float32_matmul_precision", "high" if name == "32-tf32" else "highest")
     (tmp_path / path.name).write_text(json.dumps(doc))
     written = datetime.fromisoformat(doc["datetime"]) - timedelta(minutes=5)
+    machine = doc["machine_info"]
+    seen = {"name": machine["gpu_name"], "driver": machine["driver"], "memory_mb": 0}
     record = StageRecord(
         stage="performance",
         command=["x"],
@@ -87,6 +89,10 @@ def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(
         duration_s=600,
         commit=doc["commit_info"]["id"],
         files={"benchmark": str(tmp_path / path.name)},  # the file the policy requires
+        environment={  # as stagegate run observed the machine that measured it
+            **{k: machine[k] for k in ("python", "platform", "machine", "cpu_count")},
+            "accelerators": {"probe": "nvidia-smi", "found": True, "devices": [seen]},
+        },
     )
     bench = read_benchmark(tmp_path / path.name)
     stage = judge_stage("performance", StageData(record, benchmark=bench), POLICY)

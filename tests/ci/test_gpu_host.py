@@ -31,7 +31,7 @@ AB = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "ab-cpu-self.json
 ALLOWED_ENV = {"HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "WANDB_MODE", "GITHUB_SHA"}
 
 DOCKER = """#!{python}
-import json, os, sys, time
+import json, os, platform, sys, time
 args = sys.argv[1:]
 with open(os.environ["DOCKER_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
@@ -50,6 +50,8 @@ if args[:1] == ["run"]:
         given = dict(v.split("=", 1) for v in args if v.startswith("GITHUB_SHA="))
         doc["commit_info"]["id"] = given.get("GITHUB_SHA")
         doc["datetime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # a container on this host sees the host's CPUs and architecture
+        doc["machine_info"].update(cpu_count=os.cpu_count(), machine=platform.machine())
         for name, result in doc["precisions"].items():
             result["float32_matmul_precision"] = "high" if name == "32-tf32" else "highest"
         with open(out + "/benchmark.json", "w") as dst:
@@ -66,7 +68,14 @@ JUNIT = (
     '<testcase classname="tests.amptrain.test_engine" name="test_fp16_scaler_on_cuda" '
     'file="tests/amptrain/test_engine.py" time="0.5"/></testsuite></testsuites>'
 )
-NVIDIA_SMI = "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.159.04'\n"
+# The host's GPU, as nvidia-smi answers gpu_stage.sh's query (name, driver) and stagegate
+# run's (name, driver, memory, compute capability)
+NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+    *compute_cap*) echo 'NVIDIA H100 80GB HBM3, 580.159.04, 81559, 9.0' ;;
+    *) echo 'NVIDIA H100 80GB HBM3, 580.159.04' ;;
+esac
+"""
 
 
 def _executable(path: Path, text: str) -> None:

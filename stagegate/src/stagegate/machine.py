@@ -12,44 +12,82 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 NVIDIA_SMI = "nvidia-smi"
-_QUERY = ("name", "driver_version", "memory.total")
+_QUERY = ("name", "driver_version", "memory.total", "compute_cap")
 PROBE_TIMEOUT_S = 15
+PROC_GPUS = Path("/proc/driver/nvidia/gpus")  # the driver's own view, where there is no tool
 
 
-def _device(line: str) -> dict[str, Any] | None:
+def _device(line: str, fields: int) -> dict[str, Any] | None:
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != len(_QUERY) or not parts[0]:
+    if len(parts) != fields or not parts[0]:
         return None
-    name, driver, memory = parts
-    return {"name": name, "driver": driver, "memory_mb": int(memory) if memory.isdigit() else None}
+    name, driver, memory, *capability = parts
+    return {
+        "name": name,
+        "driver": driver,
+        "memory_mb": int(memory) if memory.isdigit() else None,
+        "compute_capability": capability[0] if capability else None,
+    }
 
 
-def accelerators(env: Mapping[str, str]) -> dict[str, Any]:
-    """The GPUs ``nvidia-smi`` lists (name, driver, memory in MiB), and how they were looked
-    for: ``devices`` is empty where no such tool is found or it lists none; ``error`` says why
-    a tool that exists gave no answer (an observation that failed is not "no GPU")."""
-    tool = shutil.which(NVIDIA_SMI, path=env.get("PATH"))
-    seen: dict[str, Any] = {"probe": NVIDIA_SMI, "found": tool is not None, "devices": []}
-    if tool is None:
-        return {**seen, "error": None}
+def _query(tool: str, fields: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+
+
+def _from_tool(tool: str) -> dict[str, Any]:
+    """What ``nvidia-smi`` lists; a driver too old to report compute capability is asked again
+    without it."""
+    seen: dict[str, Any] = {"probe": NVIDIA_SMI, "found": True, "devices": []}
     try:
-        done = subprocess.run(
-            [tool, f"--query-gpu={','.join(_QUERY)}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
+        done = _query(tool, _QUERY)
+        fields = _QUERY
+        if done.returncode and "compute_cap" in done.stdout + done.stderr:
+            fields = _QUERY[:-1]
+            done = _query(tool, fields)
     except (OSError, subprocess.SubprocessError) as exc:
         return {**seen, "error": f"{type(exc).__name__}: {exc}"}
-    devices = [d for d in map(_device, done.stdout.splitlines()) if d is not None]
-    error = None
-    if done.returncode:
-        error = f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
+    devices = [d for d in (_device(x, len(fields)) for x in done.stdout.splitlines()) if d]
+    error = f"exit {done.returncode}: {done.stderr.strip()[-300:]}" if done.returncode else None
     return {**seen, "devices": devices, "error": error}
+
+
+def _from_proc(folder: Path) -> dict[str, Any] | None:
+    """The GPUs the NVIDIA driver lists under ``folder`` (its model names), or None where the
+    driver is not loaded."""
+    try:
+        infos = sorted(folder.glob("*/information"))
+    except OSError:
+        return None
+    if not infos:
+        return None
+    devices = []
+    for info in infos:
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model" and value.strip():
+                devices.append({"name": value.strip(), "driver": None, "memory_mb": None})
+    return {"probe": str(folder), "found": True, "devices": devices, "error": None}
+
+
+def accelerators(env: Mapping[str, str], proc: Path = PROC_GPUS) -> dict[str, Any]:
+    """The GPUs ``nvidia-smi`` lists (name, driver, memory in MiB, compute capability), or the
+    driver's own list where there is no such tool, and how they were looked for: ``devices``
+    is empty where neither finds one; ``error`` says why a tool that exists gave no answer (an
+    observation that failed is not "no GPU")."""
+    tool = shutil.which(NVIDIA_SMI, path=env.get("PATH"))
+    if tool is not None:
+        return _from_tool(tool)
+    return _from_proc(proc) or {"probe": NVIDIA_SMI, "found": False, "devices": [], "error": None}
 
 
 def observe(env: Mapping[str, str], keys: tuple[str, ...]) -> dict[str, Any]:

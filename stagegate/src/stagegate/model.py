@@ -322,6 +322,16 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class MachineClaim:
+    """The machine a stage's output file says it ran on (its ``machine_info``): a claim, held
+    against what the stage's record observed. None: the file does not say."""
+
+    gpu_name: str | None = None
+    cpu_count: int | None = None
+    arch: str | None = None  # platform.machine(): x86_64, aarch64
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A whole benchmark document."""
 
@@ -340,6 +350,7 @@ class Benchmark:
     # The sizes the file says its preset ran with (window_steps, batch_size, seq_len, ...);
     # what the preset must measure comes from the policy, never from here.
     preset_spec: dict[str, Any] = field(default_factory=dict)
+    machine: MachineClaim = field(default_factory=MachineClaim)
 
     def precision(self, name: str) -> PrecisionResult | None:
         """The result for ``name``, if it ran."""
@@ -374,6 +385,8 @@ class ABRun:
     step_time_ratio: float | None  # the file's summary: judged against the windows
     step_time_ci95: tuple[float, float] | None
     peak_memory_ratio: float | None
+    datetime: str = ""
+    machine: MachineClaim = field(default_factory=MachineClaim)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,11 @@ DEFAULT_SEVERITY = {
     "record_unusable": Severity.CRITICAL,  # a stage's record cannot be read, or it has two
     # A raw file over a reader's bounds or not strictly well-formed (duplicate keys, NaN, ...)
     "input_malformed": Severity.CRITICAL,
+    # The machine and the clock: a record without stagegate run's own observation of the
+    # machine, a file claiming a machine the record did not observe, a time after the report's
+    "machine_unobserved": Severity.CRITICAL,
+    "machine_mismatch": Severity.CRITICAL,
+    "clock_future": Severity.CRITICAL,
     "side_file_missing": Severity.LOW,
     "lint_style": Severity.LOW,
     "other_warning": Severity.INFO,
@@ -112,6 +117,9 @@ DEFAULT_SEVERITY = {
 EVIDENCE_KINDS = (
     "record_unusable",
     "input_malformed",
+    "machine_unobserved",
+    "machine_mismatch",
+    "clock_future",
     "evidence_missing",
     "evidence_impossible",
     "evidence_inconsistent",

@@ -125,8 +125,8 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
-def _judge(options: ReportOptions, policy: Policy, scan: RecordScan) -> Verdict:
-    """Every stage judged, each with the base branch's tests and the baselines."""
+def _judge(options: ReportOptions, policy: Policy, scan: RecordScan, now: datetime) -> Verdict:
+    """Every stage judged, each with the base branch's tests and the baselines, at ``now``."""
     baselines, baseline_problem = _baselines(options.baseline)
     host = _host(options.host)
     bases, note = _base_results(options.base_raw)
@@ -147,6 +147,7 @@ def _judge(options: ReportOptions, policy: Policy, scan: RecordScan) -> Verdict:
                 host,
                 ab_base=options.ab_base,
                 commit=commit,
+                now=now,
             )
         )
     return decide(stages)
@@ -155,8 +156,9 @@ def _judge(options: ReportOptions, policy: Policy, scan: RecordScan) -> Verdict:
 def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
     """Read, collect, judge and render every output to text (nothing is written yet)."""
     policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
-    verdict = _judge(options, policy, _records(options, policy))
-    generated_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    now = datetime.now(UTC)
+    verdict = _judge(options, policy, _records(options, policy), now)
+    generated_at = now.strftime("%Y-%m-%d %H:%M:%S UTC")
     judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
     commit = run_commit(judged) or "unknown"
     base, changed = changed_files(options.changed_files, options.base_ref, env)

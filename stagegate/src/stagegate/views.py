@@ -250,6 +250,22 @@ def _recommendation(stage: StageVerdict) -> Section:
     return Section("Recommendation", (text, "\n".join(fixes)) if fixes else (text,))
 
 
+def _shown(key: str, value: object) -> str:
+    """An environment value as a reader takes it in: the accelerators stagegate run saw by
+    name, driver and memory, or that it saw none (or could not look)."""
+    if key != "accelerators" or not isinstance(value, dict):
+        return str(value)
+    devices = [d for d in value.get("devices") or [] if isinstance(d, dict)]
+    if value.get("error"):
+        return f"not observed: {value['error']}"
+    if not devices:
+        seen = "found no GPU" if value.get("found") else "not on the machine"
+        return f"none ({value.get('probe', 'nvidia-smi')} {seen})"
+    return "; ".join(
+        f"{d.get('name')} (driver {d.get('driver')}, {d.get('memory_mb')} MiB)" for d in devices
+    )
+
+
 def _audit(stage: StageVerdict, ctx: Context) -> Section:
     r = stage.data.record
     changed = [f"- {inline(f, 200)}" for f in ctx.changed_files[:MAX_ROWS]]
@@ -262,7 +278,7 @@ def _audit(stage: StageVerdict, ctx: Context) -> Section:
     )
     tables, blocks = [], []
     if r is not None:
-        env = [(inline(k), inline(str(v), 160)) for k, v in sorted(r.environment.items())]
+        env = [(inline(k), inline(_shown(k, v), 160)) for k, v in sorted(r.environment.items())]
         env += [
             ("commit", code(r.commit or "unknown")),
             ("record", code(_record_pointer(stage, ctx))),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect.jsonfile import finite, load_document
+from stagegate.collect.jsonfile import finite, load_document, machine_claim
 from stagegate.collect.jsonfile import text as _text
 from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
@@ -69,4 +69,6 @@ def read_ab(path: Path) -> ABRun:
         step_time_ratio=finite(summary.get("step_time_ratio")),
         step_time_ci95=_interval(summary),
         peak_memory_ratio=finite(summary.get("peak_memory_ratio")),
+        datetime=str(data.get("datetime", "")),
+        machine=machine_claim(data.get("machine_info")),
     )

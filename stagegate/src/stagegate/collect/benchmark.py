@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.collect.jsonfile import finite as _num
-from stagegate.collect.jsonfile import load_document
+from stagegate.collect.jsonfile import load_document, machine_claim
 from stagegate.collect.jsonfile import text as _text
 from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
@@ -187,4 +187,5 @@ def read_benchmark(path: Path) -> Benchmark:
         ),
         settings=_obj(data, "settings", path, "the document"),
         preset_spec=preset,
+        machine=machine_claim(machine),
     )

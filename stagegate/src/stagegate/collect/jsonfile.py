@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stagegate.errors import InputError, MissingFileError
+from stagegate.model import MachineClaim
 
 MAX_JSON_BYTES = 64 * 2**20  # a benchmark with raw windows is about 1 MB; lint output of a
 # large repository a few MB
@@ -177,3 +178,14 @@ def load_document(path: Path, what: str, kind: str, version: int) -> dict[str, A
             f"this stagegate reads {version}"
         )
     return data
+
+
+def machine_claim(info: Any) -> MachineClaim:
+    """What a file's ``machine_info`` says of its machine (GPU, CPUs, architecture)."""
+    if not isinstance(info, dict):
+        return MachineClaim()
+    return MachineClaim(
+        gpu_name=text(info.get("gpu_name")),
+        cpu_count=whole(info.get("cpu_count")),
+        arch=text(info.get("machine")),
+    )

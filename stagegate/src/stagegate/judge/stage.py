@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from stagegate.judge.ab import ab_findings
@@ -16,6 +17,7 @@ from stagegate.judge.baseline import (
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.commits import commit_findings
 from stagegate.judge.findings import Findings
+from stagegate.judge.machine import machine_findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
@@ -215,6 +217,29 @@ def _not_verified_note(bench: Benchmark, policy: Policy) -> str:
     )
 
 
+def _run_findings(
+    f: Findings,
+    data: StageData,
+    record: StageRecord,
+    commit: str | None,
+    now: datetime | None,
+) -> bool:
+    """Findings about the run itself: its commit, how its command ended, the machine and the
+    clock it observed, its unreadable outputs. True when it crashed rather than failed."""
+    if commit is not None:
+        commit_findings(f, record, commit)
+    crashed = _record_findings(f, record)
+    machine_findings(f, data, now, f.policy.benchmark.clock_tolerance_s)
+    for error in data.input_errors:  # missing and refused files: judge/outputs.py
+        f.add(
+            "input_malformed",
+            f"unreadable output: {error}",
+            fix="re-run the stage; if the file is still unreadable, its producer changed format "
+            "or crashed while writing it",
+        )
+    return crashed
+
+
 def judge_stage(
     name: str,
     data: StageData,
@@ -225,26 +250,19 @@ def judge_stage(
     ab_base: str | None = None,
     *,
     commit: str | None = None,
+    now: datetime | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
     one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
     the GPU job's ``host`` facts where given. A record of another commit than the run's
-    ``commit`` (when given; "": the run names none) blocks."""
+    ``commit`` (when given; "": the run names none) blocks, as does one dated after ``now``
+    (the report's clock, when given)."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
     f = Findings(name, policy)
-    if commit is not None:
-        commit_findings(f, record, commit)
-    crashed = _record_findings(f, record)
+    crashed = _run_findings(f, data, record, commit, now)
     errors = unreadable(data)
-    for error in data.input_errors:  # missing and refused files: judge/outputs.py
-        f.add(
-            "input_malformed",
-            f"unreadable output: {error}",
-            fix="re-run the stage; if the file is still unreadable, its producer changed format "
-            "or crashed while writing it",
-        )
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
     checks, baseline = _performance(f, data, policy, baselines, baseline_problem, host)

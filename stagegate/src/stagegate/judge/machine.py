@@ -1,0 +1,150 @@
+"""The machine and the clock, as observed: a record must hold what ``stagegate run`` saw of the
+machine, must not be dated after the report's own clock, and every machine a stage's output
+claims (its GPU, its CPU count, its architecture) must be the one the record observed.
+
+A file copied in from another machine (a stored GPU run replayed where there is no GPU) holds
+real, self-consistent figures; only the record's own observation tells it apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from stagegate.judge.findings import Findings
+from stagegate.model import MachineClaim, StageData, StageRecord
+
+# What stagegate run observes of every machine, by itself (stagegate.machine.observe)
+FACTS = ("python", "platform", "machine", "cpu_count", "accelerators")
+FIX = "run the stage with stagegate run on the machine it measures, and keep the files it writes"
+
+
+def _devices(env: Mapping[str, Any]) -> tuple[list[str] | None, str]:
+    """The GPU names the record observed, or None with why they cannot be known."""
+    seen = env.get("accelerators")
+    if not isinstance(seen, Mapping) or not isinstance(seen.get("devices"), list):
+        return None, "the record holds no observation of its accelerators"
+    if seen.get("error"):
+        return None, f"the record's look for GPUs failed: {str(seen['error'])[:200]}"
+    names = [d.get("name") for d in seen["devices"] if isinstance(d, Mapping)]
+    return [n for n in names if isinstance(n, str)], ""
+
+
+def _words(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def _missing_facts(f: Findings, record: StageRecord) -> None:
+    env = record.environment
+    missing = [k for k in FACTS if env.get(k) in (None, "")]
+    if missing:
+        f.add(
+            "machine_unobserved",
+            f"the record holds no observation of the machine's {', '.join(missing)}",
+            detail="stagegate run writes these itself; a record without them was not written "
+            "by it, or was edited",
+            fix="run the stage again with stagegate run (this version or later)",
+        )
+
+
+def _future(f: Findings, record: StageRecord, now: datetime, tolerance_s: float) -> None:
+    try:
+        start = datetime.fromisoformat(record.start).astimezone(UTC)
+    except (TypeError, ValueError):
+        return  # the record's reader refuses a start that is no time
+    end = start + timedelta(seconds=max(record.duration_s, 0.0))
+    if end > now + timedelta(seconds=tolerance_s):
+        f.add(
+            "clock_future",
+            f"the stage's record is dated after this report's clock ({record.start[:40]})",
+            detail=f"it ends at {end.isoformat(timespec='seconds')}; the report ran at "
+            f"{now.isoformat(timespec='seconds')} (tolerance {tolerance_s:g} s)",
+            fix="run the stage again; a record from the future was not written by this run",
+        )
+
+
+def record_findings(
+    f: Findings, record: StageRecord, now: datetime | None, tolerance_s: float
+) -> None:
+    """The record observed the machine, and is not dated after the report's clock ``now``."""
+    _missing_facts(f, record)
+    if now is not None:
+        _future(f, record, now, tolerance_s)
+
+
+def _gpu(f: Findings, what: str, claimed: str, env: Mapping[str, Any]) -> None:
+    devices, why = _devices(env)
+    if devices is None:
+        f.add(
+            "machine_unobserved",
+            f"{what} claims GPU {claimed[:80]!r}; the stage's machine was not observed",
+            detail=why,
+            fix=FIX,
+        )
+    elif _words(claimed) not in {_words(d) for d in devices}:
+        had = ", ".join(repr(d[:80]) for d in devices) or "no GPU"
+        f.add(
+            "machine_mismatch",
+            f"{what} claims GPU {claimed[:80]!r}; the stage's machine had {had}",
+            fix=FIX,
+        )
+
+
+def claim_findings(f: Findings, what: str, claim: MachineClaim, record: StageRecord) -> None:
+    """Each machine fact ``what`` (a file of the stage) claims is the one the record saw."""
+    env = record.environment
+    if claim.gpu_name is not None:
+        _gpu(f, what, claim.gpu_name, env)
+    for label, said, seen in (
+        ("CPU count", claim.cpu_count, env.get("cpu_count")),
+        ("architecture", claim.arch, env.get("machine")),
+    ):
+        if said is not None and seen is not None and said != seen:
+            f.add(
+                "machine_mismatch",
+                f"{what} claims {label} {str(said)[:40]}; the stage's machine had {seen}",
+                fix=FIX,
+            )
+
+
+def machine_findings(
+    f: Findings, data: StageData, now: datetime | None, tolerance_s: float
+) -> None:
+    """The record's own observations, then every claim of its outputs against them."""
+    record = data.record
+    if record is None:
+        return
+    record_findings(f, record, now, tolerance_s)
+    if data.benchmark is not None:
+        claim_findings(f, "the benchmark file", data.benchmark.machine, record)
+    if data.ab is not None:
+        claim_findings(f, "the A/B file", data.ab.machine, record)
+        _within_run(f, "the A/B file", data.ab.datetime, record, tolerance_s)
+
+
+def _within_run(
+    f: Findings, what: str, written: str, record: StageRecord, tolerance_s: float
+) -> None:
+    """A file the stage wrote is dated inside the stage's run."""
+    try:
+        at = datetime.fromisoformat(written).astimezone(UTC)
+        start = datetime.fromisoformat(record.start).astimezone(UTC)
+    except (TypeError, ValueError):
+        f.add(
+            "clock_future",
+            f"{what} has no time of its own to hold against the stage's run",
+            detail=f"datetime {written[:40]!r}",
+            fix=FIX,
+        )
+        return
+    slack = timedelta(seconds=tolerance_s)
+    end = start + timedelta(seconds=max(record.duration_s, 0.0))
+    if not start - slack <= at <= end + slack:
+        f.add(
+            "clock_future",
+            f"{what} is dated {written[:40]}, outside the stage's run ({record.start[:40]}, "
+            f"{record.duration_s:.0f} s)",
+            detail=f"clock tolerance {tolerance_s:g} s",
+            fix=FIX,
+        )
