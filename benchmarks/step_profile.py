@@ -1,12 +1,13 @@
-"""Where a training step's GPU time goes, and what torch.compile changes: the MFU explained.
+"""Where a training step's GPU time goes, and what torch.compile changes: the throughput explained.
 
 Profiles ``--steps`` steps of the benchmark's TrainStep on a preset (CUDA kernels only, after
 warm-up) and sums kernel time by kind: matrix multiplies, attention, the fused optimizer, and
 the elementwise/normalization/loss kernels around them; the GPU's idle share is wall time not
 covered by any kernel (launch overhead, host work). Then times the same step eager and under
 ``torch.compile`` (the forward and its loss as one graph, as ``TrainStep(compile=True)`` and
-the benchmark's ``--compile`` run it), interleaved in rounds, and prints the MFU of each
-(FLOPs per token as the benchmark counts them). Usage:
+the benchmark's ``--compile`` run it), interleaved in rounds, and prints the TFLOP/s of each
+(FLOPs per token as the benchmark counts them; MFU is that over the GPU's peak in stagegate's
+policy, as docs/benchmark.md's tables show it). Usage:
     python benchmarks/step_profile.py --preset gpu [--precision bf16-mixed] [--steps 10]
         [--rounds 5] [--no-compile] [--top 8] [--out FILE]
 """
@@ -27,7 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from amptrain import TinyGPT
-from amptrain.benchmark.environment import machine_info, peak_tflops
+from amptrain.benchmark.environment import machine_info
 from amptrain.benchmark.presets import PRESETS, Preset
 from amptrain.benchmark.run import preset_model
 from amptrain.config import TrainConfig
@@ -143,15 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     times = compare(arms, args.rounds)
     flops = base.flops_per_token(preset.seq_len) * preset.batch_size * preset.seq_len
     gpu = torch.cuda.get_device_name()
-    peak = peak_tflops(gpu, args.precision)
     result: dict[str, Any] = {}
     print(f"{preset.name} preset, {args.precision}, {gpu}, {args.steps} steps x {args.rounds}")
     for name, values in times.items():
         step_s = statistics.median(values)
-        mfu = flops / step_s / (peak * 1e12) if peak else None
-        result[name] = {"step_ms": step_s * 1e3, "mfu": mfu, **profiles[name]}
+        tflops = flops / step_s / 1e12
+        result[name] = {"step_ms": step_s * 1e3, "tflops": tflops, **profiles[name]}
         where = ", ".join(f"{k} {v:.1%}" for k, v in profiles[name]["by_kind"].items())
-        print(f"  {name:9s} {step_s * 1e3:8.2f} ms/step  MFU {mfu or 0:.1%}  ({where})")
+        print(f"  {name:9s} {step_s * 1e3:8.2f} ms/step  {tflops:6.1f} TFLOP/s  ({where})")
         for k in profiles[name]["top_kernels"]:
             print(f"      {k['share']:6.1%}  {k['kind']:18s} {k['kernel'][:90]}")
     if args.out:

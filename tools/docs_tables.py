@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import tomllib
@@ -20,6 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stagegate.benchpolicy import BenchmarkPolicy, peak_row
+from stagegate.judge.comparison import COMPUTE_DTYPE
+from stagegate.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = Path("reports/baseline")
@@ -76,10 +81,31 @@ def _speedups(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(c["precision"], c["baseline"]): c for c in data["comparisons"]}
 
 
+def _policy() -> BenchmarkPolicy:
+    """The repository's benchmark policy: its peak table is the one every MFU is taken from."""
+    return load_policy(ROOT / "pyproject.toml").benchmark
+
+
+def _flops(data: dict[str, Any]) -> int:
+    """Training FLOPs per token: the file's model facts, or the policy's for its preset (files
+    written before the benchmark stated them)."""
+    model = data.get("model") or {}
+    declared = _policy().presets[data["preset"]["name"]].flops_per_token
+    return int(model.get("flops_per_token") or declared)
+
+
+def _peak(gpu: str | None, precision: str) -> float | None:
+    """The GPU's dense peak TFLOP/s for the dtype ``precision`` computes in (policy's table)."""
+    row, _ = peak_row(_policy(), gpu or "")
+    dtype = COMPUTE_DTYPE.get(precision)
+    return row[dtype] if row is not None and dtype is not None else None
+
+
 def benchmark_table(data: dict[str, Any]) -> str:
-    """One row per precision of a benchmark file: time, throughput, speedups, MFU, memory,
-    validation loss and single-sample latency."""
+    """One row per precision of a benchmark file: time, throughput, speedups, MFU (against the
+    policy's peak table), memory, validation loss and single-sample latency."""
     speedups = _speedups(data)
+    flops, gpu = _flops(data), data["machine_info"]["gpu_name"]
     rows = [
         "| precision | ms/step | tokens/s | speedup over IEEE fp32 (95% CI) | over TF32 | MFU "
         "| peak TFLOP/s | peak MB | activation MB | val loss | latency p50 / p95 ms |",
@@ -89,14 +115,16 @@ def benchmark_table(data: dict[str, Any]) -> str:
         over_fp32 = speedups.get((name, "32-true"))
         over_tf32 = speedups.get((name, "32-tf32"))
         latency = arm["health"]["inference_latency_ms"]
+        peak = _peak(gpu, name)
+        mfu = arm["tokens_per_second"] * flops / 1e12 / peak if peak else None
         cells = [
             f"`{name}`",
             _ms(arm["step_time_ms"]),
             f"{arm['tokens_per_second']:,.0f}",
             _interval(over_fp32) if over_fp32 else "-",
             _interval(over_tf32) if over_tf32 else "-",
-            f"{arm['mfu']:.1%}" if arm["mfu"] is not None else "-",
-            f"{arm['peak_tflops']:g}" if arm["peak_tflops"] is not None else "-",
+            f"{mfu:.1%}" if mfu is not None else "-",
+            f"{peak:g}" if peak is not None else "-",
             f"{arm['memory']['peak_allocated_mb']:,.0f}",
             f"{arm['memory']['activation_mb']:,.0f}",
             f"{arm['val_loss']:.4f}",
@@ -157,6 +185,15 @@ def benchmark_run(data: dict[str, Any]) -> str:
 KINDS = ("matmul", "elementwise/other", "attention", "optimizer", "gpu idle")
 
 
+def _mode_mfu(data: dict[str, Any], mode: dict[str, Any]) -> float:
+    """A profiled mode's MFU: as the file states it (files written with the benchmark's own
+    peak table, the same figures), or its TFLOP/s over the policy's peak."""
+    if "mfu" in mode:
+        return float(mode["mfu"])
+    peak = _peak(data["machine_info"]["gpu_name"], data["precision"])
+    return float(mode["tflops"]) / peak if peak else math.nan
+
+
 def step_profile(data: dict[str, Any]) -> str:
     """Eager against compiled step: time, MFU and the share of GPU time per kernel kind."""
     modes = data["modes"]
@@ -165,7 +202,7 @@ def step_profile(data: dict[str, Any]) -> str:
         f"| {data['precision']} | " + " | ".join(names) + " |",
         "|---" * (len(names) + 1) + "|",
         "| ms/step | " + " | ".join(f"{modes[n]['step_ms']:.2f}" for n in names) + " |",
-        "| MFU | " + " | ".join(f"{modes[n]['mfu']:.1%}" for n in names) + " |",
+        "| MFU | " + " | ".join(f"{_mode_mfu(data, modes[n]):.1%}" for n in names) + " |",
     ]
     # step_profile.py writes "by_kind"; files from before it listed top kernels, "kernel_time_share"
     share = {n: modes[n].get("by_kind") or modes[n]["kernel_time_share"] for n in names}

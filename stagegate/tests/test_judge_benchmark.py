@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from stagegate.benchpolicy import PresetSpec
 from stagegate.judge import decide, judge_stage
 from stagegate.model import (
     Benchmark,
@@ -112,7 +111,8 @@ def test_tf32_is_held_to_accuracy_parity_not_to_the_amp_targets() -> None:
 
 def _only(*precisions: str) -> Policy:
     """The default policy, its gpu preset measuring ``precisions`` only."""
-    spec = PresetSpec("cuda", precisions, ("speed", "memory", "accuracy", "syncs"))
+    spec = replace(POLICY.benchmark.presets["gpu"], precisions=precisions)
+    spec = replace(spec, measures=("speed", "memory", "accuracy", "syncs"))
     presets = {**POLICY.benchmark.presets, "gpu": spec}
     return replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
 

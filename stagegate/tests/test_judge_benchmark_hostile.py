@@ -278,6 +278,16 @@ def _scale_windows(doc: Doc, name: str, factor: float) -> None:
     prec(doc, name)["window_s"] = [w * factor for w in prec(doc, name)["window_s"]]
 
 
+def _all_scaled(doc: Doc, factor: float) -> Doc:
+    """Every precision's windows scaled alike (speedups unchanged), and each MFU the file states
+    scaled with them: consistent with itself, impossible for the GPU."""
+    for name, result in doc["precisions"].items():
+        _scale_windows(doc, name, factor)
+        if result.get("mfu") is not None:
+            result["mfu"] /= factor
+    return doc
+
+
 IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
     # bf16 three times faster than measured, every summary made to agree: 20.9x against fp32,
     # beyond the H100's bf16/fp32 peak ratio (989.5 / 67 = 14.8x)
@@ -297,6 +307,16 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         "TF32 beyond its peak ratio against fp32 (7.4x)",
         lambda d: forge(_scale_windows(d, "32-tf32", 1 / 3) or d),
         ("32-tf32 vs 32-true", "peak ratio"),
+    ),
+    (
+        "every precision 100x faster, summaries and MFU forged to agree",
+        lambda d: forge(_all_scaled(d, 1 / 100)),
+        ("window_s", "TFLOP/s", "peak"),
+    ),
+    (
+        "FLOPs per token stated below the preset's, to pass the peak",
+        lambda d: forge(_all_scaled(d, 1 / 100)).update(model={"flops_per_token": 1000}),
+        ("model.flops_per_token", "633,019,392"),
     ),
     (
         "a GPU the policy has no peak figures for",

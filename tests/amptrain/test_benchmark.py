@@ -17,9 +17,9 @@ import torch
 
 from amptrain.benchmark import PRESETS, parse_precisions, run_benchmark
 from amptrain.benchmark.__main__ import main
-from amptrain.benchmark.environment import commit_info, peak_tflops
+from amptrain.benchmark.environment import commit_info
 from amptrain.benchmark.health import count_syncs, group_sync_warnings, memory_growth
-from amptrain.benchmark.run import build_arm, run_arms
+from amptrain.benchmark.run import build_arm, preset_model, run_arms
 from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, slope, summarize
 from amptrain.engine import StepOutput
 from amptrain.model import TinyGPT
@@ -74,6 +74,22 @@ def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str
     lo, hi = comparison["speedup_ci95"]
     assert lo <= comparison["speedup"] <= hi
     assert "bf16-mixed" in printed and "speedup" in printed
+
+
+def test_the_file_states_the_models_facts_not_a_share_of_any_peak(
+    smoke_run: tuple[int, dict, str],
+) -> None:
+    """FLOPs per token and parameters are written; MFU is not: the peak table is the judge's."""
+    doc = smoke_run[1]
+    model = preset_model(SMOKE)
+    n = sum(p.numel() for p in model.parameters())
+    assert doc["model"] == {
+        "name": "TinyGPT",
+        "parameters": n,
+        "flops_per_token": model.flops_per_token(SMOKE.seq_len),
+    }
+    assert doc["model"]["flops_per_token"] > 6 * (n - model.pos_emb.weight.numel())
+    assert not any("mfu" in r or "peak_tflops" in r for r in doc["precisions"].values())
 
 
 def test_schema_rejects_a_result_with_too_few_windows(smoke_run: tuple[int, dict, str]) -> None:
@@ -215,22 +231,6 @@ def test_sync_counter_catches_a_planted_item_in_a_step() -> None:
     assert result["count"] == 3 and "test_benchmark.py" in result["locations"][0]["location"]
 
 
-@pytest.mark.parametrize(
-    ("gpu", "precision", "peak"),
-    [
-        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4),
-        ("NVIDIA H100 PCIe", "bf16-mixed", 756.5),
-        ("NVIDIA H200", "32-tf32", 494.7),
-        ("NVIDIA A100-SXM4-80GB", "16-mixed", 312.0),
-        ("NVIDIA H100 80GB HBM3", "32-true", 66.9),
-        ("Tesla T4", "bf16-mixed", None),
-        (None, "32-true", None),
-    ],
-)
-def test_peak_flops_table(gpu: str | None, precision: str, peak: float | None) -> None:
-    assert peak_tflops(gpu, precision) == peak
-
-
 def test_precision_list_parsing() -> None:
     assert parse_precisions("32, tf32 ,bf16,bf16-mixed") == ["32-true", "32-tf32", "bf16-mixed"]
     with pytest.raises(ValueError):
@@ -295,8 +295,8 @@ def test_the_benchmark_measures_the_gpu_paths_on_a_small_model() -> None:
         assert health["matmul_dtypes"]["expected"] in health["matmul_dtypes"]["observed"]
         assert health["memory_source"] == "cuda_allocated"
         assert 0 < health["inference_latency_ms"]["p50"] <= health["inference_latency_ms"]["p95"]
-        if "H100" in doc["machine_info"]["gpu_name"] or "H200" in doc["machine_info"]["gpu_name"]:
-            assert r["peak_tflops"] and 0 < r["mfu"] < 1
+        tflops = r["tokens_per_second"] * doc["model"]["flops_per_token"] / 1e12
+        assert 0 < tflops < 2000  # no GPU computes more than 2 PFLOP/s dense
     speedups = {(c["precision"], c["baseline"]) for c in doc["comparisons"]}
     assert ("bf16-mixed", "32-true") in speedups and ("bf16-mixed", "32-tf32") in speedups
 

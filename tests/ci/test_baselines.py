@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from amptrain.benchmark.presets import PRESETS
+from amptrain.benchmark.run import preset_model
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
@@ -108,5 +109,7 @@ def test_the_policy_declares_each_preset_as_the_benchmark_runs_it(name: str) -> 
     """What the gate requires of a preset's file is what the benchmark writes for it."""
     declared = POLICY.benchmark.presets[name]
     assert declared.precisions == PRESETS[name].precisions
+    model = preset_model(PRESETS[name])
+    assert declared.flops_per_token == model.flops_per_token(PRESETS[name].seq_len)
     assert declared.device == ("cuda" if PRESETS[name].needs_cuda else "cpu")
     assert ("memory" in declared.measures) == PRESETS[name].needs_cuda

@@ -51,7 +51,8 @@ def table(doc: dict[str, Any]) -> str:
     speedups = {c["precision"]: c for c in doc["comparisons"] if c["baseline"] == doc["baseline"]}
     head = (
         f"{'precision':<11} {'status':<9} {'ms/step':>9} {'IQR ms':>8} {'tok/s':>10} "
-        f"{'speedup':>8} {'95% CI':>13} {'peak MB':>9} {'act MB':>9} {'val acc':>8} {'MFU':>6}"
+        f"{'speedup':>8} {'95% CI':>13} {'peak MB':>9} {'act MB':>9} {'val acc':>8} "
+        f"{'TFLOP/s':>8}"
     )
     lines = [head, "-" * len(head)]
     for name, r in doc["precisions"].items():
@@ -61,14 +62,14 @@ def table(doc: dict[str, Any]) -> str:
         comp = speedups.get(name, {})
         ci = comp.get("speedup_ci95")
         mem = r["memory"]
-        mfu = r["mfu"] * 100 if r["mfu"] is not None else None
+        tflops = r["tokens_per_second"] * doc["model"]["flops_per_token"] / 1e12
         iqr_ms = r["stats"]["iqr"] / r["steps_per_window"] * 1e3
         lines.append(
             f"{name:<11} {r['status']:<9} {_fmt(r['step_time_ms'], 9, 2)} {_fmt(iqr_ms, 8, 2)} "
             f"{_fmt(r['tokens_per_second'], 10, 0)} {_fmt(comp.get('speedup'), 8, 2, 'x')} "
             f"{(f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'):>13} "
             f"{_fmt(mem.get('peak_allocated_mb'), 9, 0)} {_fmt(mem.get('activation_mb'), 9, 0)} "
-            f"{_fmt(r['val_accuracy'], 8, 4)} {_fmt(mfu, 6, 1, '%')}"
+            f"{_fmt(r['val_accuracy'], 8, 4)} {_fmt(tflops, 8, 1)}"
         )
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""What a benchmark ran on: machine, commit, numeric settings, and the device's peak FLOP/s."""
+"""What a benchmark ran on: machine, commit and numeric settings."""
 
 from __future__ import annotations
 
@@ -9,33 +9,6 @@ import sys
 from typing import Any
 
 import torch
-
-# Dense peak TFLOP/s per GPU from NVIDIA's datasheets, by the dtype a precision's matmuls use.
-_PEAKS = {
-    "H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "tf32": 417.8, "fp32": 60.0},
-    "H100 PCIe": {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2},
-    "H100": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},  # SXM
-    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
-}
-_DTYPE_OF = {
-    "32-true": "fp32",
-    "32-tf32": "tf32",
-    "16-mixed": "fp16",
-    "16-true": "fp16",
-    "bf16-mixed": "bf16",
-    "bf16-true": "bf16",
-}
-
-
-def peak_tflops(gpu_name: str | None, precision: str) -> float | None:
-    """The GPU's dense peak for ``precision``'s matmul dtype; None for GPUs not in the table."""
-    if not gpu_name:
-        return None
-    for key, peaks in _PEAKS.items():  # most specific names first
-        if all(part in gpu_name for part in key.split()):
-            return peaks[_DTYPE_OF[precision]]
-    return None
 
 
 def _run(cmd: list[str]) -> str | None:

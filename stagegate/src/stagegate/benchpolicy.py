@@ -6,6 +6,7 @@ expects of them comes from here."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +26,18 @@ class PresetSpec:
     device: str
     precisions: tuple[str, ...]
     measures: tuple[str, ...]
+    # The model's training FLOPs per token (forward and backward): with the windows and the
+    # preset's sizes, what bounds a GPU run's throughput by the device's peak
+    flops_per_token: int | None = None
 
 
 DEFAULT_PRESETS = {
     # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
-    "gpu": PresetSpec("cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES),
+    "gpu": PresetSpec(
+        "cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES, 633_019_392
+    ),
     "cpu-smoke": PresetSpec(
-        "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast")
+        "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast"), 189_696
     ),
 }
 
@@ -74,6 +80,24 @@ class BenchmarkPolicy:
     clock_tolerance_s: float = 2.0
 
 
+def _name_words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def peak_row(
+    policy: BenchmarkPolicy, gpu_name: str
+) -> tuple[Mapping[str, float] | None, list[str]]:
+    """The GPU's row of the peak table: the pattern with the most words, all of them words of
+    the GPU's name; and the patterns that fit best (more than one whose figures differ, or
+    none: no row)."""
+    name = _name_words(gpu_name)
+    fits = [(len(k.split()), k) for k in policy.peak_tflops if _name_words(k) <= name]
+    best = [k for n, k in fits if n == max(fits)[0]] if fits else []
+    if len({tuple(sorted(policy.peak_tflops[k].items())) for k in best}) == 1:
+        return policy.peak_tflops[best[0]], best
+    return None, best
+
+
 def _fail(key: str, value: Any, need: str) -> ConfigError:
     return ConfigError(f"[tool.stagegate] {key} = {value!r}: {need}")
 
@@ -102,8 +126,17 @@ def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tupl
 
 
 def _preset(key: str, spec: Any) -> PresetSpec:
-    if not isinstance(spec, dict) or set(spec) != {"device", "precisions", "measures"}:
-        raise _fail(key, spec, 'write { device = "cuda", precisions = [...], measures = [...] }')
+    keys = {"device", "precisions", "measures"}
+    if not isinstance(spec, dict) or not keys <= set(spec) <= keys | {"flops_per_token"}:
+        raise _fail(
+            key,
+            spec,
+            'write { device = "cuda", precisions = [...], measures = [...] } and, optionally, '
+            "flops_per_token = N",
+        )
+    flops = spec.get("flops_per_token")
+    if flops is not None:
+        flops = int(_within(f"{key}.flops_per_token", flops, 0, 1e18, whole=True))
     device = spec["device"]
     if device not in ("cuda", "cpu"):
         raise _fail(f"{key}.device", device, "cuda or cpu")
@@ -112,7 +145,8 @@ def _preset(key: str, spec: Any) -> PresetSpec:
     if {"speed", "accuracy"} - set(measures) or ("memory" in measures) != (device == "cuda"):
         need = "speed, accuracy" + (", memory" if device == "cuda" else " and never memory")
         raise _fail(f"{key}.measures", spec["measures"], f"a {device} preset measures {need}")
-    return PresetSpec(device, _words(f"{key}.precisions", spec["precisions"]), measures)
+    precisions = _words(f"{key}.precisions", spec["precisions"])
+    return PresetSpec(device, precisions, measures, flops)
 
 
 def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:

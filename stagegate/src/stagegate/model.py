@@ -351,6 +351,7 @@ class Benchmark:
     # what the preset must measure comes from the policy, never from here.
     preset_spec: dict[str, Any] = field(default_factory=dict)
     machine: MachineClaim = field(default_factory=MachineClaim)
+    flops_per_token: int | None = None  # the file's model facts: training FLOPs a token
 
     def precision(self, name: str) -> PrecisionResult | None:
         """The result for ``name``, if it ran."""

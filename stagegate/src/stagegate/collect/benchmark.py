@@ -188,4 +188,12 @@ def read_benchmark(path: Path) -> Benchmark:
         settings=_obj(data, "settings", path, "the document"),
         preset_spec=preset,
         machine=machine_claim(machine),
+        flops_per_token=_flops(data),
     )
+
+
+def _flops(data: dict[str, Any]) -> int | None:
+    """The model's training FLOPs per token, as the file states them (``model``), or None."""
+    model = data.get("model")
+    flops = _whole(model.get("flops_per_token")) if isinstance(model, dict) else None
+    return flops if flops is not None and flops > 0 else None

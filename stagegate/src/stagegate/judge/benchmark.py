@@ -13,6 +13,7 @@ from stagegate.judge.benchmark_provenance import provenance_findings
 from stagegate.judge.comparison import METRICS, Row, recompute
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
+from stagegate.judge.physics import physics
 from stagegate.model import (
     Benchmark,
     CheckOutcome,
@@ -216,12 +217,14 @@ def benchmark_findings(
     policy: Policy,
     record: StageRecord,
     host: Mapping[str, Any] | None = None,
-) -> tuple[MetricCheck, ...]:
+) -> tuple[tuple[MetricCheck, ...], dict[str, float]]:
     """Findings about the evidence (the file tied to ``record``'s run, and to the GPU job's
     ``host`` facts where given), every precision and comparison; the outcome of every
-    comparison metric, recomputed from the raw figures."""
+    comparison metric, recomputed from the raw figures; and each GPU precision's MFU,
+    derived (:mod:`stagegate.judge.physics`)."""
     provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
+    mfu = physics(f, bench, verified, policy.benchmark)
     rows = recompute(f, bench, verified, policy)
     for p in bench.precisions:
         if p.status != "ok":
@@ -233,4 +236,5 @@ def benchmark_findings(
             _autocast_check(f, p, verified.spec)
         if verified.gpu:
             _tf32_check(f, p)
-    return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)
+    checks = tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)
+    return checks, mfu

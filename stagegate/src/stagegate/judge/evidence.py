@@ -10,11 +10,10 @@ the judge uses later is recomputed from the raw ones here, which are handed on i
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec
+from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median, quartiles
 from stagegate.model import Benchmark, PrecisionResult
@@ -299,18 +298,13 @@ def _ranges(f: Findings, p: PrecisionResult) -> None:
             flag(f, "evidence_impossible", f"precisions.{p.name}.{name}", f"{value:g}")
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
 def _peaks(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, v: Verified) -> None:
     """The GPU's row of the policy's peak table: the pattern with the most words, all of them
     words of the GPU's name."""
     name = bench.gpu_name or ""
-    fits = [(len(k.split()), k) for k in policy.peak_tflops if _words(k) <= _words(name)]
-    best = [k for n, k in fits if n == max(fits)[0]] if fits else []
-    if len({tuple(sorted(policy.peak_tflops[k].items())) for k in best}) == 1:
-        v.peaks = policy.peak_tflops[best[0]]
+    row, best = peak_row(policy, name)
+    if row is not None:
+        v.peaks = row
         return
     v.peaks_why = f"no peak figures for GPU {name!r} in the policy"
     if not name:

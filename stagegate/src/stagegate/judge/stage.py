@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -124,14 +125,17 @@ def _performance(
     baselines: Sequence[Benchmark],
     baseline_problem: str,
     host: Mapping[str, Any] | None,
-) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None]:
+) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None, StageData]:
     """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
     VERIFIED when the baseline given could not be read or compared: a finding only where the
-    stage is required and not skippable)."""
+    stage is required and not skippable); the data with the MFU the judge derived in place of
+    the file's."""
     bench, record = data.benchmark, data.record
     if bench is None or record is None:
-        return (), None
-    checks = benchmark_findings(f, bench, policy, record, host)
+        return (), None, data
+    checks, mfu = benchmark_findings(f, bench, policy, record, host)
+    derived = tuple(replace(p, mfu=mfu.get(p.name)) for p in bench.precisions)
+    data = replace(data, benchmark=replace(bench, precisions=derived))
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
             "stage_failed",
@@ -143,13 +147,13 @@ def _performance(
     if baseline_problem:
         cmp = BaselineComparison(False, baseline_problem, None, "", unusable=True)
         baseline_findings(f, cmp, required)
-        return checks, cmp
+        return checks, cmp, data
     baseline = pick_baseline(bench, baselines)
     if baseline is None:
-        return checks, None
+        return checks, None, data
     cmp = compare_to_baseline(bench, baseline, policy.regression_margin_pct)
     baseline_findings(f, cmp, required)
-    return checks, cmp
+    return checks, cmp, data
 
 
 def _regression(
@@ -265,7 +269,7 @@ def judge_stage(
     errors = unreadable(data)
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
-    checks, baseline = _performance(f, data, policy, baselines, baseline_problem, host)
+    checks, baseline, data = _performance(f, data, policy, baselines, baseline_problem, host)
     ab = _regression(f, data, policy, ab_base)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(

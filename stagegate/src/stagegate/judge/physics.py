@@ -1,0 +1,83 @@
+"""Physics bounds the figures: the arithmetic a run did (its tokens per second, from the raw
+windows and the preset's sizes, times the model's FLOPs per token) cannot exceed the dense peak
+of the GPU it ran on (the policy's peak table, for the GPU the record observed). MFU is derived
+here, from the same figures, never read from the file.
+
+A set of figures consistent with itself (windows, summaries, speedups all scaled together) but
+faster than the device can compute is impossible: it blocks.
+"""
+
+from __future__ import annotations
+
+from stagegate.benchpolicy import BenchmarkPolicy
+from stagegate.judge.comparison import COMPUTE_DTYPE
+from stagegate.judge.evidence import Verified, flag
+from stagegate.judge.findings import Findings
+from stagegate.judge.stats import median
+from stagegate.model import Benchmark
+
+FLOPS_FIX = (
+    "declare the preset's training FLOPs per token (flops_per_token under "
+    "[tool.stagegate.benchmark.presets.NAME]), or have the benchmark write model.flops_per_token"
+)
+
+
+def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
+    """The model's training FLOPs per token: the policy's declaration for the preset, held
+    against what the file states (either alone will do; the two must agree)."""
+    declared = v.spec.flops_per_token if v.spec is not None else None
+    stated = bench.flops_per_token
+    if declared is not None and stated is not None and declared != stated:
+        flag(
+            f,
+            "evidence_inconsistent",
+            "model.flops_per_token",
+            f"is {stated:,}; the policy declares {declared:,} for preset {bench.preset}",
+        )
+    flops = declared or stated
+    if flops is None:
+        flag(
+            f,
+            "evidence_unchecked",
+            "model.flops_per_token",
+            "neither the file nor the policy states the model's FLOPs per token: its "
+            "throughput cannot be held against the GPU's peak",
+            fix=FLOPS_FIX,
+        )
+    return flops
+
+
+def physics(
+    f: Findings, bench: Benchmark, v: Verified, policy: BenchmarkPolicy
+) -> dict[str, float]:
+    """Each GPU precision's MFU against its compute dtype's peak, derived from the verified
+    windows; a precision above the peak is impossible. Empty where there is no GPU peak."""
+    if not v.gpu or v.peaks is None or v.spec is None:
+        return {}
+    sizes = bench.preset_spec
+    try:
+        tokens = int(sizes["window_steps"]) * int(sizes["batch_size"]) * int(sizes["seq_len"])
+    except (KeyError, TypeError, ValueError):
+        return {}  # the evidence checks named the missing size
+    flops = _flops(f, bench, v)
+    if flops is None:
+        return {}
+    mfu = {}
+    for name, windows in v.windows.items():
+        dtype = COMPUTE_DTYPE.get(name)
+        if dtype is None:
+            continue  # the comparison's check names a precision of no known dtype
+        tflops = tokens / median(windows) * flops / 1e12
+        peak = v.peaks[dtype]
+        mfu[name] = tflops / peak
+        if tflops > peak:
+            flag(
+                f,
+                "evidence_impossible",
+                f"precisions.{name}.window_s",
+                f"{tflops:,.1f} TFLOP/s of training arithmetic, above the GPU's dense {dtype} "
+                f"peak of {peak:g} TFLOP/s",
+                detail=f"{tokens:,} tokens a window over the windows' median "
+                f"{median(windows):.4g} s, times {flops:,} FLOPs a token",
+            )
+    return mfu
