@@ -16,6 +16,7 @@ import pytest
 
 from stagegate.cli import main
 from stagegate.collect import load_record
+from stagegate.errors import InputError
 from stagegate.judge.stats import RatioDistribution, ratio_of_medians
 from stagegate.model import (
     Benchmark,
@@ -112,10 +113,13 @@ def reseal(raw: Path) -> None:
     for path in raw.glob("*.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # some stage output, planted broken
         if isinstance(data, dict) and data.get("kind") == "stagegate-record":
-            data["sha256"] = sealed(load_record(path), raw).sha256
+            try:
+                data["sha256"] = sealed(load_record(path), raw).sha256
+            except InputError:
+                continue  # a record planted broken: the report judges it as it is
             path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
@@ -129,7 +133,6 @@ def case(name: str, outcome: str = "passed", **kw: object) -> TestCase:
     return TestCase(
         nodeid=f"tests/t.py::{name}",
         file="tests/t.py",
-        name=name,
         outcome=outcome,
         duration_s=kw.pop("duration_s", 0.01),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]

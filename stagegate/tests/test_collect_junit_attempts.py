@@ -10,7 +10,7 @@ from stagegate.model import Failure, Location, TestCase
 
 
 def _case(outcome: str, **kw: object) -> TestCase:
-    base = {"nodeid": "t.py::x", "file": "t.py", "name": "x", "duration_s": 1.0}
+    base = {"nodeid": "t.py::x", "file": "t.py", "duration_s": 1.0}
     return TestCase(outcome=outcome, **{**base, **kw})  # type: ignore[arg-type]
 
 

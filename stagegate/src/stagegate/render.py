@@ -11,6 +11,7 @@ import jinja2
 
 from stagegate.model import Verdict
 from stagegate.summaryviews import SummaryView
+from stagegate.text import cut
 from stagegate.views import StageView
 
 VERDICT_FORMAT_VERSION = 1
@@ -45,6 +46,9 @@ def render_summary(view: SummaryView) -> str:
     return render("summary.md.j2", v=view)
 
 
+TEXT_BOUND = 4000  # characters of any one text in verdict.json; the reports say where the rest is
+
+
 def verdict_json(verdict: Verdict, generated_at: str, commit: str) -> str:
     """The decision for machines: stages, findings, deductions, reasons."""
     doc = {
@@ -53,8 +57,8 @@ def verdict_json(verdict: Verdict, generated_at: str, commit: str) -> str:
         "score": verdict.score,
         "generated_at": generated_at,
         "commit": commit,
-        "blocking_reasons": list(verdict.blocking_reasons),
-        "required_fixes": list(verdict.required_fixes),
+        "blocking_reasons": [cut(r, TEXT_BOUND) for r in verdict.blocking_reasons],
+        "required_fixes": [cut(r, TEXT_BOUND) for r in verdict.required_fixes],
         "stages": [
             {
                 "name": s.name,
@@ -68,10 +72,10 @@ def verdict_json(verdict: Verdict, generated_at: str, commit: str) -> str:
                     {
                         "severity": f.severity.value,
                         "kind": f.kind,
-                        "title": f.title,
-                        "detail": f.detail,
-                        "location": str(f.location) if f.location else None,
-                        "fix": f.fix,
+                        "title": cut(f.title, TEXT_BOUND),
+                        "detail": cut(f.detail, TEXT_BOUND),
+                        "location": cut(str(f.location), TEXT_BOUND) if f.location else None,
+                        "fix": cut(f.fix, TEXT_BOUND),
                     }
                     for f in s.findings
                 ],

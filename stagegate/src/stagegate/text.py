@@ -7,6 +7,11 @@ import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Characters that change how text around them is shown without being seen themselves: bidi
+# embeddings, overrides and isolates (a name that reads one way and runs another), directional
+# marks, zero-width spaces and joiners, the word joiner and the byte order mark. Each is shown
+# by its code point instead, so a cut can leave none of them open.
+_INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 # Markdown punctuation that could start emphasis, code, links, strike-through or math, or split
 # a cell.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
@@ -28,8 +33,10 @@ def cut(text: str, limit: int, pointer: str = "") -> str:
 
 
 def clean(text: str) -> str:
-    """Drop ANSI colour codes and control characters (tabs and newlines stay)."""
-    return _CONTROL.sub("", _ANSI.sub("", text or ""))
+    """Drop ANSI colour codes and control characters (tabs and newlines stay), and show
+    invisible direction and width characters by their code points."""
+    text = _CONTROL.sub("", _ANSI.sub("", text or ""))
+    return _INVISIBLE.sub(lambda m: f"[U+{ord(m[0]):04X}]", text)
 
 
 def inline(text: str, limit: int = 300, pointer: str = "") -> str:

@@ -48,12 +48,26 @@ def read_coverage(path: Path) -> Coverage:
         raise InputError(
             f"coverage file {path} has no 'totals'/'files': write it with 'coverage json'"
         ) from None
-    per_file = []
-    for name, entry in sorted(files.items()):
-        percent = _percent(entry["summary"]["percent_covered"], f"{path}: {name} percent_covered")
-        per_file.append(FileCoverage(name, percent, tuple(entry.get("missing_lines", ()))))
+    if not isinstance(files, dict) or not isinstance(totals, dict):
+        raise InputError(f"coverage file {path}: 'totals' and 'files' are not objects")
+    per_file = [_file_coverage(path, name, entry) for name, entry in sorted(files.items())]
     total = _percent(totals.get("percent_covered"), f"{path}: totals.percent_covered")
     return Coverage(percent=total, files=tuple(per_file))
+
+
+def _file_coverage(path: Path, name: str, entry: Any) -> FileCoverage:
+    summary = entry.get("summary") if isinstance(entry, dict) else None
+    if not isinstance(summary, dict):
+        raise InputError(f"coverage file {path}: {name[:200]} has no 'summary' object")
+    percent = _percent(summary.get("percent_covered"), f"{path}: {name[:200]} percent_covered")
+    missing = entry.get("missing_lines", [])
+    if not isinstance(missing, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in missing
+    ):
+        raise InputError(
+            f"coverage file {path}: {name[:200]} missing_lines is not a list of line numbers"
+        )
+    return FileCoverage(name, percent, tuple(missing))
 
 
 def read_warnings(path: Path) -> tuple[WarningEntry, ...]:
@@ -61,23 +75,19 @@ def read_warnings(path: Path) -> tuple[WarningEntry, ...]:
     data = load_json(path, "warnings file")
     if not isinstance(data, dict) or not isinstance(data.get("warnings"), list):
         raise InputError(f"warnings file {path} has no 'warnings' list")
-    out = []
-    for i, w in enumerate(data["warnings"]):
-        try:
-            count = _count(w.get("count", 1), f"warnings file {path}: entry {i} count")
-            out.append(
-                WarningEntry(
-                    str(w["category"]),
-                    str(w["message"]),
-                    Location(str(w["file"]), w.get("line")),
-                    count,
-                )
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise InputError(
-                f"warnings file {path}: entry {i} lacks category/message/file"
-            ) from None
-    return tuple(out)
+    return tuple(_warning(path, i, w) for i, w in enumerate(data["warnings"]))
+
+
+def _warning(path: Path, i: int, w: Any) -> WarningEntry:
+    texts = [w.get(k) for k in ("category", "message", "file")] if isinstance(w, dict) else []
+    if len(texts) != 3 or not all(isinstance(t, str) for t in texts):
+        raise InputError(f"warnings file {path}: entry {i} lacks category/message/file")
+    line = w.get("line")
+    if line is not None and (isinstance(line, bool) or not isinstance(line, int) or line < 0):
+        raise InputError(f"warnings file {path}: entry {i} line is not a line number")
+    count = _count(w.get("count", 1), f"warnings file {path}: entry {i} count")
+    category, message, file = texts
+    return WarningEntry(category, message, Location(file, line), count)
 
 
 def read_curves(path: Path) -> Curves:

@@ -13,12 +13,15 @@ is flaky only on the re-run evidence its producer documents: Surefire's and next
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 import defusedxml
 import defusedxml.ElementTree as SafeET
@@ -102,9 +105,21 @@ def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
     return Location(relative(file, ctx.root), line or None)
 
 
+def _bounded(chunks: Iterable[str], limit: int = TEXT_LIMIT) -> str:
+    """The first ``limit`` characters of ``chunks`` joined, reading no more of them."""
+    kept: list[str] = []
+    size = 0
+    for chunk in chunks:
+        kept.append(chunk[: limit - size])
+        size += len(kept[-1])
+        if size >= limit:
+            break
+    return "".join(kept)
+
+
 def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) -> Failure:
-    message = child.get("message") or ""
-    text = "".join(child.itertext())[:TEXT_LIMIT]  # Surefire nests <stackTrace> inside
+    message = (child.get("message") or "")[:TEXT_LIMIT]
+    text = _bounded(child.itertext())  # Surefire nests <stackTrace> inside
     file = child.get("file")
     location: Location | None
     if file:
@@ -119,12 +134,24 @@ def _failure(child: ET.Element, case: ET.Element, ctx: _Context, suite: _Suite) 
     return Failure(kind, message or text.strip().partition("\n")[0][:500], text, location)
 
 
+NAME_LIMIT = 2000  # characters of a name kept; a longer one keeps a hash of the rest
+
+
+def _named(text: str) -> str:
+    """``text``, or its first characters and a digest of the whole: distinct long names stay
+    distinct, and no name costs more than its bound downstream."""
+    if len(text) <= NAME_LIMIT:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{text[: NAME_LIMIT - 20]}...#{digest}"
+
+
 def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:
     """(nodeid, file): pytest's ``path.py::Class::name`` when that file is in the checkout,
     else the names as the producer wrote them; a case without a name is numbered."""
-    classname = case.get("classname") or ""
-    name = case.get("name") or f"(unnamed testcase {ctx.cases})"
-    file = case.get("file") or ""
+    classname = _named(case.get("classname") or "")
+    name = _named(case.get("name") or f"(unnamed testcase {ctx.cases})")
+    file = _named(case.get("file") or "")
     if ctx.pytest and classname:
         parts = classname.split(".")
         split = len(parts)
@@ -151,6 +178,8 @@ def _outcome(
     case: ET.Element, ctx: _Context, suite: _Suite
 ) -> tuple[str, str, tuple[Failure, ...], int]:
     """(outcome, message, failures, attempts) of one ``<testcase>`` element: worst wins."""
+    if not len(case) and case.get("status") is None and case.get("result") is None:
+        return "passed", "", (), 1  # the common case: nothing inside, nothing claimed
     final = [c for c in case if c.tag in _FINAL]
     reruns = [c for c in case if c.tag in _RERUN]
     flaky = [c for c in case if c.tag in _FLAKY]
@@ -170,25 +199,33 @@ def _outcome(
     if status == "skipped" or skipped is not None:
         reason = ""
         if skipped is not None:
-            reason = skipped.get("message") or (skipped.text or "").strip()
+            reason = (skipped.get("message") or (skipped.text or "").strip())[:TEXT_LIMIT]
         return "skipped", reason or (f"status {said}" if status else ""), (), 1
     return "passed", "", (), 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _seconds(text: str) -> float:
+    """A ``time`` attribute as seconds (0 for anything but a positive finite number); one float
+    for each text, so the many cases that took "0.001" s hold one object between them."""
+    try:
+        duration = float(text)
+    except ValueError:
+        return 0.0
+    return duration if math.isfinite(duration) and duration > 0 else 0.0
 
 
 def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
     nodeid, file = _nodeid(case, ctx)
     outcome, message, failures, attempts = _outcome(case, ctx, suite)
-    try:
-        duration = float(case.get("time") or 0)
-    except ValueError:
-        duration = 0.0
-    duration = duration if math.isfinite(duration) and duration > 0 else 0.0
+    duration = _seconds(case.get("time") or "0")
     first = failures[0] if failures else None
     location = first.location if first else _case_location(case, ctx)
+    name = _named(case.get("name") or "")
     return TestCase(
         nodeid=nodeid,
         file=file,
-        name=case.get("name") or "",
+        own_name=None if nodeid.rpartition("::")[2] == name else name,
         outcome=outcome,
         duration_s=duration,
         message=message,
@@ -218,37 +255,106 @@ def merge_attempts(attempts: list[TestCase]) -> TestCase:
     )
 
 
-def _key(elem: ET.Element, suite: _Suite, ctx: _Context) -> tuple[object, ...]:
-    """What makes two ``<testcase>`` elements attempts of one test: the same suite element,
-    classname, name and file. A case without a name or classname is a test of its own."""
-    classname, name = elem.get("classname") or "", elem.get("name") or ""
-    if not classname or not name:
+Place = tuple[object, ...]  # a suite element and a file: where attempts of one test lie
+Grouped = dict[Place, dict[str, "TestCase | list[TestCase]"]]
+
+
+def _place(elem: ET.Element, case: TestCase, suite: _Suite, ctx: _Context) -> Place:
+    """What, with the node id, makes two ``<testcase>`` elements attempts of one test: the same
+    suite element and file. A case without a name or classname is a test of its own."""
+    if not elem.get("classname") or not elem.get("name"):
         return ("unnamed", ctx.cases)
-    return (suite.ordinal, classname, name, elem.get("file") or "")
+    return (suite.ordinal, case.file)
 
 
-def _distinct(cases: list[TestCase]) -> tuple[TestCase, ...]:
-    """Distinct tests that share a node id (same names in two suites) are told apart."""
-    total = Counter(c.nodeid for c in cases)
+def _add(grouped: Grouped, place: Place, case: TestCase) -> None:
+    """``case`` under its place and node id: a test read once is kept as itself, a repeated
+    one as the list of its attempts (most tests are read once: no list, no key of their own)."""
+    tests = grouped.setdefault(place, {})
+    found = tests.get(case.nodeid)
+    if found is None:
+        tests[case.nodeid] = case
+    elif isinstance(found, list):
+        found.append(case)
+    else:
+        tests[case.nodeid] = [found, case]
+
+
+def _distinct(cases: tuple[TestCase, ...], places: int) -> tuple[TestCase, ...]:
+    """Distinct tests that share a node id (same names in two suites) are told apart; within
+    one place (a suite element and file) node ids are distinct already."""
+    shared: set[str] = set()
+    if places > 1:
+        ids: set[str] = set()
+        shared = {c.nodeid for c in cases if c.nodeid in ids or ids.add(c.nodeid)}  # type: ignore[func-returns-value]
+        del ids
+    if not shared:
+        return cases
     seen: Counter[str] = Counter()
-    out = []
-    for case in cases:
-        if total[case.nodeid] > 1:
+    out = list(cases)
+    for i, case in enumerate(out):
+        if case.nodeid in shared:
             seen[case.nodeid] += 1
             where = f" in {case.suite}" if case.suite else ""
-            case = replace(case, nodeid=f"{case.nodeid} (#{seen[case.nodeid]}{where})")
-        out.append(case)
+            out[i] = replace(case, nodeid=f"{case.nodeid} (#{seen[case.nodeid]}{where})")
     return tuple(out)
 
 
+READ_CHUNK = 4 * 2**20
+
+
+class _LargeReads:
+    """A file whose reads return :data:`READ_CHUNK` bytes, whatever size is asked for. The
+    parser is fed what it reads; expat parses a token that spans feeds again from its start at
+    each feed, so a 50 MB failure message in 16 KiB feeds (iterparse's own) costs minutes, in
+    4 MiB feeds under a second."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+
+    def read(self, size: int = -1) -> bytes:
+        return self.file.read(READ_CHUNK)
+
+
+class _CappedText(ET.TreeBuilder):
+    """A tree builder that keeps the first :data:`TEXT_LIMIT` characters of each run of text
+    between two tags (a failure's trace, a test's captured output) and drops the rest as it
+    arrives: a 50 MB trace costs no 50 MB string, nor the list of its pieces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept = 0
+
+    def data(self, data: str) -> None:
+        if self._kept < TEXT_LIMIT:
+            part = data[: TEXT_LIMIT - self._kept]
+            self._kept += len(part)
+            super().data(part)
+
+    def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
+        self._kept = 0
+        return super().start(tag, attrs)
+
+    def end(self, tag: str) -> ET.Element:
+        self._kept = 0
+        return super().end(tag)
+
+
 def _events(path: Path) -> Iterator[tuple[str, ET.Element]]:
-    yield from SafeET.iterparse(str(path), events=("start", "end"), forbid_dtd=True)
+    parser = SafeET.DefusedXMLParser(target=_CappedText(), forbid_dtd=True)
+    with path.open("rb") as file:
+        source = _LargeReads(file)
+        yield from SafeET.iterparse(source, events=("start", "end"), parser=parser)
 
 
 _SUITES = ("testsuites", "testsuite")
+MAX_DEPTH = 64  # elements open at once; nested suites of any producer stay far below
+MAX_JUNIT_BYTES = 1024 * 2**20  # read at about 4 s a 50 MB on two cores
 
 
 def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: _Context) -> None:
+    if len(open_) >= MAX_DEPTH:
+        raise InputError(f"JUnit file {ctx.path} nests elements deeper than {MAX_DEPTH} levels")
     if not open_ and elem.tag not in _SUITES:
         raise InputError(
             f"JUnit file {ctx.path} has root <{elem.tag}>, not <testsuites> or "
@@ -288,7 +394,6 @@ def _suite_failure(elem: ET.Element, suite: _Suite, ctx: _Context) -> TestCase:
     return TestCase(
         nodeid=name,
         file=suite.file,
-        name=name,
         outcome="error" if failure.kind == "error" else "failed",
         duration_s=0.0,
         message=failure.message,
@@ -300,17 +405,30 @@ def _suite_failure(elem: ET.Element, suite: _Suite, ctx: _Context) -> TestCase:
     )
 
 
+_COUNTED = frozenset(_DECLARED.values())
+
+
 def _held(elem: ET.Element, suites: list[_Suite]) -> None:
     """What one test case (or a suite-level failure) adds to every suite it lies in."""
-    held = Counter(child.tag for child in elem) if elem.tag == "testcase" else Counter([elem.tag])
-    held["testcase"] = 1
+    tags = [c.tag for c in elem if c.tag in _COUNTED] if elem.tag == "testcase" else [elem.tag]
     for open_suite in suites:
-        open_suite.held.update(held)
+        held = open_suite.held
+        held["testcase"] += 1
+        for tag in tags:
+            held[tag] += 1
 
 
-def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
+def _drop(parent: ET.Element, elem: ET.Element) -> None:
+    """Remove ``elem``, just read, from ``parent``: it is the last child there."""
+    if len(parent) and parent[-1] is elem:
+        del parent[-1]
+    else:
+        parent.remove(elem)
+
+
+def _stream(ctx: _Context) -> Grouped:
     """Every test case of the file, grouped into attempts of one test, in file order."""
-    grouped: dict[tuple[object, ...], list[TestCase]] = {}
+    grouped: Grouped = {}
     open_: list[ET.Element] = []
     suites: list[_Suite] = []
     top = _Suite("", "", 0)  # cases outside any <testsuite>
@@ -323,16 +441,18 @@ def _stream(ctx: _Context) -> dict[tuple[object, ...], list[TestCase]]:
         testsuite = next((s for s in reversed(suites) if s.tag == "testsuite"), top)
         if elem.tag == "testcase":
             ctx.cases += 1
-            grouped.setdefault(_key(elem, testsuite, ctx), []).append(_case(elem, ctx, testsuite))
+            case = _case(elem, ctx, testsuite)
+            _add(grouped, _place(elem, case, testsuite, ctx), case)
             _held(elem, suites)
         elif elem.tag in _FINAL and parent is not None and parent.tag == "testsuite":
             ctx.cases += 1
-            grouped[("suite", ctx.cases)] = [_suite_failure(elem, testsuite, ctx)]
+            failed = _suite_failure(elem, testsuite, ctx)
+            grouped[("suite", ctx.cases)] = {failed.nodeid: failed}
             _held(elem, suites)
         elif elem.tag in _SUITES:
             _close_suite(suites.pop(), ctx)
         if parent is not None and (elem.tag in ("testcase", *_SUITES) or parent.tag in _SUITES):
-            parent.remove(elem)  # keep memory flat: this element has been read
+            _drop(parent, elem)  # keep memory flat: this element has been read
     return grouped
 
 
@@ -343,8 +463,15 @@ def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -
     (:func:`read_pytest_counts`)."""
     ctx = _Context(path=path, root=(root or Path.cwd()).resolve(), subtest_reports=subtest_reports)
     try:
-        if path.stat().st_size == 0:
+        size = path.stat().st_size
+        if size == 0:
             raise InputError(f"JUnit file {path} is empty: the test run was cut off before the end")
+        if size > MAX_JUNIT_BYTES:
+            raise InputError(
+                f"JUnit file {path} is {size / 2**20:,.0f} MiB, over the "
+                f"{MAX_JUNIT_BYTES / 2**20:,.0f} MiB a reader takes: split the run's JUnit "
+                "into several files"
+            )
     except FileNotFoundError:
         raise MissingFileError(
             f"JUnit file {path} does not exist: did the test command run?"
@@ -364,8 +491,16 @@ def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -
         ) from None
     except OSError as exc:
         raise InputError(f"JUnit file {path} cannot be read: {exc}") from None
-    cases = _distinct([merge_attempts(a) for a in grouped.values()])
-    return TestSuite(cases=cases, source=str(path), count_mismatches=tuple(ctx.mismatches))
+    places = len(grouped)
+    cases = tuple(
+        merge_attempts(a) if isinstance(a, list) else a
+        for tests in grouped.values()
+        for a in tests.values()
+    )
+    del grouped
+    return TestSuite(
+        cases=_distinct(cases, places), source=str(path), count_mismatches=tuple(ctx.mismatches)
+    )
 
 
 MAX_COUNTS_BYTES = 4096
