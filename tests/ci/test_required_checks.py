@@ -100,9 +100,10 @@ def test_the_verification_report_always_reports_and_passes_only_a_full_pass(
     }
     job = JUDGE["jobs"]["report"]
     assert _runs(job["if"], ctx, result == "success", cancelled), "the status job was skipped"
+    for each in job["steps"]:  # the checkout and the App's token too: each must run
+        assert _runs(each.get("if"), ctx, result == "success", cancelled), each.get("name")
     step = next(s for s in job["steps"] if "verdict_status.py final" in s.get("run", ""))
-    assert _runs(step.get("if"), ctx, True, False)
-    env = {k: evaluate(v, ctx) for k, v in step["env"].items() if k != "GH_TOKEN"}
+    env = {k: evaluate(v, ctx) for k, v in step["env"].items() if k != "GATE_TOKEN"}
     assert env["SHA"] == HEAD
     posted = verdict_status.final(
         env["UPSTREAM"] or "", env["JUDGE"] or "", env["STATE"] or "", env["DESCRIPTION"] or ""
@@ -120,29 +121,32 @@ def test_a_run_of_another_file_named_verify_leaves_the_status_alone() -> None:
     assert not _runs(JUDGE["jobs"]["report"]["if"], ctx, True, False)
 
 
-BENCHMARK_CASES = list(itertools.product(RESULTS, ["success", "failure"], VERDICTS, [False, True]))
+BENCHMARK_CASES = list(itertools.product(RESULTS, RESULTS, VERDICTS, [False, True]))
 
 
 @pytest.mark.parametrize(("benchmark", "judge", "verdict", "cancelled"), BENCHMARK_CASES)
 def test_the_gpu_verification_always_reports_for_an_admitted_commit(
     benchmark: str, judge: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
-    state, description = verdict  # a judge step that failed late may have written its outputs
+    state, description = verdict  # a judge job that failed late may have written its outputs
     ctx = {
         "github": {"event_name": "workflow_run"},
         "needs": {
             "authorize": {"result": "success", "outputs": {"run": "true", "sha": HEAD}},
+            "mark": {"result": "success", "outputs": {}},
             "benchmark": {"result": benchmark, "outputs": {}},
-        },
-        "steps": {
-            "judge": {"outcome": judge, "outputs": {"state": state, "description": description}}
+            "status": {"result": judge, "outputs": {"state": state, "description": description}},
         },
     }
-    job = GPU["jobs"]["status"]
-    assert _runs(job["if"], ctx, benchmark == "success", cancelled), "the status job was skipped"
+    needs_ok = (benchmark, judge) == ("success", "success")
+    assert _runs(GPU["jobs"]["status"]["if"], ctx, benchmark == "success", cancelled)
+    job = GPU["jobs"]["report"]
+    assert _runs(job["if"], ctx, needs_ok, cancelled), "the status job was skipped"
+    for step in job["steps"]:  # the checkout and the App's token too: each must run
+        assert _runs(step.get("if"), ctx, needs_ok, cancelled), step.get("name")
     post = next(s for s in job["steps"] if "verdict_status.py final" in s.get("run", ""))
-    assert _runs(post.get("if"), ctx, judge == "success", cancelled), "the status step was skipped"
-    env = {k: evaluate(v, ctx) for k, v in post["env"].items() if k != "GH_TOKEN"}
+    env = {k: evaluate(v, ctx) for k, v in post["env"].items() if k != "GATE_TOKEN"}
+    assert env["SHA"] == HEAD
     posted = verdict_status.final(
         env["UPSTREAM"] or "", env["JUDGE"] or "", env["STATE"] or "", env["DESCRIPTION"] or ""
     )
@@ -163,6 +167,8 @@ def test_a_failed_authorization_still_reports_an_error(result: str, event_name: 
     }
     assert gpu_gate.subject(event_name, payloads[event_name], HEAD) == HEAD
     assert "--state error" in job["steps"][-1]["run"]
+    for step in job["steps"]:
+        assert _runs(step.get("if"), ctx, False, result == "cancelled"), step.get("name")
 
 
 def test_a_failed_authorization_of_a_comment_marks_no_commit() -> None:
@@ -194,28 +200,53 @@ def test_the_sweep_runs_on_its_schedule_from_the_default_branch_in_a_file_of_its
     assert any("tools/ci/status_sweep.py" in s.get("run", "") for s in job["steps"])
 
 
+GATE_BOT = "amptrain-gate[bot]"  # the gate App's login: only its statuses count
+
+
+def by_app(*statuses: dict[str, Any], author: str = GATE_BOT) -> list[dict[str, Any]]:
+    return [{**s, "creator": {"login": author}} for s in statuses]
+
+
 def test_the_sweep_fails_checks_no_run_ever_reported() -> None:
-    stale = status_sweep.stale([], NOW - timedelta(hours=2), NOW)
+    stale = status_sweep.stale([], NOW - timedelta(hours=2), NOW, GATE_BOT)
     assert set(stale) == {"verification report", "gpu verification"}
     assert all(s.state == "failure" for s in stale.values())
 
 
+REPORTED = [
+    {"context": "verification report", "state": "success", "updated_at": "2026-01-01T11:00Z"},
+    {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-25T00:00Z",
+     "description": f"a fork's pull request: waiting for /gpu-approve {HEAD}"},
+]  # fmt: skip
+
+
 def test_the_sweep_leaves_young_pull_requests_and_reported_checks_alone() -> None:
-    assert status_sweep.stale([], NOW - timedelta(minutes=5), NOW) == {}
-    waiting = f"a fork's pull request: waiting for /gpu-approve {HEAD}"
-    reported = [
-        {"context": "verification report", "state": "success", "updated_at": "2026-01-01T11:00Z"},
-        {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-25T00:00Z",
-         "description": waiting},
-    ]  # fmt: skip
-    assert status_sweep.stale(reported, NOW - timedelta(days=9), NOW) == {}
+    assert status_sweep.stale([], NOW - timedelta(minutes=5), NOW, GATE_BOT) == {}
+    assert status_sweep.stale(by_app(*REPORTED), NOW - timedelta(days=9), NOW, GATE_BOT) == {}
+
+
+def test_a_status_of_the_same_name_from_another_identity_is_not_a_report() -> None:
+    # A branch workflow's GITHUB_TOKEN (github-actions[bot]) or a person can set a status
+    # named like the check: the ruleset ignores it, and so does the sweep.
+    forged = by_app(*REPORTED, author="github-actions[bot]")
+    stale = status_sweep.stale(forged, NOW - timedelta(days=9), NOW, GATE_BOT)
+    assert set(stale) == {"verification report", "gpu verification"}
+
+
+def test_the_newest_status_of_the_app_is_the_one_that_counts() -> None:
+    newest_first = by_app(
+        {"context": "verification report", "state": "pending", "updated_at": "2025-12-30T00:00Z"},
+        {"context": "verification report", "state": "success", "updated_at": "2025-12-29T00:00Z"},
+    )
+    stale = status_sweep.stale(newest_first, NOW - timedelta(days=3), NOW, GATE_BOT)
+    assert stale["verification report"].description.startswith("still pending")
 
 
 def test_the_sweep_fails_a_check_left_pending_by_a_lost_run() -> None:
-    lost = [
+    lost = by_app(
         {"context": "verification report", "state": "pending", "updated_at": "2025-12-30T00:00Z"},
         {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-30T00:00Z",
          "description": verdict_status.RUNNING},
-    ]  # fmt: skip
-    stale = status_sweep.stale(lost, NOW - timedelta(days=3), NOW)
+    )  # fmt: skip
+    stale = status_sweep.stale(lost, NOW - timedelta(days=3), NOW, GATE_BOT)
     assert set(stale) == {"verification report", "gpu verification"}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_api import RestApi, read_event, write_outputs
-from verdict_status import GPU, RUNNING
+from verdict_status import DESCRIPTION_LIMIT, GPU, RUNNING
 
 STATUS_CONTEXT = GPU
 WORKFLOW = ".github/workflows/gpu.yml"
@@ -188,8 +188,17 @@ def subject(event_name: str, event: Mapping[str, Any], github_sha: str) -> str:
     return sha if SHA.fullmatch(sha) else ""
 
 
+def pending_description(decision: Decision) -> str:
+    """What the "gpu verification" check says while its commit waits for approval or runs
+    (the gate App's job posts it); "" when the decision marks nothing."""
+    if decision.pending:
+        return decision.reason[:DESCRIPTION_LIMIT]
+    return RUNNING if decision.run else ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Decide for the running event; mark the commit pending; write the job's outputs.
+    """Decide for the running event; write the job's outputs (the commit is marked pending
+    by the gate App's job, which holds the only token that sets the check).
     With --subject, print only the commit the event is about (see subject())."""
     env = os.environ
     repo, event = env["GITHUB_REPOSITORY"], read_event()
@@ -207,20 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         lambda number: api.get(f"/repos/{repo}/pulls/{number}"),
     )  # fmt: skip
     print(json.dumps(decision.__dict__))
-    if decision.pending or decision.run:
-        api.post(
-            f"/repos/{repo}/statuses/{decision.sha}",
-            {
-                "state": "pending",
-                "context": STATUS_CONTEXT,
-                "description": (decision.reason if decision.pending else RUNNING)[:140],
-            },
-        )
     base = base_commit(decision, ctx, api.get) if decision.run else ""
     write_outputs({
         "run": "true" if decision.run else "false", "sha": decision.sha,
         "pr": str(decision.pr or ""), "baseline": "true" if decision.baseline else "false",
-        "base": base,
+        "base": base, "pending": pending_description(decision),
     })  # fmt: skip
     return 0
 

@@ -4,7 +4,7 @@ branch's stagegate and policy, and give the status the required check is to repo
     STAGEGATE="pipx run --spec ./stagegate stagegate" python tools/ci/judge_records.py \
         --artifact DIR --work DIR --base . --out reports --changed-files FILE \
         --stage static --stage execution ... [--commit SHA] [--note TEXT] [--problem TEXT] \
-        [--codeowners] [--host host.json --image REF] [--base-artifact DIR] \
+        [--codeowners] [--settings] [--host host.json --image REF] [--base-artifact DIR] \
         -- --require static ...        # anything after -- goes to stagegate report
 
 runs ``stagegate report reports/raw`` inside WORK (where the records' ``reports/raw/...``
@@ -14,7 +14,9 @@ paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.tom
 BLOCK included; the status job reports it. ``--base-artifact`` is the default branch's last
 trusted verify artifact (tools/ci/trusted_runs.py): laid out as the records are, it is given to
 stagegate as ``--base-raw`` so newly skipped tests are named; one that is absent or refused is
-compared with nothing, and the summary says so.
+compared with nothing, and the summary says so. ``--settings`` reads the default branch's active
+rules first (GATE_APP_ID names the gate App): a missing App pin, review rule or up-to-date rule
+fails the check, since the gate could then be bypassed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from github_api import Api, RestApi, write_outputs
 from raw_layout import LayoutError, lay_out
+from repo_settings import branch_problems
 from trusted_artifacts import ArtifactError, host_facts
 from verdict_status import Status, from_stagegate
 
@@ -46,6 +49,14 @@ def codeowners_problem(api: Api, repo: str, branch: str) -> str | None:
         first = errors[0]
         return f"CODEOWNERS on {branch} line {first.get('line')}: {first.get('kind')}"
     return None
+
+
+def settings_problem(api: Api, repo: str, branch: str, app_id: str) -> str | None:
+    """Why the default branch's rules let a change in without the gate App's checks, or None."""
+    if not app_id.isdigit():
+        return "GATE_APP_ID is not set: the checks cannot be pinned to the gate App"
+    problems = branch_problems(api.get(f"/repos/{repo}/rules/branches/{branch}"), int(app_id))
+    return f"{branch}'s rules: {'; '.join(problems)}" if problems else None
 
 
 def base_raw(args: argparse.Namespace, work: Path) -> list[str]:
@@ -106,6 +117,18 @@ def judge(args: argparse.Namespace, command: list[str], problem: str | None) -> 
     return status
 
 
+def known_problem(args: argparse.Namespace) -> str | None:
+    """What --codeowners and --settings find wrong with the default branch, or None."""
+    env = os.environ
+    if not (args.codeowners or args.settings):
+        return None
+    api, repo, branch = RestApi(), env["GITHUB_REPOSITORY"], env.get("DEFAULT_BRANCH", "main")
+    problem = codeowners_problem(api, repo, branch) if args.codeowners else None
+    if problem is None and args.settings:
+        problem = settings_problem(api, repo, branch, env.get("GATE_APP_ID", ""))
+    return problem
+
+
 def _summary(text: str) -> None:
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
@@ -126,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help="the commit every record must name")
     parser.add_argument("--note", default="", help="added to the status, e.g. NOT VERIFIED")
     parser.add_argument("--codeowners", action="store_true", help="check CODEOWNERS first")
+    parser.add_argument("--settings", action="store_true", help="check the branch's rules first")
     parser.add_argument("--problem", default="", help="a known reason to fail the check")
     parser.add_argument("--host", type=Path, help="host.json of a GPU job, checked first")
     parser.add_argument("--image", help="the image the GPU job was given (with --host)")
@@ -134,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.host and not (args.commit and args.image):
         parser.error("--host needs --commit and --image")
     args.stagegate_args = extra
-    problem = args.problem or None
-    if args.codeowners and problem is None:
-        repo = os.environ["GITHUB_REPOSITORY"]
-        branch = os.environ.get("DEFAULT_BRANCH", "main")
-        problem = codeowners_problem(RestApi(), repo, branch)
+    problem = args.problem or known_problem(args)
     command = shlex.split(os.environ.get("STAGEGATE", "stagegate"))
     status = judge(args, command, problem)
     for line in (problem, args.note):

@@ -1,5 +1,9 @@
 """The two required checks, "verification report" and "gpu verification": commit statuses set
-only by the default branch's workflows, with the GitHub Actions token, on the commit judged.
+only by the default branch's workflows, on the commit judged, with the gate App's installation
+token (GATE_TOKEN). That token is minted in jobs of the ``gate`` environment, whose deployment
+branch is the default branch alone, and the branch ruleset requires each check from that App:
+a status of the same name set with any other token (a branch workflow's GITHUB_TOKEN, a
+person's) does not count.
 
     python tools/ci/verdict_status.py final --context C --sha S   # env: UPSTREAM JUDGE STATE ...
     python tools/ci/verdict_status.py pending --context C --sha S --run-id ID
@@ -31,6 +35,7 @@ CONTEXTS = (REPORT, GPU)
 FINAL_STATES = ("success", "failure", "error")
 DESCRIPTION_LIMIT = 140  # GitHub's limit for a status description
 RUNNING = "benchmark running"  # the GPU check while an admitted benchmark runs
+GATE_TOKEN = "GATE_TOKEN"  # the gate App's installation token: the only one that posts
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", choices=[*FINAL_STATES, "pending"])
     parser.add_argument("--description", default="")
     args = parser.parse_args(argv)
-    env, api = os.environ, RestApi()
+    env = os.environ
     repo = env["GITHUB_REPOSITORY"]
     if args.command == "pending":
-        run = api.get(f"/repos/{repo}/actions/runs/{args.run_id}")
+        run = RestApi().get(f"/repos/{repo}/actions/runs/{args.run_id}")
         why = pending_refusal(run, repo)
         if why:
             print(f"no pending status: {why}")
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             env.get("UPSTREAM", ""), env.get("JUDGE", ""),
             env.get("STATE", ""), env.get("DESCRIPTION", ""),
         )  # fmt: skip
-    post(api, repo, args.sha, args.context, status, run_url(env))
+    post(RestApi(token_var=GATE_TOKEN), repo, args.sha, args.context, status, run_url(env))
     print(f"{args.context}: {status.state}: {status.description}")
     return 0 if args.command != "final" or status.passed else 1
 
