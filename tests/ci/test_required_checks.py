@@ -134,7 +134,7 @@ def test_the_gpu_verification_always_reports_for_an_admitted_commit(
         "needs": {
             "authorize": {"result": "success", "outputs": {"run": "true", "sha": HEAD}},
             "mark": {"result": "success", "outputs": {}},
-            "benchmark": {"result": benchmark, "outputs": {}},
+            "dispatch": {"result": benchmark, "outputs": {}},
             "status": {"result": judge, "outputs": {"state": state, "description": description}},
         },
     }
@@ -182,8 +182,8 @@ def test_a_failed_authorization_of_a_comment_marks_no_commit() -> None:
 
 def test_a_benchmark_without_a_trusted_image_is_skipped_and_still_judged() -> None:
     ctx = {"needs": {"authorize": {"result": "success", "outputs": {"run": "true", "image": ""}}}}
-    assert not _runs(GPU["jobs"]["benchmark"]["if"], ctx, True, False)
-    ctx["needs"]["benchmark"] = {"result": "skipped"}
+    assert not _runs(GPU["jobs"]["dispatch"]["if"], ctx, True, False)
+    ctx["needs"]["dispatch"] = {"result": "skipped"}
     assert _runs(GPU["jobs"]["status"]["if"], ctx, False, False)
 
 

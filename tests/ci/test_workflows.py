@@ -308,7 +308,9 @@ def _outputs(doc_name: str, job_name: str, s: Scenario) -> dict[str, str]:
         return {}
     decision = gate(s)
     run = "true" if decision.run else "false"
-    return {"run": run, "sha": decision.sha, "image": IMAGE if decision.run else ""}
+    pending = gpu_gate.pending_description(decision)
+    return {"run": run, "sha": decision.sha, "image": IMAGE if decision.run else "",
+            "pending": pending}  # fmt: skip
 
 
 def jobs_that_run(doc_name: str, s: Scenario) -> dict[str, bool]:
@@ -334,6 +336,12 @@ def self_hosted(job: Mapping[str, Any]) -> bool:
     return "self-hosted" in labels
 
 
+def reaches_gpu(where: str, job: Mapping[str, Any]) -> bool:
+    """A job on a self-hosted runner, or the one that dispatches to the GPU runner's
+    repository (test_gpu_dispatch.py: nothing else reaches it)."""
+    return self_hosted(job) or "gpu_dispatch.py send" in str(job.get("steps"))
+
+
 def runs_of(s: Scenario) -> list[tuple[str, Mapping[str, Any], bool]]:
     """(workflow:job, job, whether it runs) for every job of every workflow ``s`` starts."""
     out = []
@@ -347,7 +355,7 @@ def runs_of(s: Scenario) -> list[tuple[str, Mapping[str, Any], bool]]:
 @pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
 def test_untrusted_code_never_reaches_the_gpu_runner_unapproved(s: Scenario) -> None:
     for where, job, ran in runs_of(s):
-        if self_hosted(job) and ran:
+        if reaches_gpu(where, job) and ran:
             assert not s.untrusted or s.approved, f"{where} runs untrusted code on {s.name}"
 
 
@@ -362,7 +370,7 @@ def test_untrusted_code_never_reaches_the_gpu_runner_unapproved(s: Scenario) -> 
     ],
 )
 def test_trusted_commits_run_the_gpu_stage(name: str) -> None:
-    assert jobs_that_run("gpu.yml", BY_NAME[name])["benchmark"], name
+    assert jobs_that_run("gpu.yml", BY_NAME[name])["dispatch"], name
 
 
 def test_only_a_push_to_main_can_become_the_baseline() -> None:
@@ -395,7 +403,7 @@ def test_workflows_that_reach_the_gpu_runner_only_run_the_default_branch_definit
     # pull_request(_target) and pushes to other branches run a file the change itself may edit.
     for doc_name, doc in DOCS.items():
         assert "pull_request_target" not in doc["on"], doc_name
-        if any(self_hosted(job) for job in doc["jobs"].values()):
+        if any(reaches_gpu(doc_name, job) for job in doc["jobs"].values()):
             assert set(doc["on"]) <= DEFAULT_BRANCH_EVENTS | {"push"}, doc_name
             assert doc["on"].get("push", {}) == {"branches": ["main"]}, doc_name
 
