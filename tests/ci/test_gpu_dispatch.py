@@ -194,7 +194,9 @@ def test_the_runner_workflow_runs_the_commit_only_after_the_contract() -> None:
     (checkout,) = [s for s in contract["steps"] if "checkout@" in s.get("uses", "")]
     assert checkout["with"]["repository"] == "${{ vars.GATE_SOURCE_REPO }}"
     assert checkout["with"]["ref"] == "main"
-    assert contract["steps"][-1]["run"] == "python3 tools/ci/gpu_dispatch.py verify"
+    runs = [s.get("run", "") for s in contract["steps"]]
+    assert runs.index("python3 tools/ci/gpu_dispatch.py verify") == 1  # before anything else
+    assert "attestations.py verify" in runs[-1] and "--workflow image.yml" in runs[-1]
     assert "secrets." not in TEMPLATE.read_text()
     fields = {f.name for f in dataclasses.fields(gpu_dispatch.Dispatch)}
     assert set(doc["on"]["workflow_dispatch"]["inputs"]) == fields

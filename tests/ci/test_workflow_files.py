@@ -71,7 +71,7 @@ def test_the_gpu_host_runs_the_commit_only_inside_the_pinned_image() -> None:
     forbidden_words = ("docker build", "image.sh", "nox", "pr/", "./pr", "bash pr", "source")
     for forbidden in (*forbidden_words, "base/", "./base", "bash base"):
         assert forbidden not in text, forbidden
-    assert "./trusted/stagegate" in text  # the host's stagegate is the default branch's
+    assert "trusted/tools/ci/gate_env.sh" in text  # the host's stagegate is the default branch's
     run = next(s for s in job["steps"] if "gpu_stage.sh" in s.get("run", ""))
     assert run["env"]["IMAGE"] == "${{ inputs.image }}"
     image = DOCS["gpu.yml"]["jobs"]["authorize"]["steps"]
@@ -94,7 +94,9 @@ def test_the_judges_read_artifacts_only_through_the_layout_check(doc: str, job: 
     assert f'--artifact "$RUNNER_TEMP/{raw["with"]["path"].split("/")[-1]}"' in judge["run"]
     assert "--pyproject" not in judge["run"]  # judge_records passes the base checkout's own
     assert "--base ." in judge["run"] and "--changed-files" in judge["run"]
-    assert judge["env"]["STAGEGATE"].endswith("/stagegate stagegate")
+    assert judge["env"]["STAGEGATE"] == "${{ runner.temp }}/gate/bin/stagegate"
+    install = next(s for s in steps if "gate_env.sh" in s.get("run", ""))
+    assert steps.index(install) < steps.index(judge)  # the hash-pinned tools, main's stagegate
 
 
 def test_baselines_images_and_base_records_are_looked_up_only_among_the_default_branch_runs() -> (
@@ -127,13 +129,18 @@ ALLOWED = {
     ("judge.yml", "report"): {"contents": "read"},
     ("judge.yml", "comment"): {"pull-requests": "write"},
     ("sweep.yml", "sweep"): {"contents": "read", "pull-requests": "read", "statuses": "read"},
-    ("gpu.yml", "authorize"): {"contents": "read", "pull-requests": "read", "actions": "read"},
+    ("gpu.yml", "authorize"): {
+        "contents": "read", "pull-requests": "read", "actions": "read", "attestations": "read",
+    },
     ("gpu.yml", "mark"): {"contents": "read"},
     ("gpu.yml", "dispatch"): {"contents": "read"},
-    ("gpu.yml", "status"): {"contents": "read", "actions": "read"},
+    ("gpu.yml", "status"): {"contents": "read", "actions": "read", "attestations": "read"},
+    ("gpu.yml", "attest-baseline"): {"id-token": "write", "attestations": "write"},
     ("gpu.yml", "report"): {"contents": "read"},
     ("gpu.yml", "authorize-failed"): {"contents": "read"},
-    ("image.yml", "publish"): {"contents": "read", "packages": "write"},
+    ("image.yml", "publish"): {
+        "contents": "read", "packages": "write", "id-token": "write", "attestations": "write",
+    },
     ("mutation.yml", "mutation"): {"contents": "read"},
 }  # fmt: skip
 
@@ -165,6 +172,7 @@ MINIMUM_MAJOR = {
     "actions/download-artifact": 7,
     "actions/github-script": 8,
     "actions/create-github-app-token": 3,
+    "actions/attest-build-provenance": 4,
 }
 PINNED = re.compile(r"^(?P<action>[\w.-]+/[\w.-]+)@[0-9a-f]{40} # v(?P<major>\d+)(\.\d+)*$")
 

@@ -6,6 +6,7 @@
 #   tools/ci/image.sh publish OUT_DIR   (image.yml) build with --pull, push under a tag no other
 #                                       build uses (hash-run-attempt), write OUT_DIR/image.json:
 #                                       {"image": "ghcr.io/OWNER/amptrain-verify@sha256:...", ...}
+#                                       and name= digest= to $GITHUB_OUTPUT (the attestation's)
 #   tools/ci/image.sh get [TRUSTED_DIR] (verify.yml, hosted runner) the default branch's image,
 #                                       by the digest in TRUSTED_DIR/image.json, when this commit
 #                                       defines the same image; else build this commit's image
@@ -38,6 +39,8 @@ publish() {
     mkdir -p "$out"
     printf '{"image": "%s", "definition": "%s", "commit": "%s", "run_id": "%s"}\n' \
         "$ref" "$(definition)" "${GITHUB_SHA:?}" "$GITHUB_RUN_ID" > "$out/image.json"
+    # For the attestation that says this workflow on the default branch made the image.
+    printf 'name=%s\ndigest=%s\n' "$repo" "${ref#"$repo@"}" >> "${GITHUB_OUTPUT:-/dev/stdout}"
     echo "published $ref"
 }
 

@@ -1,7 +1,7 @@
 """The trusted judge: lay a stage artifact out (raw_layout.py), judge it with the default
 branch's stagegate and policy, and give the status the required check is to report.
 
-    STAGEGATE="pipx run --spec ./stagegate stagegate" python tools/ci/judge_records.py \
+    STAGEGATE="$GATE/bin/stagegate" python tools/ci/judge_records.py \
         --artifact DIR --work DIR --base . --out reports --changed-files FILE \
         --stage static --stage execution ... [--commit SHA] [--note TEXT] [--problem TEXT] \
         [--codeowners] [--settings] [--host host.json --image REF] [--base-artifact DIR] \
