@@ -62,15 +62,26 @@ def _workflow_run(conclusion: str | None, action: str = "completed") -> dict[str
 
 
 @pytest.mark.parametrize("conclusion", CONCLUSIONS)
-def test_the_judge_runs_for_every_conclusion_of_the_verify_run(conclusion: str | None) -> None:
-    job = JUDGE["jobs"]["judge"]
-    assert _runs(job.get("if"), {"github": _workflow_run(conclusion)}, True, False)
+def test_every_completed_verify_run_is_looked_at_and_only_a_success_runs_the_stages(
+    conclusion: str | None,
+) -> None:
+    ctx: dict[str, Any] = {"github": _workflow_run(conclusion)}
+    assert _runs(JUDGE["jobs"]["change"].get("if"), ctx, True, False)
+    change = {
+        "result": "success",
+        "outputs": {"judge": "true", "commit": HEAD, "image": "ghcr.io/o/i@sha256:x"},
+    }
+    ctx["needs"] = {"change": change}  # fmt: skip
+    ran = _runs(JUDGE["jobs"]["stages"].get("if"), ctx, True, False)
+    assert ran == (conclusion == "success"), "a fork's unapproved run must not run its stages"
+    ctx["needs"]["stages"] = {"result": "success" if ran else "skipped"}
+    assert _runs(JUDGE["jobs"]["judge"]["if"], ctx, ran, False)
 
 
 def test_a_requested_verify_run_marks_the_commit_pending_and_is_not_judged() -> None:
     ctx = {"github": _workflow_run(None, action="requested")}
     assert _runs(JUDGE["jobs"]["pending"]["if"], ctx, True, False)
-    assert not _runs(JUDGE["jobs"]["judge"]["if"], ctx, True, False)
+    assert not _runs(JUDGE["jobs"]["change"]["if"], ctx, True, False)
     run = {"id": 9, "path": ".github/workflows/verify.yml", "repository": {"full_name": REPO}}
     assert verdict_status.pending_refusal({**run, "status": "in_progress"}, REPO) is None
 
@@ -85,40 +96,50 @@ def test_no_pending_over_a_verdict_or_for_another_file_named_verify(changes: dic
     assert verdict_status.pending_refusal({**run, **changes}, REPO)
 
 
-CASES = list(itertools.product(CONCLUSIONS, RESULTS, VERDICTS, [False, True]))
+CASES = list(itertools.product(RESULTS, RESULTS, VERDICTS, [False, True]))
 
 
-@pytest.mark.parametrize(("conclusion", "result", "verdict", "cancelled"), CASES)
+@pytest.mark.parametrize(("stages", "result", "verdict", "cancelled"), CASES)
 def test_the_verification_report_always_reports_and_passes_only_a_full_pass(
-    conclusion: str | None, result: str, verdict: tuple[str, str], cancelled: bool
+    stages: str, result: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
     state, description = verdict  # a judge that failed late may have written its outputs
-    outputs = {"judge": "true", "state": state, "description": description} if state else {}
+    outputs = {"state": state, "description": description} if state else {}
     ctx = {
-        "github": _workflow_run(conclusion),
-        "needs": {"judge": {"result": result, "outputs": outputs}},
+        "github": _workflow_run("success"),
+        "needs": {
+            "change": {"result": "success", "outputs": {"judge": "true"}},
+            "stages": {"result": stages, "outputs": {}},
+            "judge": {"result": result, "outputs": outputs},
+        },
     }
+    needs_ok = (stages, result) == ("success", "success")
     job = JUDGE["jobs"]["report"]
-    assert _runs(job["if"], ctx, result == "success", cancelled), "the status job was skipped"
+    assert _runs(job["if"], ctx, needs_ok, cancelled), "the status job was skipped"
     for each in job["steps"]:  # the checkout and the App's token too: each must run
-        assert _runs(each.get("if"), ctx, result == "success", cancelled), each.get("name")
+        assert _runs(each.get("if"), ctx, needs_ok, cancelled), each.get("name")
     step = next(s for s in job["steps"] if "verdict_status.py final" in s.get("run", ""))
     env = {k: evaluate(v, ctx) for k, v in step["env"].items() if k != "GATE_TOKEN"}
     assert env["SHA"] == HEAD
     posted = verdict_status.final(
         env["UPSTREAM"] or "", env["JUDGE"] or "", env["STATE"] or "", env["DESCRIPTION"] or ""
     )
-    full_pass = (conclusion, result, state) == ("success", "success", "success")
-    assert posted.passed == full_pass, (conclusion, result, state, posted)
+    full_pass = (stages, result, state) == ("success", "success", "success")
+    assert posted.passed == full_pass, (stages, result, state, posted)
     assert posted.state in verdict_status.FINAL_STATES and posted.description
 
 
-def test_a_run_of_another_file_named_verify_leaves_the_status_alone() -> None:
+@pytest.mark.parametrize("change", [{"judge": "false"}, {"judge": "true", "commit": ""}])
+def test_a_run_that_is_not_judged_or_cannot_run_is_handled(change: dict[str, str]) -> None:
+    # another file named verify, or a pull request into another branch: the status is left
+    # alone; a change whose merge commit does not check out: the stages skip, the report fails
     ctx = {
         "github": _workflow_run("success"),
-        "needs": {"judge": {"result": "success", "outputs": {"judge": "false"}}},
-    }
-    assert not _runs(JUDGE["jobs"]["report"]["if"], ctx, True, False)
+        "needs": {"change": {"result": "success", "outputs": change},
+                  "stages": {"result": "skipped"}, "judge": {"result": "success"}},
+    }  # fmt: skip
+    assert not _runs(JUDGE["jobs"]["stages"]["if"], ctx, True, False)
+    assert _runs(JUDGE["jobs"]["report"]["if"], ctx, False, False) == (change["judge"] == "true")
 
 
 BENCHMARK_CASES = list(itertools.product(RESULTS, RESULTS, VERDICTS, [False, True]))

@@ -14,14 +14,16 @@ paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.tom
 BLOCK included; the status job reports it. ``--base-artifact`` is the default branch's last
 trusted verify artifact (tools/ci/trusted_runs.py): laid out as the records are, it is given to
 stagegate as ``--base-raw`` so newly skipped tests are named; one that is absent or refused is
-compared with nothing, and the summary says so. ``--settings`` reads the default branch's active
-rules first (GATE_APP_ID names the gate App): a missing App pin, review rule or up-to-date rule
-fails the check, since the gate could then be bypassed.
+compared with nothing, and the summary says so; with ``--base-attested-by judge.yml`` every
+record in it must be attested by that workflow run from refs/heads/main. ``--settings`` reads
+the default branch's active rules first (GATE_APP_ID names the gate App): a missing App pin,
+review rule or up-to-date rule fails the check, since the gate could then be bypassed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -31,9 +33,9 @@ import urllib.error
 from pathlib import Path
 
 from github_api import Api, RestApi, write_outputs
-from raw_layout import LayoutError, lay_out
+from raw_layout import LayoutError, _record, lay_out
 from repo_settings import branch_problems
-from trusted_artifacts import ArtifactError, host_facts
+from trusted_artifacts import ArtifactError, attested, host_facts, require_provenance
 from verdict_status import Status, from_stagegate
 
 
@@ -59,14 +61,25 @@ def settings_problem(api: Api, repo: str, branch: str, app_id: str) -> str | Non
     return f"{branch}'s rules: {'; '.join(problems)}" if problems else None
 
 
+def base_attested(args: argparse.Namespace) -> None:
+    """With --base-attested-by, refuse base records that the workflow on main did not attest."""
+    if not args.base_attested_by:
+        return
+    records = sorted(p for p in args.base_artifact.glob("*.json") if _record(p) is not None)
+    digests = ["sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in records]
+    repo = os.environ["GITHUB_REPOSITORY"]
+    require_provenance(attested(repo), args.base_attested_by, digests or ["(no record)"])
+
+
 def base_raw(args: argparse.Namespace, work: Path) -> list[str]:
     """``--base-raw DIR`` for the default branch's artifact laid out in WORK, or nothing."""
     if args.base_artifact is None:
         return []
     raw = work / "base" / "reports" / "raw"
     try:
+        base_attested(args)
         lay_out(args.base_artifact, raw, args.stages)
-    except LayoutError as exc:
+    except (LayoutError, ArtifactError) as exc:
         print(f"judge: the base branch's records are not compared: {exc}")
         return []
     return ["--base-raw", str(raw.resolve())]
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", type=Path, help="host.json of a GPU job, checked first")
     parser.add_argument("--image", help="the image the GPU job was given (with --host)")
     parser.add_argument("--base-artifact", type=Path, help="the default branch's last records")
+    parser.add_argument("--base-attested-by", help="the workflow whose attestation they need")
     args = parser.parse_args(argv)
     if args.host and not (args.commit and args.image):
         parser.error("--host needs --commit and --image")
