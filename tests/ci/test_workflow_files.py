@@ -137,6 +137,7 @@ ALLOWED = {
     ("sweep.yml", "sweep"): {"contents": "read", "pull-requests": "read", "statuses": "read"},
     ("gpu.yml", "authorize"): {
         "contents": "read", "pull-requests": "read", "actions": "read", "attestations": "read",
+        "statuses": "read",
     },
     ("gpu.yml", "mark"): {"contents": "read"},
     ("gpu.yml", "dispatch"): {"contents": "read"},

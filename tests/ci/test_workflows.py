@@ -40,6 +40,7 @@ class Scenario:
     workflow_ref: str = OWN_WORKFLOW
     untrusted: bool = False  # the commit is a fork's, Dependabot's or a non-maintainer's
     approved: bool = False  # a maintainer approved exactly this head SHA
+    head_passed: bool = False  # a queued pull request's head passed on the GPU
     author: str = "maintainer"
     writers: set[str] = field(default_factory=lambda: {"maintainer"})
 
@@ -98,7 +99,9 @@ def verify_run(
             "repository": {"full_name": REPO},
             "actor": {"login": actor},
             "triggering_actor": {"login": actor},
-            "pull_requests": [] if fork or kind != "pull_request" else [{"number": 7}],
+            "pull_requests": []
+            if fork or kind != "pull_request"
+            else [{"number": 7, "base": {"ref": "main"}}],
         },
         "repository": REPOSITORY,
     }
@@ -148,7 +151,18 @@ SCENARIOS = [
     Scenario("manual run of verify", "workflow_dispatch", {"inputs": {}, "repository": REPOSITORY}),
     Scenario("merge queue", "merge_group", {"action": "checks_requested"}),
     Scenario("verify done for a push", "workflow_run", verify_run("push")),
-    Scenario("verify done for a merge queue entry", "workflow_run", verify_run("merge_group")),
+    Scenario(
+        "verify done for a merge queue entry",
+        "workflow_run",
+        verify_run("merge_group", branch=f"gh-readonly-queue/main/pr-7-{HEAD}"),
+        head_passed=True,
+    ),
+    Scenario(
+        "verify done for a merge queue entry whose head never passed on the GPU",
+        "workflow_run",
+        verify_run("merge_group", branch=f"gh-readonly-queue/main/pr-7-{HEAD}"),
+        untrusted=True,
+    ),
     Scenario(
         "verify done for a maintainer's PR",
         "workflow_run",
@@ -300,6 +314,7 @@ def gate(s: Scenario) -> gpu_gate.Decision:
         ctx,
         lambda user: "write" if user in s.writers else "read",
         lambda number: pull,
+        lambda sha: s.head_passed and sha == HEAD,
     )
 
 
