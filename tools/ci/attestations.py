@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from github_api import Api, RestApi
+from github_api import Api, RestApi, shown
 
 ISSUER = "https://token.actions.githubusercontent.com"
 SLSA_V1 = "https://slsa.dev/provenance/v1"
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     origin = Origin(args.repo, args.workflow, signer=args.signer)
     problems = verify_all(RestApi(), digests, origin, trusted_root(args.trusted_root))
     for problem in problems:
-        print(f"attestations: refused: {problem}", file=sys.stderr)
+        print(f"attestations: refused: {shown(problem)}", file=sys.stderr)
     if not problems:
         print(f"attestations: {len(digests)} digest(s) made by {origin.build_config()}")
     return 2 if problems else 0

@@ -75,6 +75,15 @@ class RestApi:
                 return
 
 
+def shown(value: object) -> str:
+    """``value`` as one line of plain text for a log: every control character (a line break
+    above all) escaped, so no name from an artifact or an event can begin a line of the job's
+    log, where ``::command::`` would be read as a workflow command."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value)
+    )
+
+
 def write_outputs(values: Mapping[str, str], env: Mapping[str, str] | None = None) -> None:
     """Append ``name=value`` lines to $GITHUB_OUTPUT (stdout outside Actions); values are one
     line each, so no value can add an output of its own."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from github_api import Api, RestApi, read_event, write_outputs
+from github_api import Api, RestApi, read_event, shown, write_outputs
 from verdict_status import GPU, RUNNING
 
 RUNNER_WORKFLOW = ".github/workflows/gpu-runner.yml"
@@ -239,7 +239,7 @@ def _verify(env: Mapping[str, str]) -> int:
     event = read_event()
     found = refusals(runner_from(env, event), dispatch_from(event.get("inputs") or {}), RestApi())
     for name, why in found.items():
-        print(f"gpu_dispatch: refused ({name}): {why}", file=sys.stderr)
+        print(f"gpu_dispatch: refused ({name}): {shown(why)}", file=sys.stderr)
     return 2 if found else 0
 
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _send(os.environ) if args.command == "send" else _verify(os.environ)
     except ContractError as exc:
-        print(f"gpu_dispatch: {exc}", file=sys.stderr)
+        print(f"gpu_dispatch: {shown(exc)}", file=sys.stderr)
         return 2
 
 

@@ -32,7 +32,7 @@ import sys
 import urllib.error
 from pathlib import Path
 
-from github_api import Api, RestApi, write_outputs
+from github_api import Api, RestApi, shown, write_outputs
 from raw_layout import LayoutError, _record, lay_out
 from repo_settings import branch_problems
 from trusted_artifacts import ArtifactError, attested, host_facts, require_provenance
@@ -80,7 +80,7 @@ def base_raw(args: argparse.Namespace, work: Path) -> list[str]:
         base_attested(args)
         lay_out(args.base_artifact, raw, args.stages)
     except (LayoutError, ArtifactError) as exc:
-        print(f"judge: the base branch's records are not compared: {exc}")
+        print(f"judge: the base branch's records are not compared: {shown(exc)}")
         return []
     return ["--base-raw", str(raw.resolve())]
 
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in (problem, args.note):
         if line:
             _summary(line)
-    print(f"judge: {status.state}: {status.description}")
+    print(f"judge: {status.state}: {shown(status.description)}")
     write_outputs({"state": status.state, "description": status.description})
     return 0
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from github_api import Api, RestApi, read_event, write_outputs
+from github_api import Api, RestApi, read_event, shown, write_outputs
 
 VERIFY = ".github/workflows/verify.yml"
 COMPARE_LIMIT = 300
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         outputs = describe(api, repo, event, args.out)
     if outputs["problem"]:
-        print(f"pr_change: {outputs['problem']}", file=sys.stderr)
+        print(f"pr_change: {shown(outputs['problem'])}", file=sys.stderr)
     write_outputs(outputs)
     return 0
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from github_api import Api, RestApi
+from github_api import Api, RestApi, shown
 from verdict_status import CONTEXTS
 
 DEFAULT_BRANCH = "main"
@@ -266,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     problems = check(RestApi(), args.repo, args.app_id)
     for setting in SETTINGS:
         problem = problems[setting.key]
-        print(f"MISSING  {setting.title}: {problem}" if problem else f"ok       {setting.title}")
+        print(
+            f"MISSING  {setting.title}: {shown(problem)}"
+            if problem
+            else f"ok       {setting.title}"
+        )
     return 1 if any(problems.values()) else 0
 
 

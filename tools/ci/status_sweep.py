@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from github_api import Api, RestApi, run_url
+from github_api import Api, RestApi, run_url, shown
 from verdict_status import CONTEXTS, GATE_TOKEN, GPU, REPORT, RUNNING, Status, post
 
 GRACE = timedelta(minutes=30)  # a pull request younger than this may still be starting its run
@@ -73,7 +73,7 @@ def sweep(api: Api, gate: Api, repo: str, now: datetime, url: str, author: str) 
         statuses = api.get(f"/repos/{repo}/commits/{sha}/statuses", per_page=100)
         for context, status in stale(statuses, _time(pull["created_at"]), now, author).items():
             post(gate, repo, sha, context, status, url)
-            print(f"#{pull['number']} {sha[:12]} {context}: {status.description}")
+            print(f"#{pull['number']} {sha[:12]} {context}: {shown(status.description)}")
             count += 1
     return count
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from github_api import RestApi, write_outputs
+from github_api import RestApi, shown, write_outputs
 
 Provenance = Callable[[str, list[str]], list[str]]  # (workflow, digests) -> problems
 
@@ -169,7 +169,7 @@ def _baseline_main(args: argparse.Namespace) -> int:
         bench = accept_baseline(args.folder, args.run_id, _provenance(args))
     except ArtifactError as exc:
         note = f"regression NOT VERIFIED: the baseline of run {args.run_id} is refused ({exc})"
-        print(note)
+        print(shown(note))
         write_outputs({"baseline-dir": "", "note": note})
         return 0
     args.into.mkdir(parents=True, exist_ok=True)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 host=args.host, benchmark=args.benchmark,
             )  # fmt: skip
     except ArtifactError as exc:
-        print(f"refused: {exc}", file=sys.stderr)
+        print(f"refused: {shown(exc)}", file=sys.stderr)
         return 2
     return 0
 

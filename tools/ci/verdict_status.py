@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from github_api import Api, RestApi, run_url
+from github_api import Api, RestApi, run_url, shown
 from pr_change import is_verify
 
 REPORT, GPU = "verification report", "gpu verification"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         run = RestApi().get(f"/repos/{repo}/actions/runs/{args.run_id}")
         why = pending_refusal(run, repo)
         if why:
-            print(f"no pending status: {why}")
+            print(f"no pending status: {shown(why)}")
             return 0
         status = Status("pending", args.description or "the stages are running")
     elif args.command == "set":
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             env.get("STATE", ""), env.get("DESCRIPTION", ""),
         )  # fmt: skip
     post(RestApi(token_var=GATE_TOKEN), repo, args.sha, args.context, status, run_url(env))
-    print(f"{args.context}: {status.state}: {status.description}")
+    print(f"{args.context}: {status.state}: {shown(status.description)}")
     return 0 if args.command != "final" or status.passed else 1
 
 
