@@ -108,6 +108,7 @@ ATTACKS: dict[str, tuple[str, Callable[[Case], None]]] = {
     "a pull request into another branch": ("pull request", _set(
         "workflow_run.pull_requests", [{"number": 7, "base": {"ref": "release"}}])),
     "a pull request by an outsider": ("pull request", _pull(user={"login": "outsider"})),
+    "a run that lists no pull request": ("pull request", _set("workflow_run.pull_requests", [])),
     "an approval on an issue": ("approval", _set("issue", {"number": 7})),
     "an approval inside other text": ("approval", _set("comment.body", f"ok /gpu-approve {HEAD}")),
     "an approval by an outsider": ("approval", _set("comment.user", {"login": "outsider"})),
@@ -154,3 +155,10 @@ def test_a_head_passed_only_by_the_apps_newest_status() -> None:
     assert not passed(("github-actions[bot]", "success"))  # a workflow token's, not the App's
     assert not passed((app, "failure"), (app, "success"))  # newest first: it failed since
     assert not passed()
+
+
+def test_a_pull_request_into_another_branch_leaves_the_gpu_check_alone() -> None:
+    case = ADMITTED["pull request"]()
+    case.payload["workflow_run"]["pull_requests"] = [{"number": 9, "base": {"ref": "release"}}]
+    decision = case.decide()
+    assert not decision.run and not decision.pending  # nothing marked on the shared head

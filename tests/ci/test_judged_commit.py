@@ -106,3 +106,18 @@ def test_a_push_runs_its_own_commit(tmp_path: Path) -> None:
                 f"/repos/{REPO}/compare/{MAIN_TIP}...{HEAD}": {"files": []}}  # fmt: skip
     out = pr_change.describe(FakeApi(recorded), REPO, event, tmp_path / "f.txt")
     assert (out["judge"], out["commit"], out["pr"]) == ("true", HEAD, "")
+
+
+def test_a_run_into_another_branch_marks_nothing_pending() -> None:
+    verdict_status = tool("verdict_status")
+    run = {**_event([{"number": 9, "head": {"sha": HEAD}, "base": {**INTO_MAIN, "ref": "x"}}])[
+        "workflow_run"], "id": 3, "status": "in_progress"}  # fmt: skip
+    api = FakeApi({f"/repos/{REPO}/pulls": []})
+    assert "into main" in verdict_status.pending_refusal(run, REPO, api, "main")
+    into_main = {**run, "pull_requests": [{"number": 7, "head": {"sha": HEAD}, "base": INTO_MAIN}]}
+    assert verdict_status.pending_refusal(into_main, REPO, api, "main") is None
+
+
+def test_a_run_of_another_repositorys_verify_is_not_judged() -> None:
+    run = {"path": ".github/workflows/verify.yml", "repository": {"full_name": "someone/x"}}
+    assert "another repository" in pr_change.is_verify(run, REPO)

@@ -125,7 +125,7 @@ def test_baselines_images_and_base_records_are_looked_up_only_among_the_default_
 
 ALLOWED = {
     ("verify.yml", "request"): {},
-    ("judge.yml", "pending"): {"contents": "read", "actions": "read"},
+    ("judge.yml", "pending"): {"contents": "read", "actions": "read", "pull-requests": "read"},
     ("judge.yml", "change"): {
         "contents": "read", "actions": "read", "pull-requests": "read", "attestations": "read",
     },

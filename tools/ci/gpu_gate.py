@@ -125,6 +125,10 @@ def _from_verify_run(event: Mapping[str, Any], ctx: Context, permission_of: Perm
         return _from_queue(run, ctx, pull_of, passed)
     if kind != "pull_request":
         return Decision(False, sha, f"verify ran for {kind}: gpu.yml's own triggers cover it")
+    listed = run.get("pull_requests") or []
+    if listed and not any((p.get("base") or {}).get("ref") == ctx.default_branch for p in listed):
+        # a pull request into another branch: its run must not touch the head's GPU check
+        return Decision(False, sha, f"not a pull request into {ctx.default_branch}")
     number = next((int(p["number"]) for p in run.get("pull_requests") or []
                    if (p.get("base") or {}).get("ref") == ctx.default_branch), None)  # fmt: skip
     why = _untrusted_pull(run, ctx, permission_of, pull_of)

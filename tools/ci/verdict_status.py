@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_api import Api, RestApi, run_url, shown
-from pr_change import is_verify
+from pr_change import is_verify, pull_request
 
 REPORT, GPU = "verification report", "gpu verification"
 CONTEXTS = (REPORT, GPU)
@@ -75,14 +75,19 @@ def final(upstream: str, judge_result: str, state: str, description: str) -> Sta
     return Status(state, description or state)
 
 
-def pending_refusal(run: Mapping[str, Any], repo: str) -> str | None:
+def pending_refusal(
+    run: Mapping[str, Any], repo: str, api: Api | None = None, branch: str = "main"
+) -> str | None:
     """Why a requested run must not mark its commit pending: it is not verify.yml (any file
-    may take that name), or it already finished and its judge may have set the verdict."""
+    may take that name), it already finished and its judge may have set the verdict, or (with
+    ``api``) it is a pull request's that is not into ``branch``, whose run sets no check."""
     why = is_verify(run, repo)
     if why:
         return why
     if run.get("status") == "completed":
         return f"run {run.get('id')} already finished: its judge sets the status"
+    if api and run.get("event") == "pull_request" and pull_request(api, repo, run, branch) is None:
+        return f"no open pull request into {branch} has {run.get('head_sha')}"
     return None
 
 
@@ -114,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     env = os.environ
     repo = env["GITHUB_REPOSITORY"]
     if args.command == "pending":
-        run = RestApi().get(f"/repos/{repo}/actions/runs/{args.run_id}")
-        why = pending_refusal(run, repo)
+        api = RestApi()
+        run = api.get(f"/repos/{repo}/actions/runs/{args.run_id}")
+        why = pending_refusal(run, repo, api, env.get("DEFAULT_BRANCH", "main"))
         if why:
             print(f"no pending status: {shown(why)}")
             return 0
