@@ -190,3 +190,13 @@ def test_consumers_require_the_attestation_of_their_own_workflow(tmp_path: Path)
 def test_attestations_are_skipped_only_where_they_are_turned_off() -> None:
     assert trusted_artifacts.attested("o/r", {"GATE_ATTESTATIONS": "off"}) is None
     assert callable(trusted_artifacts.attested("o/r", {}))
+
+
+def test_a_consumer_refuses_bytes_whose_only_attestation_another_workflow_signed() -> None:
+    # The consumers' own check, as judge.yml runs it for base records: the real bundle is the
+    # one GitHub answers for those bytes, but it was not signed by judge.yml of that repository.
+    api = FakeApi({f"/repos/malancas/attest-demo/attestations/{DIGEST}": {
+        "attestations": [{"bundle": json.loads(BUNDLE)}]}})  # fmt: skip
+    check = trusted_artifacts.attested("malancas/attest-demo", {}, api, ROOT)
+    with pytest.raises(trusted_artifacts.ArtifactError, match=r"judge\.yml"):
+        trusted_artifacts.require_provenance(check, "judge.yml", [DIGEST])

@@ -82,9 +82,11 @@ def require_provenance(provenance: Provenance | None, workflow: str, digests: li
         raise ArtifactError(f"no attestation of {workflow} on main: {'; '.join(problems)}")
 
 
-def attested(repo: str, env: dict[str, str] | None = None) -> Provenance | None:
-    """The real check (sigstore, Sigstore's trusted root through TUF, the attestations API),
-    or None where GATE_ATTESTATIONS=off."""
+def attested(
+    repo: str, env: dict[str, str] | None = None, api: Any = None, root: Any = None
+) -> Provenance | None:
+    """The real check (sigstore; Sigstore's trusted root through TUF and the attestations API
+    unless ``root`` and ``api`` are given), or None where GATE_ATTESTATIONS=off."""
     env = dict(os.environ if env is None else env)
     if env.get("GATE_ATTESTATIONS") == "off":
         return None
@@ -92,8 +94,8 @@ def attested(repo: str, env: dict[str, str] | None = None) -> Provenance | None:
 
     def check(workflow: str, digests: list[str]) -> list[str]:
         origin = attestations.Origin(repo, workflow)
-        root = attestations.trusted_root(None)
-        return attestations.verify_all(RestApi(), digests, origin, root)
+        trusted = root if root is not None else attestations.trusted_root(None)
+        return attestations.verify_all(api or RestApi(), digests, origin, trusted)
 
     return check
 
