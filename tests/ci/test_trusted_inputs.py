@@ -431,7 +431,7 @@ def test_dependabot_and_bots_never_count_as_maintainers() -> None:
         "path": ".github/workflows/verify.yml", "event": "pull_request", "head_sha": SHA,
         "head_branch": "deps", "head_repository": {"full_name": REPO},
         "actor": {"login": "dependabot[bot]"}, "triggering_actor": {"login": "maintainer"},
-        "pull_requests": [{"number": 7}],
+        "pull_requests": [{"number": 7, "base": {"ref": "main"}}],
     }  # fmt: skip
     pull = {"user": {"login": "dependabot[bot]"}}
     decision = gpu_gate.decide(
