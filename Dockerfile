@@ -1,9 +1,10 @@
 # The image that runs the verification sessions, on CPU and GPU runners alike.
 # torch comes with the base image: the same release as constraints-cpu.txt (a test checks), and
 # its CUDA 12.6 needs an NVIDIA driver >= 560.28 (or >= 525.60 through CUDA's minor-version
-# compatibility). CI builds it with --pull, so the base is always the registry's, never a local
-# tag. `nox -s verify` is the default command.
-FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime
+# compatibility). The base is pinned by digest (the tag beside it says which release it is, and
+# Dependabot proposes both together), so a tag moved on the registry changes nothing here; CI
+# builds with --pull. `nox -s verify` is the default command.
+FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -1,10 +1,12 @@
 """gpu.yml's A/B regression stage: the base commit gpu_gate.py names (a push's parent, a pull
-request's merge base), the base checked out as data and handed to gpu_stage.sh, and the status
-job judging the regression stage as required, against that base."""
+request's merge base), dispatched to the GPU runner, checked out there as data and handed to
+gpu_stage.sh, and the status job judging the regression stage as required, against that base."""
 
 from __future__ import annotations
 
-from .ci_tools import REPO, FakeApi, load_workflow, tool
+import yaml
+
+from .ci_tools import REPO, ROOT, FakeApi, load_workflow, tool
 
 gpu_gate = tool("gpu_gate")
 CTX = gpu_gate.Context(REPO, "main", f"{REPO}/.github/workflows/gpu.yml@refs/heads/main", "x")
@@ -36,12 +38,15 @@ def test_no_base_or_a_malformed_one_is_none() -> None:
 def test_the_base_reaches_the_gpu_host_and_the_judge_requires_the_regression_stage() -> None:
     jobs = GPU["jobs"]
     assert jobs["authorize"]["outputs"]["base"] == "${{ steps.gate.outputs.base }}"
-    bench = jobs["benchmark"]["steps"]
+    send = next(s for s in jobs["dispatch"]["steps"] if "gpu_dispatch.py" in s.get("run", ""))
+    assert send["env"]["BASE_SHA"] == "${{ needs.authorize.outputs.base }}"
+    runner = yaml.safe_load((ROOT / ".github" / "gpu-runner" / "gpu-runner.yml").read_text())
+    bench = runner["jobs"]["benchmark"]["steps"]
     checkout = next(s for s in bench if s.get("with", {}).get("path") == "base")
-    assert checkout["with"]["ref"] == "${{ needs.authorize.outputs.base }}"
+    assert checkout["with"]["ref"] == "${{ inputs.base }}"
     assert checkout["with"]["persist-credentials"] is False
     run = next(s for s in bench if "gpu_stage.sh" in s.get("run", ""))
-    assert run["env"]["BASE_SHA"] == "${{ needs.authorize.outputs.base }}"
+    assert run["env"]["BASE_SHA"] == "${{ inputs.base }}"
     assert "BASE_TREE=base" in run["run"]
     judge = next(s for s in jobs["status"]["steps"] if s.get("id") == "judge")
     assert judge["env"]["AB_BASE"] == "${{ needs.authorize.outputs.base }}"

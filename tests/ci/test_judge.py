@@ -130,7 +130,7 @@ def test_a_missing_artifact_is_an_error_not_a_pass(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["true", "false", f"{sys.executable} -c pass"])
 def test_an_exit_code_without_a_verdict_is_no_verdict(tmp_path: Path, command: str) -> None:
-    # pipx failing to install stagegate exits 1, which must not read as a BLOCK, nor 0 a PASS.
+    # a stagegate that failed to start may exit 1, which must not read as a BLOCK, nor 0 a PASS.
     out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), command=command)
     assert out["state"] == "error" and "verdict.json" in out["description"]
 

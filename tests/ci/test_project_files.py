@@ -24,12 +24,11 @@ def instructions() -> list[tuple[str, str]]:
     ]
 
 
-def test_dockerfile_base_is_a_pinned_cuda_torch_image() -> None:
+def test_dockerfile_base_is_a_cuda_torch_image_pinned_by_digest() -> None:
     (base,) = [arg for op, arg in instructions() if op == "FROM"]
-    image, _, tag = base.partition(":")
-    assert image == "pytorch/pytorch" and re.fullmatch(
-        r"\d+\.\d+\.\d+-cuda[\d.]+-cudnn\d+-runtime", tag
-    )
+    assert re.fullmatch(
+        r"pytorch/pytorch:\d+\.\d+\.\d+-cuda[\d.]+-cudnn\d+-runtime@sha256:[0-9a-f]{64}", base
+    ), base
 
 
 def test_dockerfile_installs_dependencies_before_copying_the_source_and_drops_root() -> None:

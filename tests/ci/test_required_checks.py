@@ -62,15 +62,26 @@ def _workflow_run(conclusion: str | None, action: str = "completed") -> dict[str
 
 
 @pytest.mark.parametrize("conclusion", CONCLUSIONS)
-def test_the_judge_runs_for_every_conclusion_of_the_verify_run(conclusion: str | None) -> None:
-    job = JUDGE["jobs"]["judge"]
-    assert _runs(job.get("if"), {"github": _workflow_run(conclusion)}, True, False)
+def test_every_completed_verify_run_is_looked_at_and_only_a_success_runs_the_stages(
+    conclusion: str | None,
+) -> None:
+    ctx: dict[str, Any] = {"github": _workflow_run(conclusion)}
+    assert _runs(JUDGE["jobs"]["change"].get("if"), ctx, True, False)
+    change = {
+        "result": "success",
+        "outputs": {"judge": "true", "commit": HEAD, "image": "ghcr.io/o/i@sha256:x"},
+    }
+    ctx["needs"] = {"change": change}  # fmt: skip
+    ran = _runs(JUDGE["jobs"]["stages"].get("if"), ctx, True, False)
+    assert ran == (conclusion == "success"), "a fork's unapproved run must not run its stages"
+    ctx["needs"]["stages"] = {"result": "success" if ran else "skipped"}
+    assert _runs(JUDGE["jobs"]["judge"]["if"], ctx, ran, False)
 
 
 def test_a_requested_verify_run_marks_the_commit_pending_and_is_not_judged() -> None:
     ctx = {"github": _workflow_run(None, action="requested")}
     assert _runs(JUDGE["jobs"]["pending"]["if"], ctx, True, False)
-    assert not _runs(JUDGE["jobs"]["judge"]["if"], ctx, True, False)
+    assert not _runs(JUDGE["jobs"]["change"]["if"], ctx, True, False)
     run = {"id": 9, "path": ".github/workflows/verify.yml", "repository": {"full_name": REPO}}
     assert verdict_status.pending_refusal({**run, "status": "in_progress"}, REPO) is None
 
@@ -85,64 +96,78 @@ def test_no_pending_over_a_verdict_or_for_another_file_named_verify(changes: dic
     assert verdict_status.pending_refusal({**run, **changes}, REPO)
 
 
-CASES = list(itertools.product(CONCLUSIONS, RESULTS, VERDICTS, [False, True]))
+CASES = list(itertools.product(RESULTS, RESULTS, VERDICTS, [False, True]))
 
 
-@pytest.mark.parametrize(("conclusion", "result", "verdict", "cancelled"), CASES)
+@pytest.mark.parametrize(("stages", "result", "verdict", "cancelled"), CASES)
 def test_the_verification_report_always_reports_and_passes_only_a_full_pass(
-    conclusion: str | None, result: str, verdict: tuple[str, str], cancelled: bool
+    stages: str, result: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
     state, description = verdict  # a judge that failed late may have written its outputs
-    outputs = {"judge": "true", "state": state, "description": description} if state else {}
+    outputs = {"state": state, "description": description} if state else {}
     ctx = {
-        "github": _workflow_run(conclusion),
-        "needs": {"judge": {"result": result, "outputs": outputs}},
+        "github": _workflow_run("success"),
+        "needs": {
+            "change": {"result": "success", "outputs": {"judge": "true"}},
+            "stages": {"result": stages, "outputs": {}},
+            "judge": {"result": result, "outputs": outputs},
+        },
     }
+    needs_ok = (stages, result) == ("success", "success")
     job = JUDGE["jobs"]["report"]
-    assert _runs(job["if"], ctx, result == "success", cancelled), "the status job was skipped"
+    assert _runs(job["if"], ctx, needs_ok, cancelled), "the status job was skipped"
+    for each in job["steps"]:  # the checkout and the App's token too: each must run
+        assert _runs(each.get("if"), ctx, needs_ok, cancelled), each.get("name")
     step = next(s for s in job["steps"] if "verdict_status.py final" in s.get("run", ""))
-    assert _runs(step.get("if"), ctx, True, False)
-    env = {k: evaluate(v, ctx) for k, v in step["env"].items() if k != "GH_TOKEN"}
+    env = {k: evaluate(v, ctx) for k, v in step["env"].items() if k != "GATE_TOKEN"}
     assert env["SHA"] == HEAD
     posted = verdict_status.final(
         env["UPSTREAM"] or "", env["JUDGE"] or "", env["STATE"] or "", env["DESCRIPTION"] or ""
     )
-    full_pass = (conclusion, result, state) == ("success", "success", "success")
-    assert posted.passed == full_pass, (conclusion, result, state, posted)
+    full_pass = (stages, result, state) == ("success", "success", "success")
+    assert posted.passed == full_pass, (stages, result, state, posted)
     assert posted.state in verdict_status.FINAL_STATES and posted.description
 
 
-def test_a_run_of_another_file_named_verify_leaves_the_status_alone() -> None:
+@pytest.mark.parametrize("change", [{"judge": "false"}, {"judge": "true", "commit": ""}])
+def test_a_run_that_is_not_judged_or_cannot_run_is_handled(change: dict[str, str]) -> None:
+    # another file named verify, or a pull request into another branch: the status is left
+    # alone; a change whose merge commit does not check out: the stages skip, the report fails
     ctx = {
         "github": _workflow_run("success"),
-        "needs": {"judge": {"result": "success", "outputs": {"judge": "false"}}},
-    }
-    assert not _runs(JUDGE["jobs"]["report"]["if"], ctx, True, False)
+        "needs": {"change": {"result": "success", "outputs": change},
+                  "stages": {"result": "skipped"}, "judge": {"result": "success"}},
+    }  # fmt: skip
+    assert not _runs(JUDGE["jobs"]["stages"]["if"], ctx, True, False)
+    assert _runs(JUDGE["jobs"]["report"]["if"], ctx, False, False) == (change["judge"] == "true")
 
 
-BENCHMARK_CASES = list(itertools.product(RESULTS, ["success", "failure"], VERDICTS, [False, True]))
+BENCHMARK_CASES = list(itertools.product(RESULTS, RESULTS, VERDICTS, [False, True]))
 
 
 @pytest.mark.parametrize(("benchmark", "judge", "verdict", "cancelled"), BENCHMARK_CASES)
 def test_the_gpu_verification_always_reports_for_an_admitted_commit(
     benchmark: str, judge: str, verdict: tuple[str, str], cancelled: bool
 ) -> None:
-    state, description = verdict  # a judge step that failed late may have written its outputs
+    state, description = verdict  # a judge job that failed late may have written its outputs
     ctx = {
         "github": {"event_name": "workflow_run"},
         "needs": {
             "authorize": {"result": "success", "outputs": {"run": "true", "sha": HEAD}},
-            "benchmark": {"result": benchmark, "outputs": {}},
-        },
-        "steps": {
-            "judge": {"outcome": judge, "outputs": {"state": state, "description": description}}
+            "mark": {"result": "success", "outputs": {}},
+            "dispatch": {"result": benchmark, "outputs": {}},
+            "status": {"result": judge, "outputs": {"state": state, "description": description}},
         },
     }
-    job = GPU["jobs"]["status"]
-    assert _runs(job["if"], ctx, benchmark == "success", cancelled), "the status job was skipped"
+    needs_ok = (benchmark, judge) == ("success", "success")
+    assert _runs(GPU["jobs"]["status"]["if"], ctx, benchmark == "success", cancelled)
+    job = GPU["jobs"]["report"]
+    assert _runs(job["if"], ctx, needs_ok, cancelled), "the status job was skipped"
+    for step in job["steps"]:  # the checkout and the App's token too: each must run
+        assert _runs(step.get("if"), ctx, needs_ok, cancelled), step.get("name")
     post = next(s for s in job["steps"] if "verdict_status.py final" in s.get("run", ""))
-    assert _runs(post.get("if"), ctx, judge == "success", cancelled), "the status step was skipped"
-    env = {k: evaluate(v, ctx) for k, v in post["env"].items() if k != "GH_TOKEN"}
+    env = {k: evaluate(v, ctx) for k, v in post["env"].items() if k != "GATE_TOKEN"}
+    assert env["SHA"] == HEAD
     posted = verdict_status.final(
         env["UPSTREAM"] or "", env["JUDGE"] or "", env["STATE"] or "", env["DESCRIPTION"] or ""
     )
@@ -163,6 +188,8 @@ def test_a_failed_authorization_still_reports_an_error(result: str, event_name: 
     }
     assert gpu_gate.subject(event_name, payloads[event_name], HEAD) == HEAD
     assert "--state error" in job["steps"][-1]["run"]
+    for step in job["steps"]:
+        assert _runs(step.get("if"), ctx, False, result == "cancelled"), step.get("name")
 
 
 def test_a_failed_authorization_of_a_comment_marks_no_commit() -> None:
@@ -176,8 +203,8 @@ def test_a_failed_authorization_of_a_comment_marks_no_commit() -> None:
 
 def test_a_benchmark_without_a_trusted_image_is_skipped_and_still_judged() -> None:
     ctx = {"needs": {"authorize": {"result": "success", "outputs": {"run": "true", "image": ""}}}}
-    assert not _runs(GPU["jobs"]["benchmark"]["if"], ctx, True, False)
-    ctx["needs"]["benchmark"] = {"result": "skipped"}
+    assert not _runs(GPU["jobs"]["dispatch"]["if"], ctx, True, False)
+    ctx["needs"]["dispatch"] = {"result": "skipped"}
     assert _runs(GPU["jobs"]["status"]["if"], ctx, False, False)
 
 
@@ -194,28 +221,53 @@ def test_the_sweep_runs_on_its_schedule_from_the_default_branch_in_a_file_of_its
     assert any("tools/ci/status_sweep.py" in s.get("run", "") for s in job["steps"])
 
 
+GATE_BOT = "amptrain-gate[bot]"  # the gate App's login: only its statuses count
+
+
+def by_app(*statuses: dict[str, Any], author: str = GATE_BOT) -> list[dict[str, Any]]:
+    return [{**s, "creator": {"login": author}} for s in statuses]
+
+
 def test_the_sweep_fails_checks_no_run_ever_reported() -> None:
-    stale = status_sweep.stale([], NOW - timedelta(hours=2), NOW)
+    stale = status_sweep.stale([], NOW - timedelta(hours=2), NOW, GATE_BOT)
     assert set(stale) == {"verification report", "gpu verification"}
     assert all(s.state == "failure" for s in stale.values())
 
 
+REPORTED = [
+    {"context": "verification report", "state": "success", "updated_at": "2026-01-01T11:00Z"},
+    {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-25T00:00Z",
+     "description": f"a fork's pull request: waiting for /gpu-approve {HEAD}"},
+]  # fmt: skip
+
+
 def test_the_sweep_leaves_young_pull_requests_and_reported_checks_alone() -> None:
-    assert status_sweep.stale([], NOW - timedelta(minutes=5), NOW) == {}
-    waiting = f"a fork's pull request: waiting for /gpu-approve {HEAD}"
-    reported = [
-        {"context": "verification report", "state": "success", "updated_at": "2026-01-01T11:00Z"},
-        {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-25T00:00Z",
-         "description": waiting},
-    ]  # fmt: skip
-    assert status_sweep.stale(reported, NOW - timedelta(days=9), NOW) == {}
+    assert status_sweep.stale([], NOW - timedelta(minutes=5), NOW, GATE_BOT) == {}
+    assert status_sweep.stale(by_app(*REPORTED), NOW - timedelta(days=9), NOW, GATE_BOT) == {}
+
+
+def test_a_status_of_the_same_name_from_another_identity_is_not_a_report() -> None:
+    # A branch workflow's GITHUB_TOKEN (github-actions[bot]) or a person can set a status
+    # named like the check: the ruleset ignores it, and so does the sweep.
+    forged = by_app(*REPORTED, author="github-actions[bot]")
+    stale = status_sweep.stale(forged, NOW - timedelta(days=9), NOW, GATE_BOT)
+    assert set(stale) == {"verification report", "gpu verification"}
+
+
+def test_the_newest_status_of_the_app_is_the_one_that_counts() -> None:
+    newest_first = by_app(
+        {"context": "verification report", "state": "pending", "updated_at": "2025-12-30T00:00Z"},
+        {"context": "verification report", "state": "success", "updated_at": "2025-12-29T00:00Z"},
+    )
+    stale = status_sweep.stale(newest_first, NOW - timedelta(days=3), NOW, GATE_BOT)
+    assert stale["verification report"].description.startswith("still pending")
 
 
 def test_the_sweep_fails_a_check_left_pending_by_a_lost_run() -> None:
-    lost = [
+    lost = by_app(
         {"context": "verification report", "state": "pending", "updated_at": "2025-12-30T00:00Z"},
         {"context": "gpu verification", "state": "pending", "updated_at": "2025-12-30T00:00Z",
          "description": verdict_status.RUNNING},
-    ]  # fmt: skip
-    stale = status_sweep.stale(lost, NOW - timedelta(days=3), NOW)
+    )  # fmt: skip
+    stale = status_sweep.stale(lost, NOW - timedelta(days=3), NOW, GATE_BOT)
     assert set(stale) == {"verification report", "gpu verification"}

@@ -374,13 +374,14 @@ def test_a_forks_pull_request_is_found_by_its_head_not_by_the_artifact() -> None
         "head_sha": SHA, "head_branch": "main", "pull_requests": [],
         "head_repository": {"owner": {"login": "someone"}},
     }  # fmt: skip
+    into = {"ref": "main", "repo": {"full_name": REPO}}
     api = FakeApi({
         f"/repos/{REPO}/pulls": lambda q: [
-            {"number": 3, "head": {"sha": "c" * 40}, "base": {"repo": {"full_name": REPO}}},
-            {"number": 8, "head": {"sha": SHA}, "base": {"repo": {"full_name": REPO}}},
-        ] if q["head"] == "someone:main" else [],
+            {"number": 3, "head": {"sha": "c" * 40}, "base": into},
+            {"number": 8, "head": {"sha": SHA}, "base": into},
+        ] if q["head"] == "someone:main" and q["base"] == "main" else [],
     })  # fmt: skip
-    assert pr_change.pull_request(api, REPO, run_) == 8
+    assert pr_change.pull_request(api, REPO, run_, "main") == 8
 
 
 # ---- the GPU workflow's own identity ---------------------------------------------------------
@@ -430,7 +431,7 @@ def test_dependabot_and_bots_never_count_as_maintainers() -> None:
         "path": ".github/workflows/verify.yml", "event": "pull_request", "head_sha": SHA,
         "head_branch": "deps", "head_repository": {"full_name": REPO},
         "actor": {"login": "dependabot[bot]"}, "triggering_actor": {"login": "maintainer"},
-        "pull_requests": [{"number": 7}],
+        "pull_requests": [{"number": 7, "base": {"ref": "main"}}],
     }  # fmt: skip
     pull = {"user": {"login": "dependabot[bot]"}}
     decision = gpu_gate.decide(

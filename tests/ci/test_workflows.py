@@ -40,6 +40,7 @@ class Scenario:
     workflow_ref: str = OWN_WORKFLOW
     untrusted: bool = False  # the commit is a fork's, Dependabot's or a non-maintainer's
     approved: bool = False  # a maintainer approved exactly this head SHA
+    head_passed: bool = False  # a queued pull request's head passed on the GPU
     author: str = "maintainer"
     writers: set[str] = field(default_factory=lambda: {"maintainer"})
 
@@ -98,7 +99,9 @@ def verify_run(
             "repository": {"full_name": REPO},
             "actor": {"login": actor},
             "triggering_actor": {"login": actor},
-            "pull_requests": [] if fork or kind != "pull_request" else [{"number": 7}],
+            "pull_requests": []
+            if fork or kind != "pull_request"
+            else [{"number": 7, "base": {"ref": "main"}}],
         },
         "repository": REPOSITORY,
     }
@@ -148,7 +151,18 @@ SCENARIOS = [
     Scenario("manual run of verify", "workflow_dispatch", {"inputs": {}, "repository": REPOSITORY}),
     Scenario("merge queue", "merge_group", {"action": "checks_requested"}),
     Scenario("verify done for a push", "workflow_run", verify_run("push")),
-    Scenario("verify done for a merge queue entry", "workflow_run", verify_run("merge_group")),
+    Scenario(
+        "verify done for a merge queue entry",
+        "workflow_run",
+        verify_run("merge_group", branch=f"gh-readonly-queue/main/pr-7-{HEAD}"),
+        head_passed=True,
+    ),
+    Scenario(
+        "verify done for a merge queue entry whose head never passed on the GPU",
+        "workflow_run",
+        verify_run("merge_group", branch=f"gh-readonly-queue/main/pr-7-{HEAD}"),
+        untrusted=True,
+    ),
     Scenario(
         "verify done for a maintainer's PR",
         "workflow_run",
@@ -300,6 +314,7 @@ def gate(s: Scenario) -> gpu_gate.Decision:
         ctx,
         lambda user: "write" if user in s.writers else "read",
         lambda number: pull,
+        lambda sha: s.head_passed and sha == HEAD,
     )
 
 
@@ -308,7 +323,9 @@ def _outputs(doc_name: str, job_name: str, s: Scenario) -> dict[str, str]:
         return {}
     decision = gate(s)
     run = "true" if decision.run else "false"
-    return {"run": run, "sha": decision.sha, "image": IMAGE if decision.run else ""}
+    pending = gpu_gate.pending_description(decision)
+    return {"run": run, "sha": decision.sha, "image": IMAGE if decision.run else "",
+            "pending": pending}  # fmt: skip
 
 
 def jobs_that_run(doc_name: str, s: Scenario) -> dict[str, bool]:
@@ -334,6 +351,12 @@ def self_hosted(job: Mapping[str, Any]) -> bool:
     return "self-hosted" in labels
 
 
+def reaches_gpu(where: str, job: Mapping[str, Any]) -> bool:
+    """A job on a self-hosted runner, or the one that dispatches to the GPU runner's
+    repository (test_gpu_dispatch.py: nothing else reaches it)."""
+    return self_hosted(job) or "gpu_dispatch.py send" in str(job.get("steps"))
+
+
 def runs_of(s: Scenario) -> list[tuple[str, Mapping[str, Any], bool]]:
     """(workflow:job, job, whether it runs) for every job of every workflow ``s`` starts."""
     out = []
@@ -347,7 +370,7 @@ def runs_of(s: Scenario) -> list[tuple[str, Mapping[str, Any], bool]]:
 @pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
 def test_untrusted_code_never_reaches_the_gpu_runner_unapproved(s: Scenario) -> None:
     for where, job, ran in runs_of(s):
-        if self_hosted(job) and ran:
+        if reaches_gpu(where, job) and ran:
             assert not s.untrusted or s.approved, f"{where} runs untrusted code on {s.name}"
 
 
@@ -362,7 +385,7 @@ def test_untrusted_code_never_reaches_the_gpu_runner_unapproved(s: Scenario) -> 
     ],
 )
 def test_trusted_commits_run_the_gpu_stage(name: str) -> None:
-    assert jobs_that_run("gpu.yml", BY_NAME[name])["benchmark"], name
+    assert jobs_that_run("gpu.yml", BY_NAME[name])["dispatch"], name
 
 
 def test_only_a_push_to_main_can_become_the_baseline() -> None:
@@ -395,7 +418,7 @@ def test_workflows_that_reach_the_gpu_runner_only_run_the_default_branch_definit
     # pull_request(_target) and pushes to other branches run a file the change itself may edit.
     for doc_name, doc in DOCS.items():
         assert "pull_request_target" not in doc["on"], doc_name
-        if any(self_hosted(job) for job in doc["jobs"].values()):
+        if any(reaches_gpu(doc_name, job) for job in doc["jobs"].values()):
             assert set(doc["on"]) <= DEFAULT_BRANCH_EVENTS | {"push"}, doc_name
             assert doc["on"].get("push", {}) == {"branches": ["main"]}, doc_name
 

@@ -32,12 +32,15 @@ class Api(Protocol):
 
 
 class RestApi:
-    """The real API, with the token in GH_TOKEN (the job's GITHUB_TOKEN)."""
+    """The real API, with the token in ``token_var``: GH_TOKEN (the job's GITHUB_TOKEN) to
+    read, GATE_TOKEN (the gate App's installation token) to post the required results."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, token_var: str = "GH_TOKEN") -> None:
         env = os.environ if env is None else env
         self.base = env.get("GITHUB_API_URL", "https://api.github.com")
-        self.token = env["GH_TOKEN"]
+        if not env.get(token_var):
+            raise SystemExit(f"{token_var} is not set: this step has no token to act with")
+        self.token = env[token_var]
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None, **params: Any) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -70,6 +73,15 @@ class RestApi:
             yield from items
             if len(items) < 100:
                 return
+
+
+def shown(value: object) -> str:
+    """``value`` as one line of plain text for a log: every control character (a line break
+    above all) escaped, so no name from an artifact or an event can begin a line of the job's
+    log, where ``::command::`` would be read as a workflow command."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value)
+    )
 
 
 def write_outputs(values: Mapping[str, str], env: Mapping[str, str] | None = None) -> None:

@@ -7,9 +7,11 @@
 Nothing is decided unless the running workflow is the default branch's own gpu.yml
 (GITHUB_WORKFLOW_REF, which no workflow can set): a copy on another ref, or a manual run
 dispatched from another ref, runs nothing. Then a commit runs when it was pushed to the default
-branch (the only runs whose results may become the regression baseline), entered the merge
-queue, was dispatched with its SHA by someone with write access, or is the head of a pull
-request from this repository whose author and pusher both have write access and are not bots.
+branch (the only runs whose results may become the regression baseline), is a merge-queue
+entry into it whose pull request's head passed on the GPU (as admitted or approved), was
+dispatched with its SHA by someone with write access, or is the head of a pull request into
+the default branch from this repository whose author and pusher both have write access and
+are not bots.
 Every other pull request, forks', Dependabot's and those of authors without write access, is
 treated as a fork's: it gets a pending "gpu verification" status and runs only when someone
 with write access comments ``/gpu-approve <full SHA>`` while that SHA is still its head.
@@ -26,17 +28,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_api import RestApi, read_event, write_outputs
-from verdict_status import GPU, RUNNING
+from verdict_status import DESCRIPTION_LIMIT, GPU, RUNNING
 
 STATUS_CONTEXT = GPU
 WORKFLOW = ".github/workflows/gpu.yml"
 VERIFY = ".github/workflows/verify.yml"
 APPROVE = re.compile(r"/gpu-approve\s+([0-9a-f]{40})")
+QUEUE = re.compile(r"gh-readonly-queue/(?P<base>.+)/pr-(?P<number>\d+)-(?P<sha>[0-9a-f]{40})")
 SHA = re.compile(r"[0-9a-f]{40}")
 WRITERS = {"admin", "maintain", "write"}
 
 Permission = Callable[[str], str]
 PullOf = Callable[[int], Mapping[str, Any]]
+Passed = Callable[[str], bool]  # whether a commit's "gpu verification" from the App is success
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,10 @@ def _untrusted_pull(run: Mapping[str, Any], ctx: Context, permission_of: Permiss
         login = (run.get(who) or {}).get("login")
         if not _maintainer(login, permission_of):
             return f"started by {login!r}, who is a bot or has no write access"
-    pulls = run.get("pull_requests") or []
+    pulls = [p for p in run.get("pull_requests") or []
+             if ((p.get("base") or {}).get("ref")) == ctx.default_branch]  # fmt: skip
     if not pulls:
-        return "no pull request of this repository lists the commit"
+        return f"no pull request of this repository into {ctx.default_branch} lists the commit"
     for pull in pulls:
         author = (pull_of(int(pull["number"])).get("user") or {}).get("login")
         if not _maintainer(author, permission_of):
@@ -94,17 +99,38 @@ def _untrusted_pull(run: Mapping[str, Any], ctx: Context, permission_of: Permiss
     return None
 
 
+def _from_queue(run: Mapping[str, Any], ctx: Context, pull_of: PullOf,
+                passed: Passed) -> Decision:  # fmt: skip
+    """A merge-queue entry runs only when the head it was queued with passed on the GPU (was
+    admitted, or approved, and succeeded) and is still its pull request's head."""
+    sha = run["head_sha"]
+    entry = QUEUE.fullmatch(str(run.get("head_branch", "")))
+    if entry is None or entry["base"] != ctx.default_branch:
+        return Decision(False, sha, f"{run.get('head_branch')!r} is no queue entry into main")
+    head, number = entry["sha"], int(entry["number"])
+    if (pull_of(number).get("head") or {}).get("sha") != head:
+        return Decision(False, sha, f"pull request #{number}'s head is no longer {head[:12]}")
+    if not passed(head):
+        return Decision(False, sha, f"its head {head[:12]} has no passing GPU check: run it first")
+    return Decision(True, sha, f"merge queue entry of #{number}, whose head passed on the GPU")
+
+
 def _from_verify_run(event: Mapping[str, Any], ctx: Context, permission_of: Permission,
-                     pull_of: PullOf) -> Decision:  # fmt: skip
+                     pull_of: PullOf, passed: Passed) -> Decision:  # fmt: skip
     run = event["workflow_run"]
     sha, kind = run["head_sha"], run["event"]
     if run.get("path") != VERIFY:
         return Decision(False, sha, f"{run.get('path')!r} is not {VERIFY}")
     if kind == "merge_group":
-        return Decision(True, sha, "merge queue entry")
+        return _from_queue(run, ctx, pull_of, passed)
     if kind != "pull_request":
         return Decision(False, sha, f"verify ran for {kind}: gpu.yml's own triggers cover it")
-    number = next((int(p["number"]) for p in run.get("pull_requests") or []), None)
+    listed = run.get("pull_requests") or []
+    if listed and not any((p.get("base") or {}).get("ref") == ctx.default_branch for p in listed):
+        # a pull request into another branch: its run must not touch the head's GPU check
+        return Decision(False, sha, f"not a pull request into {ctx.default_branch}")
+    number = next((int(p["number"]) for p in run.get("pull_requests") or []
+                   if (p.get("base") or {}).get("ref") == ctx.default_branch), None)  # fmt: skip
     why = _untrusted_pull(run, ctx, permission_of, pull_of)
     if why:
         return Decision(False, sha, f"{why}: waiting for /gpu-approve {sha}", True, number)
@@ -140,7 +166,7 @@ def _from_dispatch(event: Mapping[str, Any], permission_of: Permission) -> Decis
 
 
 def decide(event_name: str, event: Mapping[str, Any], ctx: Context, permission_of: Permission,
-           pull_of: PullOf) -> Decision:  # fmt: skip
+           pull_of: PullOf, passed: Passed = lambda sha: False) -> Decision:  # fmt: skip
     """Whether gpu.yml's benchmark runs for this event, and on which commit."""
     why = own_workflow(ctx)
     if why:
@@ -151,12 +177,23 @@ def decide(event_name: str, event: Mapping[str, Any], ctx: Context, permission_o
     if event_name == "push":
         return Decision(True, ctx.sha, f"pushed to {ctx.default_branch}", baseline=True)
     if event_name == "workflow_run":
-        return _from_verify_run(event, ctx, permission_of, pull_of)
+        return _from_verify_run(event, ctx, permission_of, pull_of, passed)
     if event_name == "issue_comment":
         return _from_comment(event, permission_of, pull_of)
     if event_name == "workflow_dispatch":
         return _from_dispatch(event, permission_of)
     return Decision(False, reason=f"{event_name} never runs the GPU benchmark")
+
+
+def gpu_passed(api: Any, repo: str, sha: str, app_login: str) -> bool:
+    """Whether the gate App's newest "gpu verification" on ``sha`` is success."""
+    for status in api.get(f"/repos/{repo}/commits/{sha}/statuses", per_page=100):
+        if (
+            status.get("context") == STATUS_CONTEXT
+            and (status.get("creator") or {}).get("login") == app_login
+        ):
+            return status.get("state") == "success"
+    return False
 
 
 def base_commit(decision: Decision, ctx: Context, get: Callable[[str], Any]) -> str:
@@ -188,8 +225,17 @@ def subject(event_name: str, event: Mapping[str, Any], github_sha: str) -> str:
     return sha if SHA.fullmatch(sha) else ""
 
 
+def pending_description(decision: Decision) -> str:
+    """What the "gpu verification" check says while its commit waits for approval or runs
+    (the gate App's job posts it); "" when the decision marks nothing."""
+    if decision.pending:
+        return decision.reason[:DESCRIPTION_LIMIT]
+    return RUNNING if decision.run else ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Decide for the running event; mark the commit pending; write the job's outputs.
+    """Decide for the running event; write the job's outputs (the commit is marked pending
+    by the gate App's job, which holds the only token that sets the check).
     With --subject, print only the commit the event is about (see subject())."""
     env = os.environ
     repo, event = env["GITHUB_REPOSITORY"], read_event()
@@ -205,22 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         env["GITHUB_EVENT_NAME"], event, ctx,
         lambda user: api.get(f"/repos/{repo}/collaborators/{user}/permission")["permission"],
         lambda number: api.get(f"/repos/{repo}/pulls/{number}"),
+        lambda sha: gpu_passed(api, repo, sha, f"{env.get('GATE_APP_SLUG', '')}[bot]"),
     )  # fmt: skip
     print(json.dumps(decision.__dict__))
-    if decision.pending or decision.run:
-        api.post(
-            f"/repos/{repo}/statuses/{decision.sha}",
-            {
-                "state": "pending",
-                "context": STATUS_CONTEXT,
-                "description": (decision.reason if decision.pending else RUNNING)[:140],
-            },
-        )
     base = base_commit(decision, ctx, api.get) if decision.run else ""
     write_outputs({
         "run": "true" if decision.run else "false", "sha": decision.sha,
         "pr": str(decision.pr or ""), "baseline": "true" if decision.baseline else "false",
-        "base": base,
+        "base": base, "pending": pending_description(decision),
     })  # fmt: skip
     return 0
 

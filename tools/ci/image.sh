@@ -6,13 +6,10 @@
 #   tools/ci/image.sh publish OUT_DIR   (image.yml) build with --pull, push under a tag no other
 #                                       build uses (hash-run-attempt), write OUT_DIR/image.json:
 #                                       {"image": "ghcr.io/OWNER/amptrain-verify@sha256:...", ...}
-#   tools/ci/image.sh get [TRUSTED_DIR] (verify.yml, hosted runner) the default branch's image,
-#                                       by the digest in TRUSTED_DIR/image.json, when this commit
-#                                       defines the same image; else build this commit's image
-#                                       here and push nothing. Writes image=REF to $GITHUB_OUTPUT.
+#                                       and name= digest= to $GITHUB_OUTPUT (the attestation's)
 #
-# The GPU runner never calls this script: gpu.yml gives it the default branch's digest, checked
-# by trusted_artifacts.py, and it never builds anything.
+# No judged path calls this script: judge.yml and the GPU runner use the default branch's digest,
+# checked with its attestation by trusted_artifacts.py, and never build anything.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -38,35 +35,16 @@ publish() {
     mkdir -p "$out"
     printf '{"image": "%s", "definition": "%s", "commit": "%s", "run_id": "%s"}\n' \
         "$ref" "$(definition)" "${GITHUB_SHA:?}" "$GITHUB_RUN_ID" > "$out/image.json"
+    # For the attestation that says this workflow on the default branch made the image.
+    printf 'name=%s\ndigest=%s\n' "$repo" "${ref#"$repo@"}" >> "${GITHUB_OUTPUT:-/dev/stdout}"
     echo "published $ref"
-}
-
-get() {
-    local trusted="${1:-}" ref="" wanted published image
-    wanted="$(definition)"
-    if [ -n "$trusted" ] && [ -f "$trusted/image.json" ]; then
-        published="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["definition"])' \
-            "$trusted/image.json")"
-        image="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"])' \
-            "$trusted/image.json")"
-        if [ "$published" = "$wanted" ] && docker pull --quiet "$image"; then
-            ref="$image"
-        fi
-    fi
-    if [ -z "$ref" ]; then
-        # This commit defines another image (or none is published yet): build it, push nothing.
-        docker build --pull --tag "amptrain-verify:local-$wanted" .
-        ref="amptrain-verify:local-$wanted"
-    fi
-    echo "image=$ref" >> "${GITHUB_OUTPUT:-/dev/stdout}"
 }
 
 case "${1:-}" in
     definition) definition ;;
     publish) publish "${2:-}" ;;
-    get) get "${2:-}" ;;
     *)
-        echo "usage: tools/ci/image.sh definition | publish OUT_DIR | get [TRUSTED_DIR]" >&2
+        echo "usage: tools/ci/image.sh definition | publish OUT_DIR" >&2
         exit 2
         ;;
 esac

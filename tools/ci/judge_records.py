@@ -1,10 +1,10 @@
 """The trusted judge: lay a stage artifact out (raw_layout.py), judge it with the default
 branch's stagegate and policy, and give the status the required check is to report.
 
-    STAGEGATE="pipx run --spec ./stagegate stagegate" python tools/ci/judge_records.py \
+    STAGEGATE="$GATE/bin/stagegate" python tools/ci/judge_records.py \
         --artifact DIR --work DIR --base . --out reports --changed-files FILE \
         --stage static --stage execution ... [--commit SHA] [--note TEXT] [--problem TEXT] \
-        [--codeowners] [--host host.json --image REF] [--base-artifact DIR] \
+        [--codeowners] [--settings] [--host host.json --image REF] [--base-artifact DIR] \
         -- --require static ...        # anything after -- goes to stagegate report
 
 runs ``stagegate report reports/raw`` inside WORK (where the records' ``reports/raw/...``
@@ -14,12 +14,16 @@ paths resolve inside RAW and nowhere else) with ``--pyproject BASE/pyproject.tom
 BLOCK included; the status job reports it. ``--base-artifact`` is the default branch's last
 trusted verify artifact (tools/ci/trusted_runs.py): laid out as the records are, it is given to
 stagegate as ``--base-raw`` so newly skipped tests are named; one that is absent or refused is
-compared with nothing, and the summary says so.
+compared with nothing, and the summary says so; with ``--base-attested-by judge.yml`` every
+record in it must be attested by that workflow run from refs/heads/main. ``--settings`` reads
+the default branch's active rules first (GATE_APP_ID names the gate App): a missing App pin,
+review rule or up-to-date rule fails the check, since the gate could then be bypassed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -28,9 +32,10 @@ import sys
 import urllib.error
 from pathlib import Path
 
-from github_api import Api, RestApi, write_outputs
-from raw_layout import LayoutError, lay_out
-from trusted_artifacts import ArtifactError, host_facts
+from github_api import Api, RestApi, shown, write_outputs
+from raw_layout import LayoutError, _record, lay_out
+from repo_settings import branch_problems
+from trusted_artifacts import ArtifactError, attested, host_facts, require_provenance
 from verdict_status import Status, from_stagegate
 
 
@@ -48,15 +53,34 @@ def codeowners_problem(api: Api, repo: str, branch: str) -> str | None:
     return None
 
 
+def settings_problem(api: Api, repo: str, branch: str, app_id: str) -> str | None:
+    """Why the default branch's rules let a change in without the gate App's checks, or None."""
+    if not app_id.isdigit():
+        return "GATE_APP_ID is not set: the checks cannot be pinned to the gate App"
+    problems = branch_problems(api.get(f"/repos/{repo}/rules/branches/{branch}"), int(app_id))
+    return f"{branch}'s rules: {'; '.join(problems)}" if problems else None
+
+
+def base_attested(args: argparse.Namespace) -> None:
+    """With --base-attested-by, refuse base records that the workflow on main did not attest."""
+    if not args.base_attested_by:
+        return
+    records = sorted(p for p in args.base_artifact.glob("*.json") if _record(p) is not None)
+    digests = ["sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in records]
+    repo = os.environ["GITHUB_REPOSITORY"]
+    require_provenance(attested(repo), args.base_attested_by, digests or ["(no record)"])
+
+
 def base_raw(args: argparse.Namespace, work: Path) -> list[str]:
     """``--base-raw DIR`` for the default branch's artifact laid out in WORK, or nothing."""
     if args.base_artifact is None:
         return []
     raw = work / "base" / "reports" / "raw"
     try:
+        base_attested(args)
         lay_out(args.base_artifact, raw, args.stages)
-    except LayoutError as exc:
-        print(f"judge: the base branch's records are not compared: {exc}")
+    except (LayoutError, ArtifactError) as exc:
+        print(f"judge: the base branch's records are not compared: {shown(exc)}")
         return []
     return ["--base-raw", str(raw.resolve())]
 
@@ -106,6 +130,18 @@ def judge(args: argparse.Namespace, command: list[str], problem: str | None) -> 
     return status
 
 
+def known_problem(args: argparse.Namespace) -> str | None:
+    """What --codeowners and --settings find wrong with the default branch, or None."""
+    env = os.environ
+    if not (args.codeowners or args.settings):
+        return None
+    api, repo, branch = RestApi(), env["GITHUB_REPOSITORY"], env.get("DEFAULT_BRANCH", "main")
+    problem = codeowners_problem(api, repo, branch) if args.codeowners else None
+    if problem is None and args.settings:
+        problem = settings_problem(api, repo, branch, env.get("GATE_APP_ID", ""))
+    return problem
+
+
 def _summary(text: str) -> None:
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
@@ -126,25 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help="the commit every record must name")
     parser.add_argument("--note", default="", help="added to the status, e.g. NOT VERIFIED")
     parser.add_argument("--codeowners", action="store_true", help="check CODEOWNERS first")
+    parser.add_argument("--settings", action="store_true", help="check the branch's rules first")
     parser.add_argument("--problem", default="", help="a known reason to fail the check")
     parser.add_argument("--host", type=Path, help="host.json of a GPU job, checked first")
     parser.add_argument("--image", help="the image the GPU job was given (with --host)")
     parser.add_argument("--base-artifact", type=Path, help="the default branch's last records")
+    parser.add_argument("--base-attested-by", help="the workflow whose attestation they need")
     args = parser.parse_args(argv)
     if args.host and not (args.commit and args.image):
         parser.error("--host needs --commit and --image")
     args.stagegate_args = extra
-    problem = args.problem or None
-    if args.codeowners and problem is None:
-        repo = os.environ["GITHUB_REPOSITORY"]
-        branch = os.environ.get("DEFAULT_BRANCH", "main")
-        problem = codeowners_problem(RestApi(), repo, branch)
+    problem = args.problem or known_problem(args)
     command = shlex.split(os.environ.get("STAGEGATE", "stagegate"))
     status = judge(args, command, problem)
     for line in (problem, args.note):
         if line:
             _summary(line)
-    print(f"judge: {status.state}: {status.description}")
+    print(f"judge: {status.state}: {shown(status.description)}")
     write_outputs({"state": status.state, "description": status.description})
     return 0
 

@@ -4,8 +4,12 @@ change touches, written one a line for ``stagegate report --changed-files``.
 
     python tools/ci/pr_change.py --out changed-files.txt     # in judge.yml, on workflow_run
 
-writes ``judge=true|false``, ``why=``, ``sha=``, ``pr=`` (empty when none) and ``problem=`` (why
-the files cannot all be listed, which fails the check) to $GITHUB_OUTPUT. ``--head SHA`` describes
+writes ``judge=true|false``, ``why=``, ``sha=``, ``pr=`` (empty when none), ``commit=`` (what the
+stages run: a pull request's merge commit, else the run's commit), ``base=`` and ``problem=``
+(why the change cannot be judged, which fails the check) to $GITHUB_OUTPUT. A pull request is
+judged only into the default branch (one into another branch with the same head is left alone,
+so it cannot reset the checks), and only as GitHub's merge commit whose parents the API shows
+are a commit of the default branch and the head the run tested. ``--head SHA`` describes
 one commit instead (gpu.yml), ``--push`` comparing it with its parent.
 A pull request, merge-queue entry or manual run is compared with the default branch, a push
 with its first parent, three dots (the change since they parted). The compare API lists at most
@@ -19,15 +23,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from github_api import Api, RestApi, read_event, write_outputs
+from github_api import Api, RestApi, read_event, shown, write_outputs
 
 VERIFY = ".github/workflows/verify.yml"
 COMPARE_LIMIT = 300
+SHA = re.compile(r"[0-9a-f]{40}")
 
 
 class ChangeError(Exception):
@@ -44,21 +50,47 @@ def is_verify(run: Mapping[str, Any], repo: str) -> str | None:
     return None
 
 
-def pull_request(api: Api, repo: str, run: Mapping[str, Any]) -> int | None:
-    """The open pull request whose head is the run's commit. Runs of forks' pull requests list
-    none in ``pull_requests``, so those are found by the head repository's owner and branch."""
+def _into(pull: Mapping[str, Any], repo: str, branch: str) -> bool:
+    base = pull.get("base") or {}
+    return base.get("ref") == branch and (base.get("repo") or {}).get("full_name", repo) == repo
+
+
+def pull_request(api: Api, repo: str, run: Mapping[str, Any], branch: str) -> int | None:
+    """The open pull request into ``branch`` whose head is the run's commit. Runs of forks'
+    pull requests list none in ``pull_requests``, so those are found by the head repository's
+    owner and branch."""
     sha = run["head_sha"]
     for pull in run.get("pull_requests") or []:
-        if (pull.get("head") or {}).get("sha") == sha:
+        if (pull.get("head") or {}).get("sha") == sha and _into(pull, repo, branch):
             return int(pull["number"])
     owner = ((run.get("head_repository") or {}).get("owner") or {}).get("login")
     if not owner or not run.get("head_branch"):
         return None
     head = f"{owner}:{run['head_branch']}"
-    for pull in api.pages(f"/repos/{repo}/pulls", state="open", head=head):
-        if pull["head"]["sha"] == sha and pull["base"]["repo"]["full_name"] == repo:
+    for pull in api.pages(f"/repos/{repo}/pulls", state="open", head=head, base=branch):
+        if pull["head"]["sha"] == sha and _into(pull, repo, branch):
             return int(pull["number"])
     return None
+
+
+def merge_commit(api: Api, repo: str, number: int, head: str, branch: str) -> tuple[str, str]:
+    """GitHub's merge commit of pull request ``number`` once its parents check out (the
+    default branch's commit, then ``head``), and "", or "" and why not."""
+    pull = api.get(f"/repos/{repo}/pulls/{number}")
+    if (pull.get("head") or {}).get("sha") != head:
+        return "", f"pull request #{number} moved on from {head[:12]}: its new head is judged"
+    if not _into(pull, repo, branch):
+        return "", f"pull request #{number} is not into {branch}"
+    merge = str(pull.get("merge_commit_sha") or "")
+    if not SHA.fullmatch(merge):
+        return "", f"pull request #{number} has no merge commit (a conflict?): merge {branch} in"
+    parents = [p.get("sha") for p in api.get(f"/repos/{repo}/commits/{merge}").get("parents", [])]
+    if len(parents) != 2 or parents[1] != head:
+        return "", f"merge commit {merge[:12]} has parents {parents}, not {branch}'s and {head}"
+    status = api.get(f"/repos/{repo}/compare/{parents[0]}...{branch}").get("status")
+    if status not in ("ahead", "identical"):
+        return "", f"merge commit {merge[:12]}'s first parent is not on {branch} ({status})"
+    return merge, ""
 
 
 def base_of(api: Api, repo: str, run: Mapping[str, Any], default_branch: str) -> str:
@@ -100,18 +132,23 @@ def _write(api: Api, repo: str, base: str, head: str, out: Path) -> str:
 
 def describe(api: Api, repo: str, event: Mapping[str, Any], out: Path) -> dict[str, str]:
     """The outputs for judge.yml, the changed files written to ``out``."""
-    run = event["workflow_run"]
+    run, branch = event["workflow_run"], event["repository"]["default_branch"]
+    sha = str(run.get("head_sha", ""))
     why = is_verify(run, repo)
+    outputs = {"judge": "false", "why": why or "", "sha": sha, "pr": "", "commit": "",
+               "base": "", "problem": ""}  # fmt: skip
     if why:
-        sha = run.get("head_sha", "")
-        return {"judge": "false", "why": why, "sha": sha, "pr": "", "problem": ""}
-    base = base_of(api, repo, run, event["repository"]["default_branch"])
-    problem = _write(api, repo, base, run["head_sha"], out)
-    number = pull_request(api, repo, run) if run.get("event") == "pull_request" else None
-    return {
-        "judge": "true", "why": "", "sha": run["head_sha"], "pr": str(number or ""),
-        "problem": problem,
-    }  # fmt: skip
+        return outputs
+    number, commit = None, sha
+    if run.get("event") == "pull_request":
+        number = pull_request(api, repo, run, branch)
+        if number is None:  # into another branch, or closed: another run sets its checks
+            return {**outputs, "why": f"no open pull request into {branch} has {sha[:12]}"}
+        commit, outputs["problem"] = merge_commit(api, repo, number, sha, branch)
+    base = base_of(api, repo, run, branch)
+    problem = _write(api, repo, base, sha, out)
+    return {**outputs, "judge": "true", "pr": str(number or ""), "commit": commit,
+            "base": base, "problem": outputs["problem"] or problem}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         outputs = describe(api, repo, event, args.out)
     if outputs["problem"]:
-        print(f"pr_change: {outputs['problem']}", file=sys.stderr)
+        print(f"pr_change: {shown(outputs['problem'])}", file=sys.stderr)
     write_outputs(outputs)
     return 0
 

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from github_api import shown
+
 RECORD_KIND = "stagegate-record"
 MAX_BYTES = 512 * 1024 * 1024  # an artifact larger than this is not a stage's output
 
@@ -41,7 +43,7 @@ def _files_named(record: dict[str, Any]) -> Iterator[str]:
         values = value.values() if isinstance(value, dict) else [value]
         for path in values:
             if not isinstance(path, str):
-                raise LayoutError(f"record {record.get('stage')!r}: {kind} path is not text")
+                raise LayoutError(f"record {record.get('stage')!r}: {shown(kind)} path is not text")
             yield path
 
 
@@ -61,12 +63,12 @@ def _plain_files(root: Path) -> list[Path]:
     found, size = [], 0
     for path in sorted(root.rglob("*")):
         if path.is_symlink():
-            raise LayoutError(f"{path.relative_to(root)} is a link")
+            raise LayoutError(f"{shown(path.relative_to(root))} is a link")
         if path.is_file():
             size += path.stat().st_size
             found.append(path)
         elif not path.is_dir():
-            raise LayoutError(f"{path.relative_to(root)} is not a plain file")
+            raise LayoutError(f"{shown(path.relative_to(root))} is not a plain file")
     if size > MAX_BYTES:
         raise LayoutError(f"the artifact holds {size} bytes, more than {MAX_BYTES}")
     return found
@@ -92,14 +94,14 @@ def check(artifact: Path, stages: Iterable[str], prefix: str, commit: str | None
             continue
         stage = record.get("stage")
         if stage not in wanted or stage in seen:
-            raise LayoutError(f"{path.name}: a record for stage {stage!r} is not expected here")
+            raise LayoutError(f"{shown(path.name)}: a record for stage {stage!r} is not expected")
         seen.add(stage)
         if commit is not None and record.get("commit") != commit:
-            raise LayoutError(f"{path.name}: recorded for commit {record.get('commit')!r}")
+            raise LayoutError(f"{shown(path.name)}: recorded for commit {record.get('commit')!r}")
         for named in _files_named(record):
             target = artifact / inside(named, prefix)
             if not target.is_file() or target.is_symlink():
-                raise LayoutError(f"{path.name}: {named!r} is not in the artifact")
+                raise LayoutError(f"{shown(path.name)}: {named!r} is not in the artifact")
     if not seen:
         raise LayoutError("the artifact holds no stage record")
     return files
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stages = lay_out(args.artifact, args.raw, args.stages, args.prefix, args.commit)
     except LayoutError as exc:
-        print(f"raw_layout: refused: {exc}", file=sys.stderr)
+        print(f"raw_layout: refused: {shown(exc)}", file=sys.stderr)
         return 2
     print(f"raw_layout: {', '.join(stages)} laid out in {args.raw}")
     return 0

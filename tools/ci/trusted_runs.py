@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from github_api import Api, RestApi, read_event, write_outputs
+from github_api import Api, RestApi, read_event, shown, write_outputs
 
 RUNS_READ = 30  # the newest successful runs looked at before giving up
 
@@ -143,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     found = select(api, origin, args.artifact)
     for line in found.refusals:
-        print(f"refused: {line}")
+        print(f"refused: {shown(line)}")
     why = found.refusals[0] if found.refusals else f"{args.workflow} has no successful run yet"
     note = "" if found.run_id else f"no trusted {args.artifact}: {why}"
-    print(f"{args.artifact}: run {found.run_id}" if found.run_id else note)
+    print(f"{args.artifact}: run {found.run_id}" if found.run_id else shown(note))
     write_outputs({"run-id": str(found.run_id or ""), "note": note})
     return 0
 

@@ -1,5 +1,9 @@
 """The two required checks, "verification report" and "gpu verification": commit statuses set
-only by the default branch's workflows, with the GitHub Actions token, on the commit judged.
+only by the default branch's workflows, on the commit judged, with the gate App's installation
+token (GATE_TOKEN). That token is minted in jobs of the ``gate`` environment, whose deployment
+branch is the default branch alone, and the branch ruleset requires each check from that App:
+a status of the same name set with any other token (a branch workflow's GITHUB_TOKEN, a
+person's) does not count.
 
     python tools/ci/verdict_status.py final --context C --sha S   # env: UPSTREAM JUDGE STATE ...
     python tools/ci/verdict_status.py pending --context C --sha S --run-id ID
@@ -23,14 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from github_api import Api, RestApi, run_url
-from pr_change import is_verify
+from github_api import Api, RestApi, run_url, shown
+from pr_change import is_verify, pull_request
 
 REPORT, GPU = "verification report", "gpu verification"
 CONTEXTS = (REPORT, GPU)
 FINAL_STATES = ("success", "failure", "error")
 DESCRIPTION_LIMIT = 140  # GitHub's limit for a status description
 RUNNING = "benchmark running"  # the GPU check while an admitted benchmark runs
+GATE_TOKEN = "GATE_TOKEN"  # the gate App's installation token: the only one that posts
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,19 @@ def final(upstream: str, judge_result: str, state: str, description: str) -> Sta
     return Status(state, description or state)
 
 
-def pending_refusal(run: Mapping[str, Any], repo: str) -> str | None:
+def pending_refusal(
+    run: Mapping[str, Any], repo: str, api: Api | None = None, branch: str = "main"
+) -> str | None:
     """Why a requested run must not mark its commit pending: it is not verify.yml (any file
-    may take that name), or it already finished and its judge may have set the verdict."""
+    may take that name), it already finished and its judge may have set the verdict, or (with
+    ``api``) it is a pull request's that is not into ``branch``, whose run sets no check."""
     why = is_verify(run, repo)
     if why:
         return why
     if run.get("status") == "completed":
         return f"run {run.get('id')} already finished: its judge sets the status"
+    if api and run.get("event") == "pull_request" and pull_request(api, repo, run, branch) is None:
+        return f"no open pull request into {branch} has {run.get('head_sha')}"
     return None
 
 
@@ -106,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", choices=[*FINAL_STATES, "pending"])
     parser.add_argument("--description", default="")
     args = parser.parse_args(argv)
-    env, api = os.environ, RestApi()
+    env = os.environ
     repo = env["GITHUB_REPOSITORY"]
     if args.command == "pending":
+        api = RestApi()
         run = api.get(f"/repos/{repo}/actions/runs/{args.run_id}")
-        why = pending_refusal(run, repo)
+        why = pending_refusal(run, repo, api, env.get("DEFAULT_BRANCH", "main"))
         if why:
-            print(f"no pending status: {why}")
+            print(f"no pending status: {shown(why)}")
             return 0
         status = Status("pending", args.description or "the stages are running")
     elif args.command == "set":
@@ -122,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             env.get("UPSTREAM", ""), env.get("JUDGE", ""),
             env.get("STATE", ""), env.get("DESCRIPTION", ""),
         )  # fmt: skip
-    post(api, repo, args.sha, args.context, status, run_url(env))
-    print(f"{args.context}: {status.state}: {status.description}")
+    post(RestApi(token_var=GATE_TOKEN), repo, args.sha, args.context, status, run_url(env))
+    print(f"{args.context}: {status.state}: {shown(status.description)}")
     return 0 if args.command != "final" or status.passed else 1
 
 
