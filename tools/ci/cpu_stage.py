@@ -43,6 +43,7 @@ IMAGE = re.compile(r"ghcr\.io/[a-z0-9][a-z0-9._-]*/amptrain-verify@sha256:[0-9a-
 SHA = re.compile(r"[0-9a-f]{40}")
 MAX_FILE_BYTES = 256 * 1024 * 1024
 PLUGIN = "stagegate.pytest_plugin"  # the pytest options the project's configuration names
+COUNTS = ".counts.json"  # stagegate's pytest plugin's counts, beside a JUnit file
 
 
 class StageError(Exception):
@@ -61,6 +62,12 @@ class Stage:
     def outputs(self) -> list[str]:
         """The paths under reports/raw the stage declares."""
         return [f.split("=")[-1].removeprefix(f"{RAW}/") for f in self.files]
+
+    def beside(self) -> list[str]:
+        """Files kept where the container wrote them, though not declared: the counts
+        stagegate's pytest plugin writes beside each JUnit file (stagegate run seals them)."""
+        junit = [f.split("=")[-1].removeprefix(f"{RAW}/") for f in self.files if "--junit" in f]
+        return [f"{name}{COUNTS}" for name in junit]
 
 
 class _Recorder:
@@ -148,8 +155,11 @@ def keep_outputs(stage: Stage, out: Path, raw: Path) -> list[str]:
     """Copy the stage's declared files from its output folder into RAW: plain files (no link
     anywhere on the way) of a sane size. The names it refused."""
     refused = []
-    for name in stage.outputs():
+    optional = stage.beside()
+    for name in [*stage.outputs(), *optional]:
         source = out / name
+        if name in optional and not source.exists() and not source.is_symlink():
+            continue
         chain = [out, *(out / p for p in Path(name).parents if str(p) != "."), source]
         plain = all(not p.is_symlink() for p in chain) and source.is_file()
         if not plain or source.stat().st_size > MAX_FILE_BYTES:
