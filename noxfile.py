@@ -365,8 +365,8 @@ def requirements(*extras: str) -> list[str]:
 
 @nox.session(venv_params=VENV_PARAMS)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing (tools/mutation.py): mutmut, then the kill rate per file against
-    tests/mutation_equivalents.toml. Not part of verify: it takes hours.
+    """Mutation testing (tools/mutation.py): mutmut, then the kill rate per file and every
+    mutant no test detected. Not part of verify: it takes hours.
 
     Arguments name mutants, as globs that start with the package ("amptrain.precision*",
     "stagegate.judge*"). amptrain itself is not installed, only what it needs: mutmut tests a

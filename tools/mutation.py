@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -24,7 +23,6 @@ import mutation_report
 ROOT = Path(__file__).resolve().parents[1]
 # package -> the directory mutmut runs in for it (its [tool.mutmut] is in the pyproject there)
 PACKAGES = {"amptrain": ROOT, "stagegate": ROOT / "stagegate"}
-EQUIVALENTS = ROOT / "tests" / "mutation_equivalents.toml"
 MUTMUT = [sys.executable, "-m", "mutmut"]
 
 
@@ -85,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{package}-results.txt"
         run_package(PACKAGES[package], globs, path, args.children)
         results.append(str(path))
-    report = [*results, "--equivalents", str(EQUIVALENTS), "--out", str(args.out / "report.md")]
-    report += ["--show-command", shlex.join([*MUTMUT, "show"])]
-    report += [f"--workspace={p}={PACKAGES[p]}" for p in chosen]
+    report = [*results, "--out", str(args.out / "report.md")]
     report += [arg for glob in args.globs for arg in ("--only", glob)]
     return mutation_report.main(report)
 

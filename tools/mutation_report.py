@@ -1,14 +1,12 @@
-"""Kill rate per file from ``mutmut results --all true``, with the listed equivalent mutants
-left out; exits 1 when a file is under the limit, an equivalent entry is stale, or the run
-is incomplete.
+"""Kill rate per file from ``mutmut results --all true``, and the mutants no test detected,
+for people to read: a survivor is a behaviour no test pins, or a change no test can see. Exits
+1 when the run is incomplete, or a file is under ``--min-kill`` where one is given.
 
-    python tools/mutation_report.py RESULTS... --equivalents tests/mutation_equivalents.toml \\
-        [--min-kill 90] [--out reports/mutation/report.md] [--show-command "mutmut show"] \\
-        [--workspace stagegate=stagegate] [--only GLOB]...
+    python tools/mutation_report.py RESULTS... [--min-kill N] [--out reports/mutation/report.md]
+        [--partial] [--only GLOB]...
 
-Several results files (one per directory mutmut ran in) make one report. ``--workspace`` names the
-directory mutmut ran in for a package's mutants, where ``mutmut show`` must run too.
-``--only`` judges just the mutants a run named (the globs given to ``mutmut run``).
+Several results files (one per directory mutmut ran in) make one report. ``--only`` judges
+just the mutants a run named (the globs given to ``mutmut run``).
 
 Detected: ``killed`` and ``timeout`` (a mutant that makes the tests hang is caught by CI's
 time limit). Not detected: ``survived``, ``no tests``, ``suspicious``. A run that left
@@ -20,25 +18,14 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import re
-import shlex
-import subprocess
 import sys
-import tomllib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 DETECTED = {"killed", "timeout"}
 MISSED = {"survived", "no tests", "suspicious", "segfault"}
 INCOMPLETE = {"not checked", "skipped", "check was interrupted by user"}
 _LINE = re.compile(r"^\s*(?P<name>[\w.ǁ]+__mutmut_\d+): (?P<status>.+?)\s*$")
-
-
-@dataclass(frozen=True)
-class Equivalent:
-    mutant: str
-    line: str  # the mutated line, as `mutmut show` prints it after "+" ("-" and it: one deleted)
-    why: str
 
 
 def parse_results(text: str) -> dict[str, str]:
@@ -72,80 +59,32 @@ def named_by(statuses: dict[str, str], globs: list[str]) -> dict[str, str]:
     return {n: s for n, s in statuses.items() if any(fnmatch.fnmatch(n, g) for g in globs)}
 
 
-def load_equivalents(path: Path) -> list[Equivalent]:
-    data = tomllib.loads(path.read_text())
-    out = []
-    for i, entry in enumerate(data.get("equivalent", [])):
-        missing = {"mutant", "line", "why"} - set(entry)
-        if missing or not str(entry.get("why", "")).strip():
-            raise ValueError(f"{path}: entry {i + 1} needs mutant, line and a why ({missing})")
-        out.append(Equivalent(entry["mutant"], entry["line"].strip(), entry["why"].strip()))
-    return out
-
-
-def check_equivalents(
-    equivalents: list[Equivalent],
-    statuses: dict[str, str],
-    show: list[str] | None,
-    workspaces: dict[str, Path] | None = None,
-) -> list[str]:
-    """Problems with the list: an entry whose mutant is gone, detected, or now a different
-    change (mutmut numbers mutants by position, so an edit can renumber them)."""
-    problems = []
-    for eq in equivalents:
-        status = statuses.get(eq.mutant)
-        if status is None:
-            problems.append(f"{eq.mutant}: listed as equivalent but not in the results")
-        elif status in DETECTED:
-            problems.append(f"{eq.mutant}: listed as equivalent but it is {status}")
-        elif show is not None:
-            cwd = (workspaces or {}).get(eq.mutant.partition(".")[0])
-            diff = subprocess.run(
-                [*show, eq.mutant], capture_output=True, text=True, cwd=cwd
-            ).stdout
-            changed = changed_lines(diff)
-            if eq.line not in changed:
-                problems.append(f"{eq.mutant}: its change is now {changed}, not {eq.line!r}")
-    return problems
-
-
-def changed_lines(diff: str) -> list[str]:
-    """What a mutant's diff (``mutmut show``) changes: its added lines, stripped; a mutant that
-    only deletes (an argument left out) gives its removed lines, each marked with a "-"."""
-    added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+ ")]
-    if added:
-        return added
-    return ["-" + ln[1:].strip() for ln in diff.splitlines() if ln.startswith("- ")]
-
-
-def kill_rates(
-    statuses: dict[str, str], equivalent: set[str]
-) -> dict[str, tuple[int, int, Counter[str]]]:
-    """File -> (detected, counted, statuses), equivalent mutants not counted."""
+def kill_rates(statuses: dict[str, str]) -> dict[str, tuple[int, int, Counter[str]]]:
+    """File -> (detected, counted, statuses)."""
     by_file: dict[str, Counter[str]] = defaultdict(Counter)
     for name, status in statuses.items():
-        by_file[source_file(name)]["equivalent" if name in equivalent else status] += 1
+        by_file[source_file(name)][status] += 1
     rates = {}
     for path, counts in sorted(by_file.items()):
         detected = sum(counts[s] for s in DETECTED)
-        counted = sum(n for s, n in counts.items() if s != "equivalent")
-        rates[path] = (detected, counted, counts)
+        rates[path] = (detected, sum(counts.values()), counts)
     return rates
 
 
 def render(rates: dict[str, tuple[int, int, Counter[str]]], minimum: float) -> str:
+    limit = f" (limit {minimum:g}%)" if minimum else ""
     lines = [
         "# Mutation testing",
         "",
-        f"Kill rate of non-equivalent mutants per file (limit {minimum:g}%).",
+        f"Kill rate per file{limit}. Each survivor below is a change no test detected.",
         "",
-        "| file | kill rate | detected | counted | equivalent | survived | no tests | timeout |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | kill rate | detected | counted | survived | no tests | timeout |",
+        "|---|---|---|---|---|---|---|",
     ]
     for path, (detected, counted, c) in rates.items():
         rate = 100 * detected / counted if counted else 100.0
         lines.append(
-            f"| `{path}` | {rate:.1f}% | {detected} | {counted} | {c['equivalent']} "
+            f"| `{path}` | {rate:.1f}% | {detected} | {counted} "
             f"| {c['survived']} | {c['no tests']} | {c['timeout']} |"
         )
     return "\n".join(lines) + "\n"
@@ -154,17 +93,8 @@ def render(rates: dict[str, tuple[int, int, Counter[str]]], minimum: float) -> s
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, nargs="+")
-    parser.add_argument("--equivalents", type=Path, required=True)
-    parser.add_argument("--min-kill", type=float, default=90.0)
+    parser.add_argument("--min-kill", type=float, default=0.0, help="fail a file under it")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--show-command", help='e.g. "mutmut show": checks each entry\'s change')
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="PACKAGE=DIR",
-        help="the directory mutmut ran in for PACKAGE's mutants (default: here)",
-    )
     parser.add_argument(
         "--partial", action="store_true", help="leave out the files none of whose mutants ran"
     )
@@ -175,34 +105,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="GLOB",
         help="judge only the mutants these names or globs match, as mutmut run matches them",
     )
-    args = parser.parse_args(argv)
-    args.workspaces = {}
-    for item in args.workspace:
-        package, sep, where = item.partition("=")
-        if not sep:
-            parser.error(f"--workspace takes PACKAGE=DIR, not {item!r}")
-        args.workspaces[package] = Path(where)
-    return args
+    return parser.parse_args(argv)
 
 
-def judge(
-    statuses: dict[str, str], equivalents: list[Equivalent], args: argparse.Namespace
-) -> tuple[str, list[str]]:
+def judge(statuses: dict[str, str], args: argparse.Namespace) -> tuple[str, list[str]]:
     """The report's text and the problems that fail the run."""
-    show = shlex.split(args.show_command) if args.show_command else None
-    problems = check_equivalents(equivalents, statuses, show, args.workspaces)
+    problems = []
     unfinished = sorted(n for n, s in statuses.items() if s in INCOMPLETE)
     if unfinished:
         problems.append(f"{len(unfinished)} mutants were not tested (first: {unfinished[0]})")
     unknown = sorted({s for s in statuses.values()} - DETECTED - MISSED - INCOMPLETE)
     if unknown:
         problems.append(f"statuses this report does not know: {unknown}")
-    listed = {e.mutant for e in equivalents}
-    rates = kill_rates(statuses, listed)
+    rates = kill_rates(statuses)
     report = render(rates, args.min_kill)
     if args.only:
         report += f"\nOnly the mutants named by {', '.join(f'`{g}`' for g in args.only)}.\n"
-    missed = sorted(n for n, s in statuses.items() if s in MISSED and n not in listed)
+    missed = sorted(n for n, s in statuses.items() if s in MISSED)
     if missed:
         report += "\n## Not detected\n\nSee each with `mutmut show NAME`.\n\n"
         report += "\n".join(f"- `{n}`: {statuses[n]}" for n in missed) + "\n"
@@ -235,13 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = f" matching {', '.join(args.only)}" if args.only else ""
         print(f"{names}: no mutant results{chosen} in them: did mutmut run?", file=sys.stderr)
         return 1
-    equivalents = load_equivalents(args.equivalents)
-    if args.only:
-        equivalents = [e for e in equivalents if e.mutant in statuses]
-    elif args.partial:
-        files = {source_file(n) for n in statuses}
-        equivalents = [e for e in equivalents if source_file(e.mutant) in files]
-    report, problems = judge(statuses, equivalents, args)
+    report, problems = judge(statuses, args)
     if problems:
         report += "\n## Problems\n\n" + "\n".join(f"- {p}" for p in problems) + "\n"
     if args.out:
