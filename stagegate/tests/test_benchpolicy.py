@@ -11,7 +11,12 @@ import pytest
 
 from stagegate.benchpolicy import DEFAULT_PEAK_TFLOPS, BenchmarkPolicy, PresetSpec
 from stagegate.errors import ConfigError
-from stagegate.policy import EVIDENCE_KINDS, Policy, load_policy, policy_from_mapping
+from stagegate.kinds import CATALOGUE
+from stagegate.model import Severity
+from stagegate.policy import Policy, load_policy, policy_from_mapping
+
+# The kinds that are evidence: a policy may not make them pass
+EVIDENCE_KINDS = [str(k) for k, a in CATALOGUE.items() if a.floor is Severity.HIGH]
 
 GPU = {
     "device": "cuda",

@@ -18,6 +18,7 @@ PACKAGE = Path(stagegate.__file__).parent
 RANK = {
     "errors": 0,
     "model": 0,
+    "kinds": 1,
     "text": 0,
     "io": 1,
     "benchpolicy": 1,

@@ -12,6 +12,7 @@ from typing import Any
 
 from stagegate.benchpolicy import BenchmarkPolicy, benchmark_policy
 from stagegate.errors import ConfigError
+from stagegate.kinds import DEFAULT_SEVERITY, Kind
 from stagegate.model import CORE_STAGES, STAGES, Severity, stage_name_problem
 
 __all__ = ["STAGES", "BenchmarkPolicy", "Policy", "Threshold", "check_threshold", "load_policy"]
@@ -57,77 +58,6 @@ DEFAULT_THRESHOLDS = {
         "live_tensor_growth_pct_per_window", "<=", 1.0, "%"
     ),
 }
-
-DEFAULT_SEVERITY = {
-    "test_failed": Severity.CRITICAL,
-    "stage_failed": Severity.CRITICAL,
-    "integration_raised": Severity.CRITICAL,
-    "benchmark_failed": Severity.CRITICAL,
-    # Benchmark evidence, checked before any threshold: a figure that is absent or not finite,
-    # one no run can produce, a summary the raw figures contradict, or one the policy gives no
-    # way to check (an undeclared preset, a GPU without peak figures). Never below HIGH.
-    "evidence_missing": Severity.CRITICAL,
-    "evidence_impossible": Severity.CRITICAL,
-    "evidence_inconsistent": Severity.HIGH,
-    "evidence_unchecked": Severity.HIGH,
-    "threshold_missed": Severity.HIGH,
-    "regression": Severity.HIGH,
-    # A required stage's regression comparison or target that could not be decided: the
-    # baseline is not comparable or unreadable, the runs' spread hides the margin, or the
-    # speedup's interval straddles its target. Never below HIGH.
-    "regression_unverified": Severity.HIGH,
-    "target_undecided": Severity.HIGH,
-    "memory_growth": Severity.HIGH,
-    "coverage_below_floor": Severity.HIGH,
-    "lint_error": Severity.HIGH,
-    "host_sync": Severity.HIGH,  # zero syncs in the step is a promise, not a wish
-    "autocast_mismatch": Severity.HIGH,
-    "lint_warning": Severity.MEDIUM,
-    "deprecation_warning": Severity.LOW,
-    "flaky_test": Severity.MEDIUM,
-    "count_mismatch": Severity.HIGH,  # a file that lost tests fails closed
-    "required_test_missing": Severity.HIGH,  # a test the policy names did not run
-    "required_test_skipped": Severity.HIGH,
-    "skipped_share_rose": Severity.MEDIUM,  # tests that ran on the base branch skip here
-    "test_newly_skipped": Severity.MEDIUM,  # the same, with the skipped share held down
-    "test_gone": Severity.MEDIUM,  # tests that ran on the base branch are absent here
-    "output_missing": Severity.HIGH,  # a file a required stage declares was not produced
-    "output_refused": Severity.CRITICAL,  # outside the raw directory, or changed after the stage
-    "commit_mismatch": Severity.CRITICAL,  # records of another commit than the others
-    "record_unusable": Severity.CRITICAL,  # a stage's record cannot be read, or it has two
-    # A raw file over a reader's bounds or not strictly well-formed (duplicate keys, NaN, ...)
-    "input_malformed": Severity.CRITICAL,
-    # The machine and the clock: a record without stagegate run's own observation of the
-    # machine, a file claiming a machine the record did not observe, a time after the report's
-    "machine_unobserved": Severity.CRITICAL,
-    "machine_mismatch": Severity.CRITICAL,
-    "clock_future": Severity.CRITICAL,
-    "side_file_missing": Severity.LOW,
-    "lint_style": Severity.LOW,
-    "other_warning": Severity.INFO,
-    "skipped_test": Severity.INFO,
-    "slow_test": Severity.INFO,  # durations depend on the machine's load: never scored
-    "improvement": Severity.INFO,
-    # A/B: the head's step is slower than the base's beyond the limit, wholly within the 95%
-    # interval; or the interval straddles the limit (NOT VERIFIED, which never passes).
-    "ab_regression": Severity.HIGH,
-    "ab_undecided": Severity.HIGH,
-}
-
-EVIDENCE_KINDS = (
-    "record_unusable",
-    "input_malformed",
-    "machine_unobserved",
-    "machine_mismatch",
-    "clock_future",
-    "evidence_missing",
-    "evidence_impossible",
-    "evidence_inconsistent",
-    "evidence_unchecked",
-    "regression_unverified",
-    "target_undecided",
-    "ab_undecided",
-)
 
 # The files each stage must declare and produce, whatever its record says (``--junit`` ...);
 # "lint" asks for at least one linter's file, "lint:TOOL" for that tool's. By default, the one
@@ -279,25 +209,26 @@ def _thresholds(key: str, value: Any) -> dict[str, Threshold]:
 
 def _severities(key: str, value: Any) -> dict[str, Severity]:
     severity = dict(DEFAULT_SEVERITY)
+    order = list(Severity)
     for kind, name in _table(key, value).items():
         if kind not in DEFAULT_SEVERITY:
             raise ConfigError(
                 f"[tool.stagegate] {key}.{kind}: unknown finding kind; known: "
                 f"{', '.join(DEFAULT_SEVERITY)}"
             )
-        severity[kind] = _severity(f"{key}.{kind}", name)
-    if severity["slow_test"] is not Severity.INFO:
-        raise ConfigError(
-            f"[tool.stagegate] {key}.slow_test = {value['slow_test']!r}: "
-            "must be INFO; a test's duration depends on the machine's load, and the same "
-            "code must get the same verdict and score"
-        )
-    weak = [k for k in EVIDENCE_KINDS if not severity[k].blocks]
-    if weak:
-        raise ConfigError(
-            f"[tool.stagegate] {key}.{weak[0]} = {value[weak[0]]!r}: must be HIGH or CRITICAL; "
-            "benchmark evidence that is missing, impossible or unchecked cannot pass"
-        )
+        chosen, about = _severity(f"{key}.{kind}", name), Kind(kind).about
+        if about.fixed and chosen is not about.severity:
+            raise ConfigError(
+                f"[tool.stagegate] {key}.{kind} = {name!r}: must be {about.severity.value}; "
+                f"{kind} ({about.meaning}) depends on the machine's load, and the same code "
+                "must get the same verdict and score"
+            )
+        if order.index(chosen) > order.index(about.floor):
+            raise ConfigError(
+                f"[tool.stagegate] {key}.{kind} = {name!r}: must be {about.floor.value} or "
+                f"more severe; {kind} ({about.meaning}) is evidence that cannot pass"
+            )
+        severity[kind] = chosen
     return severity
 
 

@@ -16,6 +16,7 @@ from stagegate.judge.comparison import check_interval
 from stagegate.judge.evidence import agrees, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import RatioDistribution, median
+from stagegate.kinds import Kind
 from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
 from stagegate.policy import Policy
 
@@ -29,19 +30,19 @@ def _commits(f: Findings, run: ABRun, expected_base: str | None, head_commit: st
     base, head = run.base.sha or "", run.head.sha or ""
     for role, sha in zip(ROLES, (base, head), strict=True):
         if not _SHA.fullmatch(sha):
-            flag(f, "evidence_missing", f"A/B {role}.sha", "not a full commit id")
+            flag(f, Kind.EVIDENCE_MISSING, f"A/B {role}.sha", "not a full commit id")
             return False
     if head_commit and not head.startswith(head_commit.lower()):
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "A/B head.sha",
             f"names {head[:12]}, while the stage ran at {head_commit[:12]}",
         )
     if expected_base and not base.startswith(expected_base.lower()):
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "A/B base.sha",
             f"names {base[:12]}, while the base asked for is {expected_base[:12]}",
             fix="run the A/B against the base the judge is given (--ab-base)",
@@ -49,7 +50,7 @@ def _commits(f: Findings, run: ABRun, expected_base: str | None, head_commit: st
     if base == head and not (expected_base and head.startswith(expected_base.lower())):
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             "A/B base.sha",
             f"is the head itself ({head[:12]}): a commit measured against itself shows no "
             "regression",
@@ -64,11 +65,11 @@ def _clean(f: Findings, run: ABRun) -> None:
     commit, and a file that does not say is no evidence either way."""
     for role, side in zip(ROLES, (run.base, run.head), strict=True):
         if side.dirty is None:
-            flag(f, "evidence_missing", f"A/B {role}.dirty", "absent or not true/false")
+            flag(f, Kind.EVIDENCE_MISSING, f"A/B {role}.dirty", "absent or not true/false")
         elif side.dirty:
             flag(
                 f,
-                "evidence_inconsistent",
+                Kind.EVIDENCE_INCONSISTENT,
                 f"A/B {role}.dirty",
                 f"the {role} was measured with uncommitted changes: it is not {side.sha or '?'}",
                 fix="commit the change, then run the A/B again from a clean tree",
@@ -78,14 +79,14 @@ def _clean(f: Findings, run: ABRun) -> None:
 def _windows(f: Findings, side: ABSide, role: str, expected: int) -> tuple[float, ...] | None:
     where = f"A/B {role}.window_s"
     if len(side.window_s) != expected:
-        flag(f, "evidence_missing", where, f"holds {len(side.window_s)} windows, not {expected}")
+        flag(f, Kind.EVIDENCE_MISSING, where, f"holds {len(side.window_s)} windows, not {expected}")
         return None
     if any(w is None for w in side.window_s):
-        flag(f, "evidence_missing", where, "an entry is absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, where, "an entry is absent or not a finite number")
         return None
     values = tuple(w for w in side.window_s if w is not None)
     if any(w <= 0 for w in values):
-        flag(f, "evidence_impossible", where, "a window took no time or less")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, "a window took no time or less")
         return None
     return values
 
@@ -97,7 +98,7 @@ def _interleaved(f: Findings, run: ABRun, windows: int) -> bool:
         return True
     flag(
         f,
-        "evidence_inconsistent",
+        Kind.EVIDENCE_INCONSISTENT,
         "A/B order",
         "the windows did not run in base/head pairs",
         detail=f"{len(run.order)} entries for {windows} windows a side",
@@ -109,7 +110,7 @@ def _setup(f: Findings, run: ABRun, policy: Policy) -> int | None:
     """The run finished, on one declared preset on its device, with enough windows a side."""
     if run.status != "ok":
         f.add(
-            "benchmark_failed",
+            Kind.BENCHMARK_FAILED,
             "the A/B run did not finish",
             detail=run.error or f"status {run.status!r}",
             fix="run the A/B locally (python -m amptrain.benchmark.ab) and read its output",
@@ -117,20 +118,25 @@ def _setup(f: Findings, run: ABRun, policy: Policy) -> int | None:
         return None
     spec = policy.benchmark.presets.get(run.preset or "")
     if spec is None:
-        flag(f, "evidence_unchecked", "A/B preset", f"{run.preset!r} is not declared in the policy")
+        flag(
+            f,
+            Kind.EVIDENCE_UNCHECKED,
+            "A/B preset",
+            f"{run.preset!r} is not declared in the policy",
+        )
         return None
     if (run.device or "").split(":")[0] != spec.device:
         where = f"{run.device!r}, while preset {run.preset} runs on {spec.device}"
-        flag(f, "evidence_impossible", "A/B device", where)
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, "A/B device", where)
         return None
     if run.base.preset != run.head.preset or not run.head.preset:
-        flag(f, "evidence_inconsistent", "A/B preset", "base and head built different steps")
+        flag(f, Kind.EVIDENCE_INCONSISTENT, "A/B preset", "base and head built different steps")
         return None
     n = run.windows
     if n is None or not policy.ab_min_windows <= n <= policy.benchmark.max_windows:
         flag(
             f,
-            "evidence_missing",
+            Kind.EVIDENCE_MISSING,
             "A/B windows",
             f"{n} a side; the policy needs {policy.ab_min_windows} to "
             f"{policy.benchmark.max_windows}",
@@ -159,7 +165,7 @@ def _check(
     words = f"head/base {metric.replace('_', ' ')} {ratio:.3f}x (95% interval {low:.3f}-{high:.3f})"
     if outcome is ABOutcome.BEYOND:
         f.add(
-            "ab_regression",
+            Kind.AB_REGRESSION,
             f"{metric.replace('_', ' ')} regressed: {words}",
             detail=f"the whole interval lies beyond the limit of {limit:.3f}x "
             f"(+{limit_pct:g}%) over {len(head)} interleaved windows a side",
@@ -168,7 +174,7 @@ def _check(
         )
     elif outcome is ABOutcome.UNDECIDED:
         f.add(
-            "ab_undecided",
+            Kind.AB_UNDECIDED,
             f"{metric.replace('_', ' ')} NOT VERIFIED: {words} straddles the limit {limit:.3f}x",
             detail="the interval is too wide to tell a regression from noise",
             fix="run the A/B with more windows (--windows), or on a quieter machine",
@@ -181,12 +187,14 @@ def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
     for role, side in zip(ROLES, (run.base, run.head), strict=True):
         values = side.peak_mb
         if len(values) != run.windows or any(v is None or v <= 0 for v in values):
-            flag(f, "evidence_missing", f"A/B {role}.peak_mb", "not a positive figure a window")
+            flag(f, Kind.EVIDENCE_MISSING, f"A/B {role}.peak_mb", "not a positive figure a window")
             return None
         peaks.append(tuple(v for v in values if v is not None))
     check, _ = _check(f, "peak_memory", peaks[1], peaks[0], policy.ab_memory_limit_pct)
     if not agrees(run.peak_memory_ratio, check.ratio, policy.benchmark.summary_tolerance_pct):
-        flag(f, "evidence_inconsistent", "A/B summary.peak_memory_ratio", "disagrees with windows")
+        flag(
+            f, Kind.EVIDENCE_INCONSISTENT, "A/B summary.peak_memory_ratio", "disagrees with windows"
+        )
     return check
 
 
@@ -201,7 +209,7 @@ def _unmeasured(f: Findings, run: ABRun) -> None:
         held.append("summary.peak_memory_ratio")
     if held:
         where = f"A/B {', '.join(held)}"
-        flag(f, "evidence_impossible", where, f"preset {run.preset} measures no memory")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"preset {run.preset} measures no memory")
 
 
 def ab_findings(
@@ -219,7 +227,7 @@ def ab_findings(
     if not agrees(run.step_time_ratio, step.ratio, policy.benchmark.summary_tolerance_pct):
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "A/B summary.step_time_ratio",
             f"says {run.step_time_ratio}, the windows give {step.ratio:.4g}",
         )

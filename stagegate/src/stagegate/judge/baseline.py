@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import (
     NOT_VERIFIED,
     BaselineComparison,
@@ -120,7 +121,7 @@ def baseline_findings(f: Findings, cmp: BaselineComparison, required: bool) -> N
     required (not skippable), one that blocks when the comparison could not be made."""
     if required and cmp.not_verified:
         f.add(
-            "regression_unverified",
+            Kind.REGRESSION_UNVERIFIED,
             "regression against the baseline NOT VERIFIED",
             detail=cmp.not_verified[:600],
             fix="store a baseline of this GPU, torch and preset, or measure with less spread "
@@ -128,7 +129,7 @@ def baseline_findings(f: Findings, cmp: BaselineComparison, required: bool) -> N
         )
     for c in cmp.regressions:
         f.add(
-            "regression",
+            Kind.REGRESSION,
             f"{c.precision} {c.metric} regressed {c.change_pct:+.1f}% vs baseline",
             detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}, "
             f"noise margin {c.margin_pct:.1f}%",
@@ -136,7 +137,7 @@ def baseline_findings(f: Findings, cmp: BaselineComparison, required: bool) -> N
         )
     for c in cmp.improvements:
         f.add(
-            "improvement",
+            Kind.IMPROVEMENT,
             f"{c.precision} {c.metric} improved {c.change_pct:+.1f}% vs baseline",
             detail=f"baseline {c.baseline:.4g}, now {c.current:.4g}",
         )

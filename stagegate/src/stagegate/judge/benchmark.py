@@ -14,6 +14,7 @@ from stagegate.judge.comparison import METRICS, Row, recompute
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.physics import physics
+from stagegate.kinds import Kind
 from stagegate.model import (
     Benchmark,
     CheckOutcome,
@@ -32,7 +33,7 @@ def _failed_precision(f: Findings, p: PrecisionResult) -> None:
         "nonfinite": "find the first non-finite step in the loss curve",
     }
     f.add(
-        "benchmark_failed",
+        Kind.BENCHMARK_FAILED,
         f"{p.name}: {p.status}",
         detail=p.error or "",
         fix=fixes.get(p.status, "run the benchmark locally and read the traceback"),
@@ -49,7 +50,7 @@ def _memory_checks(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) 
         reason = check_threshold(t[metric], value)
         if reason:
             f.add(
-                "memory_growth",
+                Kind.MEMORY_GROWTH,
                 f"{p.name}: {what} across windows",
                 detail=reason,
                 fix="look for tensors kept across steps (histories of losses, graphs)",
@@ -62,7 +63,7 @@ def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> 
     if p.syncs_measured and check_threshold(t["syncs_per_step"], p.syncs_per_step):
         where = ", ".join(f"{s['location']} x{s['count']}" for s in p.sync_locations[:5])
         f.add(
-            "host_sync",
+            Kind.HOST_SYNC,
             f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
             detail=where,
             location=_location(p.sync_locations[0]["location"]) if p.sync_locations else None,
@@ -86,9 +87,9 @@ RUNS_AS = {
 def _precision_used(f: Findings, p: PrecisionResult, runs_as: str) -> None:
     where = f"precisions.{p.name}.precision_used"
     if p.precision_used is None:
-        flag(f, "evidence_missing", where, "absent or not text")
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent or not text")
     elif p.precision_used != runs_as:
-        flag(f, "evidence_inconsistent", where, f"is {p.precision_used!r}, not {runs_as!r}")
+        flag(f, Kind.EVIDENCE_INCONSISTENT, where, f"is {p.precision_used!r}, not {runs_as!r}")
 
 
 # On CUDA, what torch.set_float32_matmul_precision each fp32 precision must run with: TF32
@@ -103,11 +104,11 @@ def _tf32_check(f: Findings, p: PrecisionResult) -> None:
     if expected is None:
         return
     if p.float32_matmul_precision is None:
-        flag(f, "evidence_missing", where, f"absent; {p.name} runs with {expected!r}")
+        flag(f, Kind.EVIDENCE_MISSING, where, f"absent; {p.name} runs with {expected!r}")
     elif p.float32_matmul_precision != expected:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             where,
             f"is {p.float32_matmul_precision[:20]!r}; {p.name} runs with {expected!r}",
         )
@@ -117,7 +118,7 @@ def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
     """The precision ran as the one it is named for, and its matmuls computed in its dtype."""
     if p.name not in RUNS_AS:
         why = f"no compute dtype is known for precision {p.name!r}"
-        flag(f, "evidence_unchecked", f"precisions.{p.name}", why, fix="run a known precision")
+        flag(f, Kind.EVIDENCE_UNCHECKED, f"precisions.{p.name}", why, fix="run a known precision")
         return
     expected, runs_as = RUNS_AS[p.name]
     _precision_used(f, p, runs_as)
@@ -125,12 +126,12 @@ def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
         return
     if not p.matmul_dtypes:
         where = f"precisions.{p.name}.health.matmul_dtypes"
-        flag(f, "evidence_missing", where, "absent: no matmul of the step was observed")
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent: no matmul of the step was observed")
         return
     if set(p.matmul_dtypes) != {expected}:
         seen = ", ".join(f"{n} in {d}" for d, n in sorted(p.matmul_dtypes.items()))
         f.add(
-            "autocast_mismatch",
+            Kind.AUTOCAST_MISMATCH,
             f"{p.name}: matmuls do not compute in {expected}",
             detail=f"matrix multiplies of one training step: {seen}",
             fix="check that the forward runs inside the precision's autocast context",
@@ -172,7 +173,7 @@ def _undecided(f: Findings, c: Comparison, metric: str, threshold: Threshold) ->
         return ""
     why = f"the 95% interval {low:.3g}x-{high:.3g}x straddles the target {threshold}"
     f.add(
-        "target_undecided",
+        Kind.TARGET_UNDECIDED,
         f"{c.precision} vs {c.baseline}: speedup NOT VERIFIED",
         detail=why,
         fix="time more windows, or on a quieter GPU, until the interval clears the target",
@@ -203,7 +204,7 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
     if reason is None:
         return MetricCheck(c, metric, value, target, CheckOutcome.MET)
     f.add(
-        "threshold_missed",
+        Kind.THRESHOLD_MISSED,
         f"{c.precision} vs {c.baseline}: {metric} misses its target",
         detail=reason,
         fix="profile the step; see the memory and sync sections",

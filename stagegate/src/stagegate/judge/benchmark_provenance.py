@@ -14,6 +14,7 @@ from typing import Any
 
 from stagegate.judge.evidence import flag
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import Benchmark, StageRecord
 
 FIX = "run the benchmark in this stage and keep the file it writes: a file of another run is not "
@@ -35,17 +36,17 @@ def _commit(f: Findings, bench: Benchmark, record: StageRecord) -> None:
     if not record.commit:
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             "commit_info.id",
             "the stage's record names no commit to tie the file to",
             fix="run the stage inside the git checkout, or with GITHUB_SHA set",
         )
     elif not bench.commit:
-        flag(f, "evidence_missing", "commit_info.id", "absent: the file names no commit")
+        flag(f, Kind.EVIDENCE_MISSING, "commit_info.id", "absent: the file names no commit")
     elif bench.commit != record.commit:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "commit_info.id",
             f"is {bench.commit[:40]!r}, the stage ran commit {record.commit[:40]!r}",
             fix=FIX,
@@ -55,17 +56,17 @@ def _commit(f: Findings, bench: Benchmark, record: StageRecord) -> None:
 def _time(f: Findings, bench: Benchmark, record: StageRecord, tolerance_s: float) -> None:
     written, start = _instant(bench.datetime), _instant(record.start)
     if start is None:
-        flag(f, "evidence_unchecked", "datetime", "the stage's record has no start time")
+        flag(f, Kind.EVIDENCE_UNCHECKED, "datetime", "the stage's record has no start time")
         return
     if written is None:
-        flag(f, "evidence_missing", "datetime", "absent or not an ISO 8601 time with its zone")
+        flag(f, Kind.EVIDENCE_MISSING, "datetime", "absent or not an ISO 8601 time with its zone")
         return
     slack = timedelta(seconds=tolerance_s)
     end = start + timedelta(seconds=max(record.duration_s, 0.0))
     if not start - slack <= written <= end + slack:
         flag(
             f,
-            "evidence_impossible",
+            Kind.EVIDENCE_IMPOSSIBLE,
             "datetime",
             f"{bench.datetime[:40]} is outside the stage's run, {record.start} to "
             f"{end.isoformat(timespec='seconds').replace('+00:00', 'Z')}",
@@ -85,13 +86,13 @@ def _host(f: Findings, bench: Benchmark, record: StageRecord, host: Mapping[str,
     """The GPU the host saw is the file's; the commit the host ran is the record's."""
     seen = host.get("gpu_name")
     if not isinstance(seen, str) or not seen.strip():
-        flag(f, "evidence_unchecked", "machine_info.gpu_name", "host.json names no GPU")
+        flag(f, Kind.EVIDENCE_UNCHECKED, "machine_info.gpu_name", "host.json names no GPU")
     elif bench.gpu_name is None:
-        flag(f, "evidence_missing", "machine_info.gpu_name", f"absent; the host has {seen!r}")
+        flag(f, Kind.EVIDENCE_MISSING, "machine_info.gpu_name", f"absent; the host has {seen!r}")
     elif _name(bench.gpu_name) != _name(seen):
         flag(
             f,
-            "evidence_impossible",
+            Kind.EVIDENCE_IMPOSSIBLE,
             "machine_info.gpu_name",
             f"is {bench.gpu_name[:80]!r}, the host's GPU is {seen[:80]!r}",
             fix=FIX,
@@ -100,7 +101,7 @@ def _host(f: Findings, bench: Benchmark, record: StageRecord, host: Mapping[str,
     if sha is not None and sha != record.commit:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "commit_info.id",
             f"host.json ran commit {str(sha)[:40]!r}, the stage's record {record.commit!r}",
             fix="give the host.json of this stage's GPU job",

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import StageRecord
 
 
@@ -30,7 +31,7 @@ def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
         return
     this, run = record.commit or "no commit", commit or "no commit"
     f.add(
-        "commit_mismatch",
+        Kind.COMMIT_MISMATCH,
         f"{f.stage}'s record is of {this[:12]}; the other records are of {run[:12]}",
         detail=f"{f.stage}: {this}; the run: {run}. One report judges one commit: results of "
         "another commit say nothing about this one",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from stagegate.judge.evidence import Verified, check_summary, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import LEVEL, RatioDistribution, ratio_of_medians
+from stagegate.kinds import Kind
 from stagegate.model import Benchmark, Comparison
 from stagegate.policy import Policy
 
@@ -60,14 +61,14 @@ def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) ->
     dtype = COMPUTE_DTYPE.get(name)
     if dtype is None:
         why = f"no compute dtype is known for precision {name!r}"
-        flag(f, "evidence_unchecked", where, why, fix="compare a known precision")
+        flag(f, Kind.EVIDENCE_UNCHECKED, where, why, fix="compare a known precision")
         return why
     ceiling = v.peaks[dtype] / v.peaks["fp32"]
     if speedup <= ceiling:
         return ""
     flag(
         f,
-        "evidence_impossible",
+        Kind.EVIDENCE_IMPOSSIBLE,
         where,
         f"{speedup:.3g}x from the windows, above the GPU's {dtype}/fp32 peak ratio {ceiling:.3g}x",
         detail="the peak ratio is from the policy's peak_tflops table",
@@ -81,7 +82,7 @@ def check_interval(
     """Each bound of the file's interval lies where the windows' bootstrap puts it: within
     ``tol`` of the 2.5th (97.5th) percentile of the exact distribution."""
     if any(math.isnan(x) for x in claimed):
-        flag(f, "evidence_missing", where, "absent or not two finite numbers")
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent or not two finite numbers")
         return
     tails = ((1 - LEVEL) / 2, (1 + LEVEL) / 2)
     spans = [(dist.share_below(x, False), dist.share_below(x, True)) for x in claimed]
@@ -93,7 +94,7 @@ def check_interval(
     ours = dist.interval()
     flag(
         f,
-        "evidence_inconsistent",
+        Kind.EVIDENCE_INCONSISTENT,
         where,
         f"says {claimed[0]:.4g}-{claimed[1]:.4g}, the windows give {ours[0]:.4g}-{ours[1]:.4g}",
         detail=f"the file's bounds lie at the {(spans[0][0] + spans[0][1]) * 50:.1f}th and "
@@ -126,12 +127,14 @@ def _memory(f: Findings, where: str, c: Comparison, v: Verified, policy: Policy,
     for i, metric in enumerate(("peak_memory_reduction_pct", "activation_memory_reduction_pct")):
         claimed = getattr(c, metric)
         if claimed is not None and claimed >= 100:
-            flag(f, "evidence_impossible", _at(where, metric, c), f"{claimed:g}%: nothing is left")
+            flag(
+                f, Kind.EVIDENCE_IMPOSSIBLE, _at(where, metric, c), f"{claimed:g}%: nothing is left"
+            )
         if not measured:
             if claimed is not None:
                 flag(
                     f,
-                    "evidence_inconsistent",
+                    Kind.EVIDENCE_INCONSISTENT,
                     _at(where, metric, c),
                     "the preset measures no memory",
                 )
@@ -182,7 +185,7 @@ def _sides(f: Findings, where: str, c: Comparison, bench: Benchmark) -> str:
         p = bench.precision(name)
         if p is None or p.status != "ok":
             problem = "is not among the precisions" if p is None else f"has status {p.status!r}"
-            flag(f, "evidence_impossible", f"{where}.{side}", f"{name!r} {problem}")
+            flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.{side}", f"{name!r} {problem}")
             return f"{name} {problem}"
     return ""
 
@@ -195,7 +198,7 @@ def recompute(f: Findings, bench: Benchmark, v: Verified, policy: Policy) -> lis
     for i, c in enumerate(bench.comparisons):
         where = f"comparisons[{i}]"
         if (c.precision, c.baseline) in seen:
-            flag(f, "evidence_inconsistent", where, f"repeats {c.precision} vs {c.baseline}")
+            flag(f, Kind.EVIDENCE_INCONSISTENT, where, f"repeats {c.precision} vs {c.baseline}")
         seen.add((c.precision, c.baseline))
         row = Row(_blank(c))
         why = _sides(f, where, c, bench)
@@ -217,7 +220,7 @@ def _absent(
         ran = [bench.precision(n) for n in (name, base)]
         if name == base or (name, base) in seen or any(p is None or p.status != "ok" for p in ran):
             continue  # an absent or failed precision is a finding of its own
-        flag(f, "evidence_missing", "comparisons", f"no {name} vs {base}")
+        flag(f, Kind.EVIDENCE_MISSING, "comparisons", f"no {name} vs {base}")
         blank = Comparison(name, base, math.nan, (math.nan, math.nan), *[None] * 4)
         rows.append(Row(blank, dict.fromkeys(METRICS, "absent from the benchmark file")))
     return rows

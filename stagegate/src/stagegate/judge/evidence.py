@@ -16,22 +16,25 @@ from dataclasses import dataclass, field
 from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median, quartiles
+from stagegate.kinds import Kind
 from stagegate.model import Benchmark, PrecisionResult
 
 FIXES = {
-    "evidence_missing": "run the benchmark again and keep the file it writes as it is: its "
+    Kind.EVIDENCE_MISSING: "run the benchmark again and keep the file it writes as it is: its "
     "producer always writes this figure",
-    "evidence_impossible": "no run of this preset on this device gives this figure: run the "
+    Kind.EVIDENCE_IMPOSSIBLE: "no run of this preset on this device gives this figure: run the "
     "benchmark again and keep the file it writes as it is",
-    "evidence_inconsistent": "a summary disagrees with the raw figures it is computed from: run "
+    Kind.EVIDENCE_INCONSISTENT: "a summary disagrees with the raw figures it is computed from: run "
     "the benchmark again and never edit its file",
-    "evidence_unchecked": "the gate cannot check this figure: declare what it needs in "
+    Kind.EVIDENCE_UNCHECKED: "the gate cannot check this figure: declare what it needs in "
     "[tool.stagegate.benchmark] (the preset, the GPU's peak_tflops), or run the stage again so "
     "that its record and host file are kept with its result",
 }
 
 
-def flag(f: Findings, kind: str, where: str, problem: str, detail: str = "", fix: str = "") -> None:
+def flag(
+    f: Findings, kind: Kind, where: str, problem: str, detail: str = "", fix: str = ""
+) -> None:
     """A finding about the benchmark field ``where``."""
     f.add(kind, f"benchmark {where}: {problem}", detail=detail, fix=fix or FIXES.get(kind, ""))
 
@@ -67,7 +70,7 @@ def _preset(f: Findings, bench: Benchmark, policy: BenchmarkPolicy) -> Verified:
     if spec is None:
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             "preset",
             f"preset {bench.preset!r} is not declared in the policy",
             fix=f"declare it under [tool.stagegate.benchmark.presets.{bench.preset}] (its "
@@ -78,7 +81,7 @@ def _preset(f: Findings, bench: Benchmark, policy: BenchmarkPolicy) -> Verified:
     if device != spec.device:
         flag(
             f,
-            "evidence_impossible",
+            Kind.EVIDENCE_IMPOSSIBLE,
             "device",
             f"preset {bench.preset} runs on {spec.device}, the file says {bench.device!r}",
             fix=f"run the {bench.preset} preset on a {spec.device} device",
@@ -87,7 +90,7 @@ def _preset(f: Findings, bench: Benchmark, policy: BenchmarkPolicy) -> Verified:
     if bench.gpu_verified != gpu:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "gpu_verified",
             f"is {str(bench.gpu_verified).lower()}, but preset {bench.preset} ran on "
             f"{bench.device!r}",
@@ -100,7 +103,7 @@ def _required(f: Findings, bench: Benchmark, spec: PresetSpec, judged: str) -> N
     if judged not in spec.precisions:
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             "preset",
             f"the policy's preset {bench.preset} does not measure {judged}, the judged baseline",
             fix=f"add {judged} to [tool.stagegate.benchmark.presets.{bench.preset}] precisions",
@@ -109,7 +112,7 @@ def _required(f: Findings, bench: Benchmark, spec: PresetSpec, judged: str) -> N
         if bench.precision(name) is None:
             flag(
                 f,
-                "evidence_missing",
+                Kind.EVIDENCE_MISSING,
                 f"precisions.{name}",
                 f"absent; preset {bench.preset} measures {', '.join(spec.precisions)}",
             )
@@ -121,7 +124,7 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
     if len(p.window_s) < policy.min_windows:
         flag(
             f,
-            "evidence_missing",
+            Kind.EVIDENCE_MISSING,
             where,
             f"{len(p.window_s)} timed windows; at least {policy.min_windows} are needed",
         )
@@ -129,7 +132,7 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
     if len(p.window_s) > policy.max_windows:
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             where,
             f"{len(p.window_s)} timed windows; the policy checks at most {policy.max_windows}",
             fix="raise [tool.stagegate.benchmark] max_windows, or time fewer windows",
@@ -137,12 +140,12 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
         return None
     bad = [i for i, v in enumerate(p.window_s) if v is None]
     if bad:
-        flag(f, "evidence_missing", f"{where}[{bad[0]}]", "is not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, f"{where}[{bad[0]}]", "is not a finite number")
         return None
     windows = tuple(v for v in p.window_s if v is not None)
     low = min(range(len(windows)), key=windows.__getitem__)
     if windows[low] <= 0:
-        flag(f, "evidence_impossible", f"{where}[{low}]", f"a window of {windows[low]:g} s")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}[{low}]", f"a window of {windows[low]:g} s")
         return None
     return windows
 
@@ -152,11 +155,11 @@ def check_summary(
 ) -> None:
     """A finding when a summary figure is absent or disagrees with its recomputation."""
     if claimed is None:
-        flag(f, "evidence_missing", where, "absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent or not a finite number")
     elif not agrees(claimed, actual, tol, scale):
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             where,
             f"says {claimed:.6g}, the raw figures give {actual:.6g}",
             detail=f"tolerance {tol:g}% of the recomputed figure",
@@ -171,7 +174,7 @@ def _sizes(f: Findings, bench: Benchmark) -> dict[str, int] | None:
     sizes = {k: bench.preset_spec.get(k) for k in SIZES}
     bad = [k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
     for key in bad:
-        flag(f, "evidence_missing", f"preset.{key}", "is not a positive whole number")
+        flag(f, Kind.EVIDENCE_MISSING, f"preset.{key}", "is not a positive whole number")
     return None if bad else sizes  # type: ignore[return-value]
 
 
@@ -188,23 +191,25 @@ def _speed(
     if sizes is not None and sizes["windows"] != len(windows):
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             f"{where}.window_s",
             f"{len(windows)} windows, not {sizes['windows']}",
         )
     if p.window_count is None:
-        flag(f, "evidence_missing", f"{where}.stats.n", "absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, f"{where}.stats.n", "absent or not a finite number")
     elif p.window_count != len(windows):
-        flag(f, "evidence_inconsistent", f"{where}.stats.n", f"is not {len(windows)}")
+        flag(f, Kind.EVIDENCE_INCONSISTENT, f"{where}.stats.n", f"is not {len(windows)}")
     check_summary(f, f"{where}.stats.median", p.window_median_s, mid, tol)
     steps = p.steps_per_window
     if steps is None or steps <= 0 or steps != int(steps):
-        flag(f, "evidence_missing", f"{where}.steps_per_window", "is not a positive whole number")
+        flag(
+            f, Kind.EVIDENCE_MISSING, f"{where}.steps_per_window", "is not a positive whole number"
+        )
         return windows
     if sizes is not None and steps != sizes["window_steps"]:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             f"{where}.steps_per_window",
             f"is not {sizes['window_steps']}",
         )
@@ -220,10 +225,10 @@ def _speed(
 
 def _positive(f: Findings, where: str, value: float | None) -> float | None:
     if value is None:
-        flag(f, "evidence_missing", where, "absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent or not a finite number")
         return None
     if value <= 0:
-        flag(f, "evidence_impossible", where, f"{value:g} MB")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"{value:g} MB")
         return None
     return value
 
@@ -232,7 +237,12 @@ def _memory(f: Findings, p: PrecisionResult, tol: float) -> tuple[float, float] 
     """Peak and activation memory, when measured, positive, and activation = peak - static."""
     where = f"precisions.{p.name}.memory"
     if not p.memory_measured:
-        flag(f, "evidence_missing", f"{where}.measured", "is not true on a preset that measures it")
+        flag(
+            f,
+            Kind.EVIDENCE_MISSING,
+            f"{where}.measured",
+            "is not true on a preset that measures it",
+        )
         return None
     peak = _positive(f, f"{where}.peak_allocated_mb", p.peak_mb)
     static = _positive(f, f"{where}.static_mb", p.static_mb)
@@ -240,7 +250,7 @@ def _memory(f: Findings, p: PrecisionResult, tol: float) -> tuple[float, float] 
     if peak is None or static is None or activation is None:
         return None
     if static > peak:
-        flag(f, "evidence_impossible", f"{where}.static_mb", f"{static:g} MB is above the peak")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.static_mb", f"{static:g} MB is above the peak")
         return None
     check_summary(f, f"{where}.activation_mb", activation, peak - static, tol, peak)
     return peak, activation
@@ -250,10 +260,10 @@ def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
     where = f"precisions.{p.name}"
     if p.val_accuracy is None or p.val_loss is None:
         missing = "val_accuracy" if p.val_accuracy is None else "val_loss"
-        flag(f, "evidence_missing", f"{where}.{missing}", "absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, f"{where}.{missing}", "absent or not a finite number")
         return None
     if not 0 <= p.val_accuracy <= 1:
-        flag(f, "evidence_impossible", f"{where}.val_accuracy", f"{p.val_accuracy:g}")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_accuracy", f"{p.val_accuracy:g}")
         return None
     return p.val_accuracy, p.val_loss
 
@@ -262,13 +272,13 @@ def _losses(f: Findings, p: PrecisionResult) -> None:
     """A precision whose status is ok trained on finite losses, and says so."""
     where = f"precisions.{p.name}.loss_curve"
     if not p.loss_curve:
-        flag(f, "evidence_missing", where, "empty: no timed step's loss was recorded")
+        flag(f, Kind.EVIDENCE_MISSING, where, "empty: no timed step's loss was recorded")
         return
     bad = next((i for i, v in enumerate(p.loss_curve) if v is None), None)
     if bad is not None:
         flag(
             f,
-            "evidence_impossible",
+            Kind.EVIDENCE_IMPOSSIBLE,
             f"{where}[{bad}]",
             f"a non-finite training loss beside status {p.status!r}",
             fix="a run with a non-finite loss did not converge: find its first non-finite step",
@@ -278,11 +288,11 @@ def _losses(f: Findings, p: PrecisionResult) -> None:
 def _syncs(f: Findings, p: PrecisionResult) -> None:
     where = f"precisions.{p.name}.health.syncs_in_step"
     if not p.syncs_measured:
-        flag(f, "evidence_missing", where, "host syncs were not counted; the preset counts them")
+        flag(f, Kind.EVIDENCE_MISSING, where, "host syncs were not counted; the preset counts them")
     elif p.syncs_per_step is None:
-        flag(f, "evidence_missing", f"{where}.per_step", "absent or not a finite number")
+        flag(f, Kind.EVIDENCE_MISSING, f"{where}.per_step", "absent or not a finite number")
     elif p.syncs_per_step < 0:
-        flag(f, "evidence_impossible", f"{where}.per_step", f"{p.syncs_per_step:g}")
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.per_step", f"{p.syncs_per_step:g}")
 
 
 def _ranges(f: Findings, p: PrecisionResult) -> None:
@@ -295,7 +305,7 @@ def _ranges(f: Findings, p: PrecisionResult) -> None:
     )
     for name, value, possible in figures:
         if value is not None and not possible(value):
-            flag(f, "evidence_impossible", f"precisions.{p.name}.{name}", f"{value:g}")
+            flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"precisions.{p.name}.{name}", f"{value:g}")
 
 
 def _peaks(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, v: Verified) -> None:
@@ -308,11 +318,11 @@ def _peaks(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, v: Verified) 
         return
     v.peaks_why = f"no peak figures for GPU {name!r} in the policy"
     if not name:
-        flag(f, "evidence_missing", "machine_info.gpu_name", "absent on a cuda run")
+        flag(f, Kind.EVIDENCE_MISSING, "machine_info.gpu_name", "absent on a cuda run")
         return
     flag(
         f,
-        "evidence_unchecked",
+        Kind.EVIDENCE_UNCHECKED,
         "machine_info.gpu_name",
         f"{v.peaks_why}; its speedup cannot be bounded"
         if not best

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stagegate.kinds import Kind
 from stagegate.model import Finding, Location
 from stagegate.policy import Policy
 
@@ -15,17 +16,17 @@ class Findings:
 
     def add(
         self,
-        kind: str,
+        kind: Kind,
         title: str,
         *,
         detail: str = "",
         location: Location | None = None,
         fix: str = "",
     ) -> None:
-        """Add a finding of ``kind`` (a key of the policy's severity table)."""
-        self.items.append(
-            Finding(self.policy.severity[kind], self.stage, kind, title, detail, location, fix)
-        )
+        """Add a finding of ``kind``, at the severity the policy gives it."""
+        kind = Kind(kind)  # a name no kind has is a ValueError here, never a quiet finding
+        severity = self.policy.severity[kind]
+        self.items.append(Finding(severity, self.stage, kind, title, detail, location, fix))
 
     @property
     def blocking(self) -> bool:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import MachineClaim, StageData, StageRecord
 
 # What stagegate run observes of every machine, by itself (stagegate.machine.observe)
@@ -40,7 +41,7 @@ def _missing_facts(f: Findings, record: StageRecord) -> None:
     missing = [k for k in FACTS if env.get(k) in (None, "")]
     if missing:
         f.add(
-            "machine_unobserved",
+            Kind.MACHINE_UNOBSERVED,
             f"the record holds no observation of the machine's {', '.join(missing)}",
             detail="stagegate run writes these itself; a record without them was not written "
             "by it, or was edited",
@@ -56,7 +57,7 @@ def _future(f: Findings, record: StageRecord, now: datetime, tolerance_s: float)
     end = start + timedelta(seconds=max(record.duration_s, 0.0))
     if end > now + timedelta(seconds=tolerance_s):
         f.add(
-            "clock_future",
+            Kind.CLOCK_FUTURE,
             f"the stage's record is dated after this report's clock ({record.start[:40]})",
             detail=f"it ends at {end.isoformat(timespec='seconds')}; the report ran at "
             f"{now.isoformat(timespec='seconds')} (tolerance {tolerance_s:g} s)",
@@ -77,7 +78,7 @@ def _gpu(f: Findings, what: str, claimed: str, env: Mapping[str, Any]) -> None:
     devices, why = _devices(env)
     if devices is None:
         f.add(
-            "machine_unobserved",
+            Kind.MACHINE_UNOBSERVED,
             f"{what} claims GPU {claimed[:80]!r}; the stage's machine was not observed",
             detail=why,
             fix=FIX,
@@ -85,7 +86,7 @@ def _gpu(f: Findings, what: str, claimed: str, env: Mapping[str, Any]) -> None:
     elif _words(claimed) not in {_words(d) for d in devices}:
         had = ", ".join(repr(d[:80]) for d in devices) or "no GPU"
         f.add(
-            "machine_mismatch",
+            Kind.MACHINE_MISMATCH,
             f"{what} claims GPU {claimed[:80]!r}; the stage's machine had {had}",
             fix=FIX,
         )
@@ -102,7 +103,7 @@ def claim_findings(f: Findings, what: str, claim: MachineClaim, record: StageRec
     ):
         if said is not None and seen is not None and said != seen:
             f.add(
-                "machine_mismatch",
+                Kind.MACHINE_MISMATCH,
                 f"{what} claims {label} {str(said)[:40]}; the stage's machine had {seen}",
                 fix=FIX,
             )
@@ -132,7 +133,7 @@ def _within_run(
         start = datetime.fromisoformat(record.start).astimezone(UTC)
     except (TypeError, ValueError):
         f.add(
-            "clock_future",
+            Kind.CLOCK_FUTURE,
             f"{what} has no time of its own to hold against the stage's run",
             detail=f"datetime {written[:40]!r}",
             fix=FIX,
@@ -142,7 +143,7 @@ def _within_run(
     end = start + timedelta(seconds=max(record.duration_s, 0.0))
     if not start - slack <= at <= end + slack:
         f.add(
-            "clock_future",
+            Kind.CLOCK_FUTURE,
             f"{what} is dated {written[:40]}, outside the stage's run ({record.start[:40]}, "
             f"{record.duration_s:.0f} s)",
             detail=f"clock tolerance {tolerance_s:g} s",

@@ -13,6 +13,7 @@ import shlex
 from pathlib import PurePath
 
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import MissingFile, StageData, StageRecord
 from stagegate.policy import Policy
 
@@ -52,7 +53,7 @@ def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool)
     command = shlex.join(data.record.command) if data.record else "the stage's command"
     if missing.disappeared:
         f.add(
-            "output_missing",
+            Kind.OUTPUT_MISSING,
             f"{name} is gone: the stage wrote it, and it was removed before the report",
             detail=f"{missing.path} ({flag}) has a sha256 in the record; {missing.message}",
             fix="find what deletes files under the raw directory between the stage and the "
@@ -60,7 +61,7 @@ def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool)
         )
     elif required or missing.kind not in OPTIONAL_FILES:
         f.add(
-            "output_missing",
+            Kind.OUTPUT_MISSING,
             f"{name} was not produced",
             detail=f"{missing.path} is declared with {flag}; it is written by "
             f"{PRODUCERS.get(missing.kind, 'the stage command')}, run by {command}; "
@@ -69,7 +70,7 @@ def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool)
         )
     else:
         f.add(
-            "side_file_missing",
+            Kind.SIDE_FILE_MISSING,
             f"{name} was not written",
             detail=_why_unwritten(data),
             fix="its charts and figures are left out of this report",
@@ -95,7 +96,7 @@ def _undeclared(f: Findings, data: StageData, stage: str, policy: Policy) -> Non
             else f"--{kind}=FILE"
         )
         f.add(
-            "output_missing",
+            Kind.OUTPUT_MISSING,
             f"{stage} produced no {kind} file: the policy requires one",
             detail=f"the record declares {', '.join(sorted(record.files)) or 'no file'}; "
             f"[tool.stagegate.outputs] {stage} requires {', '.join(policy.outputs[stage])}. "
@@ -113,7 +114,7 @@ def output_findings(f: Findings, data: StageData, stage: str, policy: Policy) ->
         _missing(f, data, missing, stage in policy.required)
     for refused in data.refused_files:
         f.add(
-            "output_refused",
+            Kind.OUTPUT_REFUSED,
             f"{PurePath(refused.path).name} refused: {refused.reason}",
             detail=f"{refused.path} ({refused.kind}) was not read",
             fix="run the stage again; a record names only files under its --out-dir, and "

@@ -14,6 +14,7 @@ from stagegate.judge.comparison import COMPUTE_DTYPE
 from stagegate.judge.evidence import Verified, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median
+from stagegate.kinds import Kind
 from stagegate.model import Benchmark
 
 FLOPS_FIX = (
@@ -30,7 +31,7 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
     if declared is not None and stated is not None and declared != stated:
         flag(
             f,
-            "evidence_inconsistent",
+            Kind.EVIDENCE_INCONSISTENT,
             "model.flops_per_token",
             f"is {stated:,}; the policy declares {declared:,} for preset {bench.preset}",
         )
@@ -38,7 +39,7 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
     if flops is None:
         flag(
             f,
-            "evidence_unchecked",
+            Kind.EVIDENCE_UNCHECKED,
             "model.flops_per_token",
             "neither the file nor the policy states the model's FLOPs per token: its "
             "throughput cannot be held against the GPU's peak",
@@ -73,7 +74,7 @@ def physics(
         if tflops > peak:
             flag(
                 f,
-                "evidence_impossible",
+                Kind.EVIDENCE_IMPOSSIBLE,
                 f"precisions.{name}.window_s",
                 f"{tflops:,.1f} TFLOP/s of training arithmetic, above the GPU's dense {dtype} "
                 f"peak of {peak:g} TFLOP/s",

@@ -12,6 +12,7 @@ import re
 from functools import cache
 
 from stagegate.judge.findings import Findings
+from stagegate.kinds import Kind
 from stagegate.model import StageData, TestCase, TestSuite
 from stagegate.policy import Policy
 
@@ -56,7 +57,7 @@ def _gone_since_base(
     gone = [c for c in base.cases if c.executed and canonical(c) not in here]
     for case in (c for c in gone if any(matches(p, c) for p in patterns)):
         f.add(
-            "required_test_missing",
+            Kind.REQUIRED_TEST_MISSING,
             f"required test {case.nodeid} ran on the base branch and did not run here",
             detail="deselected, removed or renamed: the policy requires it to run",
             fix="run it again; a test the policy requires is not dropped by a change",
@@ -69,7 +70,7 @@ def required_test_findings(f: Findings, data: StageData, stage: str, policy: Pol
     if not patterns or data.suite is None:
         if patterns and data.record is not None:
             f.add(
-                "required_test_missing",
+                Kind.REQUIRED_TEST_MISSING,
                 f"the tests {stage} must run cannot be checked: it left no test results",
                 detail=", ".join(patterns),
                 fix="make the stage write its JUnit file",
@@ -80,14 +81,14 @@ def required_test_findings(f: Findings, data: StageData, stage: str, policy: Pol
         found = [c for c in suite.cases if matches(pattern, c)]
         if not found:
             f.add(
-                "required_test_missing",
+                Kind.REQUIRED_TEST_MISSING,
                 f"required test {pattern} did not run: no test in the results matches it",
                 detail=f"{suite.source}: missing, deselected or renamed",
                 fix="run it; the policy names the tests this stage exists to run",
             )
         for case in (c for c in found if c.outcome == "skipped"):
             f.add(
-                "required_test_skipped",
+                Kind.REQUIRED_TEST_SKIPPED,
                 f"required test {case.nodeid} was skipped",
                 detail=case.message or "no reason given",
                 location=case.location,
@@ -112,7 +113,7 @@ def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> N
     ]
     if gone:
         f.add(
-            "test_gone",
+            Kind.TEST_GONE,
             f"{len(gone)} test(s) that ran on the base branch did not run here",
             detail="; ".join(c.nodeid for c in gone[:_LISTED])
             + (f"; and {len(gone) - _LISTED} more" if len(gone) > _LISTED else ""),

@@ -16,6 +16,7 @@ from stagegate.judge.required import (
     required_test_findings,
     skipped_share_findings,
 )
+from stagegate.kinds import Kind
 from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
 from stagegate.policy import Policy, check_threshold
 
@@ -29,7 +30,7 @@ def _no_test_ran(f: Findings, suite: TestSuite) -> None:
         else f"holds {len(suite.cases)} test(s) and every one was skipped or disabled"
     )
     f.add(
-        "stage_failed",
+        Kind.STAGE_FAILED,
         f"no test ran: {suite.count('skipped')} skipped, 0 executed",
         detail=f"{suite.source} {what}",
         fix="a run that executes no test verifies nothing: check the selection, markers and "
@@ -48,7 +49,7 @@ def _failures_text(case: TestCase) -> str:
 
 def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float) -> None:
     if case.outcome in ("failed", "error"):
-        kind = "integration_raised" if integration else "test_failed"
+        kind = Kind.INTEGRATION_RAISED if integration else Kind.TEST_FAILED
         what = "raised" if integration else ("errored" if case.outcome == "error" else "failed")
         tries = f" ({case.attempts} attempts, the worst decides)" if case.attempts > 1 else ""
         f.add(
@@ -60,7 +61,7 @@ def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float
         )
     elif case.outcome == "flaky":
         f.add(
-            "flaky_test",
+            Kind.FLAKY_TEST,
             f"{case.nodeid} is flaky: it failed, then passed ({case.attempts} attempts)",
             detail=_failures_text(case),
             location=case.location,
@@ -68,7 +69,7 @@ def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float
         )
     if case.duration_s > slow_s:  # INFO only: the policy refuses to score it
         f.add(
-            "slow_test",
+            Kind.SLOW_TEST,
             f"{case.nodeid} took {case.duration_s:.1f} s (over {slow_s:g} s)",
             location=case.location,
             fix="shrink its data or mark it slow",
@@ -87,7 +88,7 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
         _no_test_ran(f, suite)
     for mismatch in suite.count_mismatches:
         f.add(
-            "count_mismatch",
+            Kind.COUNT_MISMATCH,
             f"test count mismatch: {mismatch}",
             detail=f"{suite.source}: a file cut off between elements still parses",
             fix="check that the test run wrote the whole file; if the producer counts something "
@@ -100,7 +101,7 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
         if case.outcome == "skipped":
             skipped[case.message or "no reason given"].append(case.nodeid)
     for reason, ids in skipped.items():
-        f.add("skipped_test", f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
+        f.add(Kind.SKIPPED_TEST, f"{len(ids)} skipped: {reason}", detail=", ".join(ids[:20]))
 
 
 def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
@@ -110,7 +111,7 @@ def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) 
     reason = check_threshold(policy.thresholds["coverage_pct"], data.coverage.percent)
     if reason:
         f.add(
-            "coverage_below_floor",
+            Kind.COVERAGE_BELOW_FLOOR,
             "coverage below the floor",
             detail=reason,
             fix="test the files with the most missed lines (see Coverage)",
@@ -137,12 +138,12 @@ def warning_findings(f: Findings, data: StageData, stage: str, policy: Policy) -
 def lint_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Every linter finding, its kind from its level; a level no reader writes (a generic
     file's "ERROR" or "fatal") counts as an error: what the gate cannot place, it does not pass."""
-    kinds = {"error": "lint_error", "warning": "lint_warning", "style": "lint_style"}
+    kinds = {"error": Kind.LINT_ERROR, "warning": Kind.LINT_WARNING, "style": Kind.LINT_STYLE}
     lint: dict[str, list[LintFinding]] = data.lint
     for tool, items in lint.items():
         for item in items:
             f.add(
-                kinds.get(item.level, "lint_error"),
+                kinds.get(item.level, Kind.LINT_ERROR),
                 f"{tool} {item.code}: {item.message}",
                 location=item.location,
                 fix=f"fix it, or justify an ignore for {item.code}",

@@ -22,6 +22,7 @@ from stagegate.judge.machine import machine_findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
+from stagegate.kinds import Kind
 from stagegate.model import (
     ABCheck,
     ABOutcome,
@@ -40,7 +41,7 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
     """Findings about how the command ended; True when it crashed rather than merely failed."""
     if record.runner_error:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             "stagegate run could not finish the stage's record",
             detail=record.runner_error,
             fix="run the stage again; the files it names could not be read when it ended",
@@ -48,7 +49,7 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
         return True
     if record.error:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             "stage command could not start",
             detail=record.error,
             fix=f"install what the stage runs, or fix its command: {shlex.join(record.command)}",
@@ -56,7 +57,7 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
         return True
     if record.timed_out:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             f"stage timed out after {record.duration_s:.0f} s",
             detail=record.stderr_tail[-600:],
             fix="find the step that hangs or raise the stage's --timeout",
@@ -64,7 +65,7 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
         return True
     if record.signal is not None:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             f"stage command was killed by signal {record.signal}",
             detail=record.stderr_tail[-600:],
             fix="look for memory exhaustion or an external kill",
@@ -85,7 +86,7 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
     )
     if data.record_problem:
         f.add(
-            "record_unusable",
+            Kind.RECORD_UNUSABLE,
             f"{name}'s record cannot be used",
             detail=data.record_problem,
             fix=f"run the {name} stage again so that stagegate run writes its one record "
@@ -94,7 +95,7 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
         return stage_verdict(name, StageStatus.ERROR, f, data)
     if data.record_gone:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             f"{name}'s record was removed: the stage ran (started {data.record_gone}), and its "
             "record is gone from the raw directory",
             detail="the raw directory's run log names the run; its record was deleted after it",
@@ -107,7 +108,7 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
     else:
         skippable = policy.skippable.get(name) == "no-cuda"
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             f"{name} has no record: the stage did not run",
             detail="it may go unverified only where it ran without CUDA; what it checks on "
             "a CPU was not checked"
@@ -138,7 +139,7 @@ def _performance(
     data = replace(data, benchmark=replace(bench, precisions=derived))
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             "GPU performance is required but was not verified",
             detail=f"the benchmark ran preset {bench.preset} on {bench.device}",
             fix="run this stage on a machine with the GPU the preset measures",
@@ -164,7 +165,7 @@ def _regression(
         named = data.record is not None and "ab" in data.record.files
         if f.stage == "regression" and not named:
             f.add(
-                "evidence_missing",
+                Kind.EVIDENCE_MISSING,
                 "the regression stage names no A/B file",
                 fix="run it as stagegate run regression --ab=FILE -- "
                 "python -m amptrain.benchmark.ab --against BASE --out FILE",
@@ -236,7 +237,7 @@ def _run_findings(
     machine_findings(f, data, now, f.policy.benchmark.clock_tolerance_s)
     for error in data.input_errors:  # missing and refused files: judge/outputs.py
         f.add(
-            "input_malformed",
+            Kind.INPUT_MALFORMED,
             f"unreadable output: {error}",
             fix="re-run the stage; if the file is still unreadable, its producer changed format "
             "or crashed while writing it",
@@ -273,7 +274,7 @@ def judge_stage(
     ab = _regression(f, data, policy, ab_base)
     if record.exit_code not in (0, None) and not f.blocking:
         f.add(
-            "stage_failed",
+            Kind.STAGE_FAILED,
             f"stage command exited {record.exit_code}",
             detail=(record.stderr_tail or record.stdout_tail)[-600:],
             fix="read the stage's output tail below",

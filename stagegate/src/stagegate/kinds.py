@@ -1,0 +1,132 @@
+"""The catalogue of finding kinds: every finding the judge makes is one of these, with its
+default severity (a policy may change it, within :attr:`Kind.floor`) and what it means. The
+judge, the policy, the views and the generated docs all read this one table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from stagegate.model import Severity
+
+C, H, M, L, INFO = (
+    Severity.CRITICAL,
+    Severity.HIGH,
+    Severity.MEDIUM,
+    Severity.LOW,
+    Severity.INFO,
+)
+
+
+@dataclass(frozen=True)
+class About:
+    """A kind's default severity, the least severe a policy may make it, and its meaning."""
+
+    severity: Severity
+    meaning: str
+    floor: Severity = INFO  # a policy may not set it below this
+    fixed: bool = False  # a policy may not change it at all
+
+
+class Kind(StrEnum):
+    """A finding's kind: also its key in ``[tool.stagegate.severity]``."""
+
+    # a stage and its tests
+    TEST_FAILED = "test_failed"
+    STAGE_FAILED = "stage_failed"
+    INTEGRATION_RAISED = "integration_raised"
+    FLAKY_TEST = "flaky_test"
+    COUNT_MISMATCH = "count_mismatch"
+    REQUIRED_TEST_MISSING = "required_test_missing"
+    REQUIRED_TEST_SKIPPED = "required_test_skipped"
+    SKIPPED_SHARE_ROSE = "skipped_share_rose"
+    TEST_NEWLY_SKIPPED = "test_newly_skipped"
+    TEST_GONE = "test_gone"
+    SKIPPED_TEST = "skipped_test"
+    SLOW_TEST = "slow_test"
+    COVERAGE_BELOW_FLOOR = "coverage_below_floor"
+    # linters and warnings
+    LINT_ERROR = "lint_error"
+    LINT_WARNING = "lint_warning"
+    LINT_STYLE = "lint_style"
+    DEPRECATION_WARNING = "deprecation_warning"
+    OTHER_WARNING = "other_warning"
+    # the stage's files and record
+    OUTPUT_MISSING = "output_missing"
+    OUTPUT_REFUSED = "output_refused"
+    SIDE_FILE_MISSING = "side_file_missing"
+    COMMIT_MISMATCH = "commit_mismatch"
+    RECORD_UNUSABLE = "record_unusable"
+    INPUT_MALFORMED = "input_malformed"
+    MACHINE_UNOBSERVED = "machine_unobserved"
+    MACHINE_MISMATCH = "machine_mismatch"
+    CLOCK_FUTURE = "clock_future"
+    # benchmarks
+    BENCHMARK_FAILED = "benchmark_failed"
+    EVIDENCE_MISSING = "evidence_missing"
+    EVIDENCE_IMPOSSIBLE = "evidence_impossible"
+    EVIDENCE_INCONSISTENT = "evidence_inconsistent"
+    EVIDENCE_UNCHECKED = "evidence_unchecked"
+    THRESHOLD_MISSED = "threshold_missed"
+    TARGET_UNDECIDED = "target_undecided"
+    REGRESSION = "regression"
+    REGRESSION_UNVERIFIED = "regression_unverified"
+    IMPROVEMENT = "improvement"
+    MEMORY_GROWTH = "memory_growth"
+    HOST_SYNC = "host_sync"
+    AUTOCAST_MISMATCH = "autocast_mismatch"
+    AB_REGRESSION = "ab_regression"
+    AB_UNDECIDED = "ab_undecided"
+
+    @property
+    def about(self) -> About:
+        """This kind's entry in the catalogue."""
+        return CATALOGUE[self]
+
+
+CATALOGUE: dict[Kind, About] = {
+    Kind.TEST_FAILED: About(C, "a test failed or erred"),
+    Kind.STAGE_FAILED: About(C, "the stage's command failed, crashed, timed out or ran no test"),
+    Kind.INTEGRATION_RAISED: About(C, "the end-to-end run raised"),
+    Kind.FLAKY_TEST: About(M, "a test failed, then passed on a re-run its producer documents"),
+    Kind.COUNT_MISMATCH: About(H, "a JUnit total claims more tests, failures or errors than held"),
+    Kind.REQUIRED_TEST_MISSING: About(H, "a test the policy names did not run"),
+    Kind.REQUIRED_TEST_SKIPPED: About(H, "a test the policy names was skipped"),
+    Kind.SKIPPED_SHARE_ROSE: About(M, "tests that ran on the base branch skip here"),
+    Kind.TEST_NEWLY_SKIPPED: About(M, "a test that ran on the base branch skips here"),
+    Kind.TEST_GONE: About(M, "a test that ran on the base branch did not run here"),
+    Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),
+    Kind.SLOW_TEST: About(INFO, "a test took longer than slow_test_s", fixed=True),
+    Kind.COVERAGE_BELOW_FLOOR: About(H, "line coverage is under its threshold"),
+    Kind.LINT_ERROR: About(H, "a linter reports an error (a syntax error included)"),
+    Kind.LINT_WARNING: About(M, "a linter reports a warning"),
+    Kind.LINT_STYLE: About(L, "a linter reports a matter of style"),
+    Kind.DEPRECATION_WARNING: About(L, "the tests raised a deprecation warning"),
+    Kind.OTHER_WARNING: About(INFO, "the tests raised another warning"),
+    Kind.OUTPUT_MISSING: About(H, "a file the stage must produce was not produced, or is gone"),
+    Kind.OUTPUT_REFUSED: About(C, "a file lies outside the raw folder or changed after the stage"),
+    Kind.SIDE_FILE_MISSING: About(L, "an optional file of a stage that is not required is missing"),
+    Kind.COMMIT_MISMATCH: About(C, "a record names another commit than the other records"),
+    Kind.RECORD_UNUSABLE: About(C, "a stage's record cannot be read, or it has two", floor=H),
+    Kind.INPUT_MALFORMED: About(C, "a file is over its reader's bounds or not valid", floor=H),
+    Kind.MACHINE_UNOBSERVED: About(C, "a record holds no observation of its machine", floor=H),
+    Kind.MACHINE_MISMATCH: About(C, "a file claims a machine the record did not see", floor=H),
+    Kind.CLOCK_FUTURE: About(C, "a record or file is dated after the report's clock", floor=H),
+    Kind.BENCHMARK_FAILED: About(C, "a precision of the benchmark failed or did not finish"),
+    Kind.EVIDENCE_MISSING: About(C, "a benchmark figure is absent or not finite", floor=H),
+    Kind.EVIDENCE_IMPOSSIBLE: About(C, "a benchmark figure no run can produce", floor=H),
+    Kind.EVIDENCE_INCONSISTENT: About(H, "a summary the raw figures contradict", floor=H),
+    Kind.EVIDENCE_UNCHECKED: About(H, "a figure the policy gives no way to check", floor=H),
+    Kind.THRESHOLD_MISSED: About(H, "a measured figure misses its threshold"),
+    Kind.TARGET_UNDECIDED: About(H, "a speedup's interval straddles its target", floor=H),
+    Kind.REGRESSION: About(H, "slower or larger than the stored baseline beyond the margin"),
+    Kind.REGRESSION_UNVERIFIED: About(H, "the baseline comparison could not be made", floor=H),
+    Kind.IMPROVEMENT: About(INFO, "faster or smaller than the stored baseline"),
+    Kind.MEMORY_GROWTH: About(H, "memory or live tensors grow from window to window"),
+    Kind.HOST_SYNC: About(H, "the training step waits on the host"),
+    Kind.AUTOCAST_MISMATCH: About(H, "matrix multiplies compute in another dtype than planned"),
+    Kind.AB_REGRESSION: About(H, "the head's step is slower than the base's beyond the limit"),
+    Kind.AB_UNDECIDED: About(H, "the A/B interval straddles the limit", floor=H),
+}
+
+DEFAULT_SEVERITY: dict[str, Severity] = {str(k): a.severity for k, a in CATALOGUE.items()}
