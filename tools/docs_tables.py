@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stagegate.benchpolicy import BenchmarkPolicy, peak_row
+from stagegate.judge.benchpolicy import BenchmarkPolicy, peak_row
 from stagegate.judge.comparison import COMPUTE_DTYPE
-from stagegate.policy import load_policy
+from stagegate.judge.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = Path("reports/baseline")

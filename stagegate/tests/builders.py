@@ -326,7 +326,8 @@ def tool(name: str) -> str:
 
 
 # Report scenarios: raw directories of real stage runs (see fixtures/stagegate/make_fixtures.py).
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stagegate"
+FIXTURES_ROOT = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = FIXTURES_ROOT / "stagegate"
 POLICY_FILE = FIXTURES / "policy.toml"  # this repository's policy, as the gold files were made
 SCENARIOS: dict[str, dict[str, object]] = {
     "pass-cpu": {},

@@ -13,8 +13,8 @@ import pytest
 from stagegate.collect import read_junit
 from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError
-from stagegate.render import TEXT_BOUND
-from stagegate.text import code_block, inline
+from stagegate.view.render import TEXT_BOUND
+from stagegate.view.text import code_block, inline
 
 from .builders import copy_scenario, junit_file, report_cli, reseal
 

@@ -15,13 +15,13 @@ import pytest
 from markdown_it import MarkdownIt
 
 from stagegate.cli import main
-from stagegate.github import COMMENT_MARKER
-from stagegate.policy import load_policy
-from stagegate.render import render_stage, render_summary
-from stagegate.runner import run_stage
-from stagegate.summaryviews import summary_view
-from stagegate.viewparts import Context
-from stagegate.views import stage_view
+from stagegate.judge.policy import load_policy
+from stagegate.record.runner import run_stage
+from stagegate.view.github import COMMENT_MARKER
+from stagegate.view.parts import Context
+from stagegate.view.render import render_stage, render_summary
+from stagegate.view.stage import stage_view
+from stagegate.view.summary import summary_view
 
 from .builders import (
     CPU_MACHINE,

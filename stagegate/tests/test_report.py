@@ -13,9 +13,9 @@ import pytest
 from markdown_it import MarkdownIt
 
 from stagegate.collect import stage as collect_stage_module
-from stagegate.github import COMMENT_MARKER
 from stagegate.model import Decision, StageStatus
 from stagegate.report import ReportOptions, build_report
+from stagegate.view.github import COMMENT_MARKER
 
 from .builders import (
     FIXTURES,

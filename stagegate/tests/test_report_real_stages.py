@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stagegate.cli import main
-from stagegate.runner import run_stage
+from stagegate.record.runner import run_stage
 
 from .builders import POLICY_FILE
 

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from stagegate.changes import gate_files
 from stagegate.cli import main
 from stagegate.errors import ConfigError, UsageError
+from stagegate.judge.policy import load_policy, policy_from_mapping
 from stagegate.model import RESERVED_STAGE_NAMES
-from stagegate.policy import load_policy, policy_from_mapping
-from stagegate.runner import run_stage
+from stagegate.record.runner import run_stage
 
 from .builders import POLICY_FILE, copy_scenario, report_cli, reseal
 
@@ -210,4 +209,4 @@ def test_a_new_skip_padded_by_new_tests_is_named(run: Path) -> None:
 )  # fmt: skip
 def test_files_that_can_deselect_or_skip_tests_are_gate_files(path: str) -> None:
     policy = load_policy(POLICY_FILE)
-    assert gate_files((path, "src/amptrain/loop.py"), policy) == (path,)
+    assert policy.gate_files_in((path, "src/amptrain/loop.py")) == (path,)

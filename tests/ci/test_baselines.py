@@ -18,7 +18,7 @@ from stagegate.collect.benchmark import read_benchmark
 from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
 from stagegate.model import StageData, StageRecord, StageStatus
-from stagegate.policy import load_policy
+from stagegate.judge.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "reports" / "baseline"

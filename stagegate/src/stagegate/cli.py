@@ -11,8 +11,8 @@ from pathlib import Path
 from stagegate.collect import LINT_TOOLS
 from stagegate.errors import InternalError, StagegateError, UsageError
 from stagegate.model import Decision
+from stagegate.record.runner import run_stage
 from stagegate.report import ReportOptions, run_report
-from stagegate.runner import run_stage
 
 EXIT_PASS, EXIT_BLOCK = 0, 1
 

@@ -1,7 +1,9 @@
-"""File output: every file stagegate writes goes through here, atomically."""
+"""Files: every file stagegate writes goes through here, atomically; and the digest every file
+it seals or checks is named by."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -20,3 +22,15 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+_CHUNK = 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of the file at ``path`` (read in chunks: any size, little memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stagegate.changes import changed_files, gate_files
 from stagegate.collect import collect_stage, find_records, read_baselines, read_run_log
+from stagegate.collect.changes import changed_files
 from stagegate.collect.jsonfile import load_json
 from stagegate.collect.records import UNATTRIBUTED, RecordScan
 from stagegate.errors import InputError, InternalError
-from stagegate.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
+from stagegate.judge.policy import Policy, load_policy
 from stagegate.model import (
     STAGES,
     Benchmark,
@@ -25,11 +25,11 @@ from stagegate.model import (
     Verdict,
     stage_name_problem,
 )
-from stagegate.policy import Policy, load_policy
-from stagegate.render import render_stage, render_summary, verdict_json
-from stagegate.summaryviews import summary_view
-from stagegate.viewparts import Context
-from stagegate.views import stage_view
+from stagegate.view.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
+from stagegate.view.parts import Context
+from stagegate.view.render import render_stage, render_summary, verdict_json
+from stagegate.view.stage import stage_view
+from stagegate.view.summary import summary_view
 
 __all__ = ["COMMENT_MARKER", "ReportOptions", "build_report", "run_report"]
 
@@ -169,7 +169,7 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
         changed,
         str(options.raw_dir),
         _run_url(options, env),
-        gate_files(changed, policy),
+        policy.gate_files_in(changed),
     )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from stagegate.digest import sha256_file
+from stagegate.io import sha256_file
 from stagegate.model import StageRecord
 
 

@@ -15,10 +15,10 @@ from dataclasses import replace
 from stagegate.judge.comparison import check_interval
 from stagegate.judge.evidence import agrees, flag
 from stagegate.judge.findings import Findings
+from stagegate.judge.policy import Policy
 from stagegate.judge.stats import RatioDistribution, median
 from stagegate.kinds import Kind
 from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
-from stagegate.policy import Policy
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 ROLES = ("base", "head")

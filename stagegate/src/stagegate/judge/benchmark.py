@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stagegate.benchpolicy import PresetSpec
 from stagegate.judge.benchmark_provenance import provenance_findings
+from stagegate.judge.benchpolicy import PresetSpec
 from stagegate.judge.comparison import METRICS, Row, recompute
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.physics import physics
+from stagegate.judge.policy import Policy, Threshold, check_threshold
 from stagegate.kinds import Kind
 from stagegate.model import (
     Benchmark,
@@ -24,7 +25,6 @@ from stagegate.model import (
     PrecisionResult,
     StageRecord,
 )
-from stagegate.policy import Policy, Threshold, check_threshold
 
 
 def _failed_precision(f: Findings, p: PrecisionResult) -> None:

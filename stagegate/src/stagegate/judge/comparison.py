@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 
 from stagegate.judge.evidence import Verified, check_summary, flag
 from stagegate.judge.findings import Findings
+from stagegate.judge.policy import Policy
 from stagegate.judge.stats import LEVEL, RatioDistribution, ratio_of_medians
 from stagegate.kinds import Kind
 from stagegate.model import Benchmark, Comparison
-from stagegate.policy import Policy
 
 METRICS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduction_pct")
 METRICS += ("accuracy_diff",)

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stagegate.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
+from stagegate.judge.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median, quartiles
 from stagegate.kinds import Kind

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from stagegate.judge.policy import Policy
 from stagegate.kinds import Kind
 from stagegate.model import Finding, Location
-from stagegate.policy import Policy
 
 
 class Findings:

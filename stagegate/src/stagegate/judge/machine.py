@@ -16,7 +16,7 @@ from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
 from stagegate.model import MachineClaim, StageData, StageRecord
 
-# What stagegate run observes of every machine, by itself (stagegate.machine.observe)
+# What stagegate run observes of every machine, by itself (stagegate.record.machine.observe)
 FACTS = ("python", "platform", "machine", "cpu_count", "accelerators")
 FIX = "run the stage with stagegate run on the machine it measures, and keep the files it writes"
 

@@ -13,9 +13,9 @@ import shlex
 from pathlib import PurePath
 
 from stagegate.judge.findings import Findings
+from stagegate.judge.policy import Policy
 from stagegate.kinds import Kind
 from stagegate.model import MissingFile, StageData, StageRecord
-from stagegate.policy import Policy
 
 # Files a stage may leave unwritten without its results becoming unreadable (their tests may
 # have failed): blocking in a required stage, a note in any other.

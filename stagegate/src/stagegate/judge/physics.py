@@ -9,7 +9,7 @@ faster than the device can compute is impossible: it blocks.
 
 from __future__ import annotations
 
-from stagegate.benchpolicy import BenchmarkPolicy
+from stagegate.judge.benchpolicy import BenchmarkPolicy
 from stagegate.judge.comparison import COMPUTE_DTYPE
 from stagegate.judge.evidence import Verified, flag
 from stagegate.judge.findings import Findings

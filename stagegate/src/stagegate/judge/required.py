@@ -12,9 +12,9 @@ import re
 from functools import cache
 
 from stagegate.judge.findings import Findings
+from stagegate.judge.policy import Policy
 from stagegate.kinds import Kind
 from stagegate.model import StageData, TestCase, TestSuite
-from stagegate.policy import Policy
 
 _LISTED = 20  # tests named in one finding's detail; the stage report lists every one
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import output_findings
+from stagegate.judge.policy import Policy, check_threshold
 from stagegate.judge.required import (
     gone_findings,
     required_test_findings,
@@ -18,7 +19,6 @@ from stagegate.judge.required import (
 )
 from stagegate.kinds import Kind
 from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
-from stagegate.policy import Policy, check_threshold
 
 _DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
 

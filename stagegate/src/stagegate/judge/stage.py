@@ -20,6 +20,7 @@ from stagegate.judge.commits import commit_findings
 from stagegate.judge.findings import Findings
 from stagegate.judge.machine import machine_findings
 from stagegate.judge.outputs import unreadable
+from stagegate.judge.policy import Policy
 from stagegate.judge.results import RESULT_CHECKS
 from stagegate.judge.verdict import stage_verdict
 from stagegate.kinds import Kind
@@ -34,7 +35,6 @@ from stagegate.model import (
     StageStatus,
     StageVerdict,
 )
-from stagegate.policy import Policy
 
 
 def _record_findings(f: Findings, record: StageRecord) -> bool:

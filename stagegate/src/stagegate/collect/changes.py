@@ -1,0 +1,50 @@
+"""What the change touches: the file ``--changed-files`` names (the trusted judge's list),
+else a git diff against the base."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from stagegate.errors import InputError
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def _git_changes(ref: str) -> tuple[str, ...] | None:
+    out = _git("diff", "--name-status", f"{ref}...HEAD")
+    if out is None:
+        return None
+    # "M\tpath", "R100\told\tnew": both names of a rename are changed files
+    return tuple(dict.fromkeys(p for line in out.splitlines() for p in line.split("\t")[1:] if p))
+
+
+def changed_files(
+    listed: Path | None, base_ref: str | None, env: Mapping[str, str]
+) -> tuple[str, tuple[str, ...]]:
+    """The files the change touches, with where that list came from, in words: the file
+    ``listed`` (``--changed-files``), else a git diff against ``base_ref`` or the PR's base."""
+    if listed is not None:
+        try:
+            text = listed.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(
+                f"--changed-files {listed} cannot be read ({exc}): give a file "
+                "of the change's paths, one a line"
+            ) from None
+        paths = (line.strip() for line in text.splitlines())
+        return "the change's file list", tuple(dict.fromkeys(p for p in paths if p))
+    ref = base_ref or (f"origin/{env['GITHUB_BASE_REF']}" if env.get("GITHUB_BASE_REF") else None)
+    if not ref:
+        return "no base given (pass --base REF or --changed-files FILE)", ()
+    changes = _git_changes(ref)
+    if changes is None:
+        return f"{ref} (not available in this clone)", ()
+    return ref, changes

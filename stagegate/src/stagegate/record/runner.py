@@ -1,0 +1,295 @@
+"""``stagegate run``: execute a stage's command, stream its output, end every process it
+started, and always write its record, with the sha256 of each file it names."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from stagegate.errors import UsageError
+from stagegate.io import sha256_file, write_atomic
+from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
+from stagegate.record.machine import observe
+from stagegate.record.proctree import children, end_tree, subreaper
+
+TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
+EXIT_TIMEOUT = 124
+EXIT_NOT_STARTED = 127
+EXIT_NO_RECORD = 3  # the record itself could not be written
+_ENV_KEYS = (
+    "CI",
+    "GITHUB_RUN_ID",
+    "GITHUB_REF",
+    "GITHUB_SHA",
+    "RUNNER_NAME",
+    "RUNNER_OS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+
+
+class _Tail:
+    """The last ``limit`` characters of a stream, in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: deque[str] = deque()
+        self.size = 0
+        self.dropped = False
+
+    def add(self, text: str) -> None:
+        self.chunks.append(text)
+        self.size += len(text)
+        while self.size - len(self.chunks[0]) >= self.limit:
+            self.size -= len(self.chunks.popleft())
+            self.dropped = True
+
+    def text(self) -> str:
+        joined = "".join(self.chunks)
+        if len(joined) > self.limit or self.dropped:
+            return "[... earlier output cut ...]\n" + joined[-self.limit :]
+        return joined
+
+
+def _pump(stream: IO[bytes], sink: IO[str], tail: _Tail) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        sink.write(line)
+        sink.flush()
+        tail.add(line)
+    stream.close()
+
+
+def _git_commit(env: Mapping[str, str]) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return env.get("GITHUB_SHA")
+
+
+def environment(env: Mapping[str, str]) -> dict[str, Any]:
+    """Where the stage ran, as observed here (:func:`stagegate.record.machine.observe`)."""
+    return observe(env, _ENV_KEYS)
+
+
+def _exited(pid: int, timeout_s: float | None) -> bool:
+    """Wait until ``pid`` has exited, leaving it unreaped (False on timeout). While its exit
+    status waits, its pid stays taken: a process it started cannot see it gone and act before
+    the stage's processes are ended."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """Terminate the command's whole process group, then kill it if it does not stop."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if _exited(proc.pid, wait_s):
+            return
+
+
+@dataclass
+class _Outcome:
+    """How the command ended, and the tails of its output."""
+
+    tails: tuple[_Tail, _Tail] = field(
+        default_factory=lambda: (_Tail(TAIL_CHARS), _Tail(TAIL_CHARS))
+    )
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    error: str | None = None
+
+    @property
+    def code(self) -> int:
+        """The command's own exit code, 124 on timeout, 128+N on signal N, 127 if not started."""
+        if self.error is not None:
+            return EXIT_NOT_STARTED
+        if self.timed_out:
+            return EXIT_TIMEOUT
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code if self.exit_code is not None else 1
+
+
+def _execute(
+    stage: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    timeout_s: float | None,
+    stdout: IO[str],
+    stderr: IO[str],
+) -> _Outcome:
+    """Run ``command`` in a session of its own, streaming its output and keeping the tails."""
+    out = _Outcome()
+    keep = children()  # this process's own children from before: not the command's
+    try:
+        proc = subprocess.Popen(
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        out.error = f"cannot start {command[0]!r}: {exc.strerror or exc}"
+        stderr.write(f"stagegate: {out.error}\n")
+        return out
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, stdout, out.tails[0]), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, stderr, out.tails[1]), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    try:
+        if not _exited(proc.pid, timeout_s):
+            out.timed_out = True
+            stderr.write(f"stagegate: {stage} timed out after {timeout_s:g} s; stopping it\n")
+            _stop(proc)
+    except KeyboardInterrupt:
+        _stop(proc, grace_s=2.0)
+    left = end_tree(proc.pid, keep | {proc.pid})  # nothing the command started outlives it
+    if left:
+        stderr.write(f"stagegate: {left} process(es) of {stage} could not be ended\n")
+    rc = proc.wait()  # reaped only now, after every process it started was ended
+    for t in pumps:
+        t.join(timeout=5)
+    if rc is not None and rc < 0:
+        out.signal = -rc
+    elif not out.timed_out:
+        out.exit_code = rc
+    return out
+
+
+def _inside(path: str, folder: Path) -> bool:
+    return Path(path).resolve().is_relative_to(folder.resolve())
+
+
+def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
+    """Refuse a stage name that is no identifier and a file outside ``out_dir``."""
+    problem = stage_name_problem(stage)
+    if problem:
+        raise UsageError(problem)
+    for kind, value in files.items():
+        for path in value.values() if isinstance(value, Mapping) else [value]:
+            if not _inside(str(path), out_dir):
+                raise UsageError(
+                    f"--{kind} {path}: a stage's files go under its --out-dir {out_dir}, "
+                    "where the report looks for them"
+                )
+
+
+def _sealed(record: StageRecord) -> list[str]:
+    """The files whose hash the record keeps: those it names, and beside each JUnit file the
+    counts stagegate's pytest plugin writes (the judge reads them with it)."""
+    named = record.named_files()
+    return [path for _, path, _ in named] + [counts_path(p) for k, p, _ in named if k == "junit"]
+
+
+def _hashes(record: StageRecord) -> dict[str, str | None]:
+    """The sha256 of every file the record seals, None for one that is not there."""
+    return {
+        path: sha256_file(Path(path)) if Path(path).exists() else None for path in _sealed(record)
+    }
+
+
+def _record(
+    stage: str, command: Sequence[str], out: _Outcome, env: dict[str, str], **kw: Any
+) -> StageRecord:
+    """The record of a finished command; a failure to read its files makes it a fallback
+    record that says so (and holds the hashes it could take)."""
+    record = StageRecord(
+        stage=stage,
+        command=list(command),
+        exit_code=out.exit_code,
+        signal=out.signal,
+        timed_out=out.timed_out,
+        stdout_tail=out.tails[0].text(),
+        stderr_tail=out.tails[1].text(),
+        environment=environment(env),
+        error=out.error,
+        commit=_git_commit(env),
+        **kw,
+    )
+    try:
+        return replace(record, sha256=_hashes(record))
+    except Exception as exc:  # the record is written whatever went wrong after the command
+        where = "".join(traceback.format_exception_only(exc)).strip()
+        return replace(record, runner_error=f"stagegate run could not finish the record: {where}")
+
+
+def _log_run(out_dir: Path, record: StageRecord) -> None:
+    """One line in the raw directory's run log: a record removed later is then reported as
+    removed, not as a stage that never ran."""
+    entry = {"stage": record.stage, "start": record.start, "record": f"{record.stage}.json"}
+    with (out_dir / RUN_LOG).open("a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
+def run_stage(
+    stage: str,
+    command: Sequence[str],
+    *,
+    out_dir: Path,
+    files: Mapping[str, Any] | None = None,
+    timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+) -> tuple[StageRecord, int]:
+    """Run ``command``, write ``out_dir/STAGE.json`` whatever happens, return it and an exit code.
+
+    The exit code is the command's own, 124 on timeout, 128+N when killed by signal N, 127
+    when the command could not be started, and 3 when the record could not be written. A
+    stage name that is no identifier, or a file outside ``out_dir``, is a UsageError before
+    anything runs.
+    """
+    files = dict(files or {})
+    _check(stage, out_dir, files)
+    env = dict(os.environ if env is None else env)
+    err = stderr or sys.stderr
+    start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    began = time.monotonic()
+    with subreaper():
+        out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
+    record = _record(
+        stage,
+        command,
+        out,
+        env,
+        start=start,
+        duration_s=round(time.monotonic() - began, 3),
+        files=files,
+        out_dir=str(out_dir),
+    )
+    if record.runner_error:
+        err.write(f"stagegate: {record.runner_error}\n")
+    try:
+        write_atomic(out_dir / f"{stage}.json", record.to_json())
+        _log_run(out_dir, record)
+    except OSError as exc:
+        err.write(f"stagegate: the record of {stage} could not be written to {out_dir}: {exc}\n")
+        return record, EXIT_NO_RECORD
+    return record, EXIT_NO_RECORD if record.runner_error and out.code == 0 else out.code

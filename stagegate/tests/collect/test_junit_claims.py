@@ -1,0 +1,151 @@
+"""What a JUnit file claims about itself is checked against what it holds: totals at every
+level, for every producer, whatever the suite is called; failures and errors of a suite that lie
+outside any test case are failed tests; and the pytest plugin's count beside a file is believed
+only as sealed by the stage's record."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from stagegate.collect import collect_stage, load_record, read_junit
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.policy import Policy
+from stagegate.model import Decision, StageData, StageStatus
+from stagegate.record.runner import run_stage
+
+from ..builders import record
+
+PASSING = '<testcase classname="m" name="a"/><testcase classname="m" name="b"/>'
+
+
+def _judged(data: StageData) -> tuple[Decision, list[str]]:
+    verdict = judge_stage("execution", data, Policy())
+    return decide([verdict]).decision, [f.kind for f in verdict.findings]
+
+
+def _read(tmp_path: Path, xml: str) -> tuple[tuple[str, ...], Decision, list[str]]:
+    path = tmp_path / "junit.xml"
+    path.write_text(xml)
+    suite = read_junit(path)
+    decision, kinds = _judged(StageData(record(files={"junit": str(path)}), suite=suite))
+    return suite.count_mismatches, decision, kinds
+
+
+@pytest.mark.parametrize(
+    ("totals", "said"),
+    [
+        ('tests="2" failures="2" errors="1"', "declares 2 failures"),
+        ('tests="5"', "declares 5 tests"),
+        ('tests="2" errors="1"', "declares 1 errors"),
+    ],
+    ids=["jest-style-failures", "tests", "errors"],
+)
+def test_file_totals_that_claim_more_than_the_file_holds_block(
+    tmp_path: Path, totals: str, said: str
+) -> None:
+    xml = f'<testsuites {totals}><testsuite name="unit">{PASSING}</testsuite></testsuites>'
+    mismatches, decision, kinds = _read(tmp_path, xml)
+    assert any(m.startswith("the file's <testsuites>") and said in m for m in mismatches)
+    assert decision is Decision.BLOCK and set(kinds) == {"count_mismatch"}
+
+
+def test_totals_that_match_or_claim_less_pass(tmp_path: Path) -> None:
+    failing = '<testcase classname="m" name="f"><failure message="x"/></testcase>'
+    xml = (
+        '<testsuites tests="3" failures="1"><testsuite name="unit" tests="3" failures="0">'
+        f"{PASSING}{failing}</testsuite></testsuites>"
+    )
+    mismatches, _, kinds = _read(tmp_path, xml)
+    assert mismatches == () and kinds == ["test_failed"]  # the element decides, not the total
+
+
+@pytest.mark.parametrize("name", ["pytest", "pytest tests", "unit"])
+def test_the_suites_name_changes_no_rule(tmp_path: Path, name: str) -> None:
+    xml = f'<testsuite name="{name}" tests="5" failures="1">{PASSING}</testsuite>'
+    mismatches, decision, _ = _read(tmp_path, xml)
+    assert len(mismatches) == 2 and decision is Decision.BLOCK
+
+
+@pytest.mark.parametrize("tag", ["error", "failure"])
+def test_a_suite_failure_outside_any_test_case_is_a_failed_test_of_that_suite(
+    tmp_path: Path, tag: str
+) -> None:
+    """Ant, JUnit 4 and Surefire write this when a test class cannot start: none of its
+    tests ran."""
+    xml = (
+        f'<testsuites><testsuite name="com.example.DbTest" tests="1" {tag}s="1">'
+        f'<{tag} message="Connection refused" type="java.net.ConnectException">'
+        "java.net.ConnectException: Connection refused\n"
+        "\tat com.example.DbTest.setUpClass(DbTest.java:21)</"
+        f"{tag}></testsuite>"
+        f'<testsuite name="com.example.MathTest" tests="2">{PASSING}</testsuite></testsuites>'
+    )
+    path = tmp_path / "junit.xml"
+    path.write_text(xml)
+    suite = read_junit(path)
+    broken = [c for c in suite.cases if c.suite == "com.example.DbTest"]
+    assert [c.outcome for c in broken] == ["error" if tag == "error" else "failed"]
+    assert "Connection refused" in broken[0].message and suite.count_mismatches == ()
+    decision, kinds = _judged(StageData(record(files={"junit": str(path)}), suite=suite))
+    assert decision is Decision.BLOCK and kinds == ["test_failed"]
+
+
+def _stage(tmp_path: Path, declared: int, counted: int | None) -> str:
+    """A stage that writes a pytest JUnit file of 1 test case declaring ``declared`` tests and,
+    unless ``counted`` is None, the plugin's count of subtest reports beside it; the record
+    seals both. The counts file's path."""
+    junit = tmp_path / "junit.xml"
+    xml = (
+        f'<testsuites name="pytest tests"><testsuite name="pytest" tests="{declared}">'
+        '<testcase classname="test_m" name="test_squares"/></testsuite></testsuites>'
+    )
+    lines = [f"open({str(junit)!r}, 'w').write({xml!r})"]
+    if counted is not None:
+        counts = f'{{"format_version": 1, "subtest_reports": {counted}}}'
+        lines.append(f"open({str(junit) + '.counts.json'!r}, 'w').write({counts!r})")
+    run_stage(
+        "execution",
+        [sys.executable, "-c", "; ".join(lines)],
+        out_dir=tmp_path,
+        files={"junit": str(junit)},
+        stdout=io.StringIO(),
+    )
+    return f"{junit}.counts.json"
+
+
+def _collected(tmp_path: Path) -> StageData:
+    return collect_stage(load_record(tmp_path / "execution.json"), tmp_path)
+
+
+def test_the_plugins_count_sealed_with_the_file_allows_its_subtests(tmp_path: Path) -> None:
+    _stage(tmp_path, declared=5, counted=4)
+    data = _collected(tmp_path)
+    assert data.suite is not None and data.suite.count_mismatches == ()
+    assert _judged(data) == (Decision.PASS, [])
+
+
+def test_too_small_a_count_still_leaves_a_mismatch(tmp_path: Path) -> None:
+    _stage(tmp_path, declared=5, counted=2)
+    data = _collected(tmp_path)
+    assert data.suite is not None and len(data.suite.count_mismatches) == 1
+    assert _judged(data) == (Decision.BLOCK, ["count_mismatch"])
+
+
+@pytest.mark.parametrize("when", ["changed", "written-after", "removed"])
+def test_a_count_changed_written_or_removed_after_the_stage_is_not_believed(
+    tmp_path: Path, when: str
+) -> None:
+    counts = _stage(tmp_path, declared=5, counted={"changed": 2, "removed": 4}.get(when))
+    if when == "removed":
+        Path(counts).unlink()
+    else:  # enough subtests to make the file's 5 tests look whole, claimed after the stage
+        Path(counts).write_text('{"format_version": 1, "subtest_reports": 4}')
+    data = _collected(tmp_path)
+    assert data.suite is None and data.input_errors
+    assert "counts" in data.input_errors[0]
+    verdict = judge_stage("execution", data, Policy())
+    assert decide([verdict]).decision is Decision.BLOCK and verdict.status is StageStatus.ERROR

@@ -1,0 +1,169 @@
+"""JUnit from pytest's subtests and from pytest-rerunfailures, written by the real producers.
+
+Subtests: pytest (9.0 on, its own ``subtests``; before it the pytest-subtests plugin) counts in
+``tests=`` every subtest's report, and a subtest that passed writes no element. stagegate's
+pytest plugin counts those itself and writes the count beside the JUnit file: with it, a run
+whose subtests all pass is no count mismatch and PASSes; without it, the file is read as
+strictly as any other. A failed subtest fails its test and BLOCKs.
+pytest-rerunfailures writes each try as a ``<testcase>``: a test that failed every try is
+failed, one that failed and then passed carries no re-run evidence and reads as passed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stagegate.collect import read_junit
+from stagegate.collect.junit import read_pytest_counts
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.policy import Policy
+from stagegate.model import Decision, StageData, TestSuite, counts_path
+
+from ..builders import FIXTURES_ROOT, record
+
+CORPUS = FIXTURES_ROOT / "junit"
+SAMPLES = CORPUS / "producers"  # the sample tests the corpus files were written from
+
+
+def _verdict(suite: TestSuite) -> tuple[Decision, list[str]]:
+    """The decision of an execution stage whose only evidence is ``suite`` (its command exited
+    0), and the kinds and titles of its findings."""
+    data = StageData(record(files={"junit": "junit.xml"}), suite=suite)
+    result = judge_stage("execution", data, Policy())
+    titles = [f"{f.kind}: {f.title}" for f in result.findings]
+    return decide([result]).decision, titles
+
+
+def _run_pytest(tmp_path: Path, sample: str, counted: bool = True) -> TestSuite:
+    """Run the installed pytest (stagegate's plugin with it) for real on a copy of ``sample``
+    and read its JUnit file, with the plugin's count unless ``counted`` is false."""
+    shutil.copy(SAMPLES / sample, tmp_path / sample)
+    junit = tmp_path / "junit.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, f"--junitxml={junit}", sample],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert junit.is_file(), done.stdout + done.stderr
+    passed = read_pytest_counts(Path(counts_path(str(junit)))) if counted else 0
+    return read_junit(junit, root=tmp_path, subtest_reports=passed)
+
+
+def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
+    suite = _run_pytest(tmp_path, "test_subtests_pass.py")
+    assert {c.nodeid: c.outcome for c in suite.cases} == {
+        "test_subtests_pass.py::test_squares": "passed",
+        "test_subtests_pass.py::test_plain": "passed",
+        "test_subtests_pass.py::TestWords::test_lengths": "passed",
+    }
+    assert suite.count_mismatches == ()
+    assert _verdict(suite) == (Decision.PASS, [])
+    assert read_pytest_counts(tmp_path / "junit.xml.counts.json") == 5  # the sample's subtests
+
+
+def test_subtests_without_the_plugins_count_are_read_strictly(tmp_path: Path) -> None:
+    suite = _run_pytest(tmp_path, "test_subtests_pass.py", counted=False)
+    (mismatch,) = suite.count_mismatches
+    assert "declares 8 tests" in mismatch and "holds 3" in mismatch
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK and findings[0].startswith("count_mismatch")
+
+
+def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
+    suite = _run_pytest(tmp_path, "test_subtests_fail.py")
+    cases = {c.name: c for c in suite.cases}
+    assert {n: c.outcome for n, c in cases.items()} == {
+        "test_evens": "failed",  # a subtests-fixture subtest
+        "test_plain": "passed",
+        "test_lengths": "failed",  # a unittest subTest
+    }
+    assert "assert 1 != 1" in cases["test_evens"].failures[0].message
+    assert "3 not less than 3" in cases["test_lengths"].failures[0].message
+    assert suite.count_mismatches == ()
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK
+    failed = [f for f in findings if f.startswith("test_failed")]
+    assert len(failed) == 2
+    assert any("test_evens" in f for f in failed) and any("test_lengths" in f for f in failed)
+
+
+PYTEST_SUITE = (
+    '<testsuites name="pytest tests"><testsuite name="pytest" tests="4" failures="1" '
+    'errors="1" skipped="1">{cases}</testsuite></testsuites>'
+)
+CASES = {
+    "failure": '<testcase classname="m" name="f"><failure message="boom"/></testcase>',
+    "error": '<testcase classname="m" name="e"><error message="boom"/></testcase>',
+    "skipped": '<testcase classname="m" name="s"><skipped message="later"/></testcase>',
+}
+
+
+@pytest.mark.parametrize(("lost", "attribute"), [("failure", "failures"), ("error", "errors")])
+def test_a_pytest_suite_that_lost_a_failure_or_error_is_a_mismatch(
+    tmp_path: Path, lost: str, attribute: str
+) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text(PYTEST_SUITE.format(cases="".join(CASES.values()) + CASES["skipped"]))
+    assert read_junit(path).count_mismatches == ()
+    kept = "".join(case for element, case in CASES.items() if element != lost)
+    path.write_text(PYTEST_SUITE.format(cases=kept + CASES["skipped"]))
+    suite = read_junit(path)
+    assert any(f"declares 1 {attribute}" in m and "holds 0" in m for m in suite.count_mismatches)
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK and any(f.startswith("count_mismatch") for f in findings)
+
+
+def test_naming_a_suite_pytest_switches_no_count_off(tmp_path: Path) -> None:
+    """A file that declares 5 tests and holds 2 passes is a mismatch whatever its suite is
+    called: the name is a claim of the file, like its counts."""
+    path = tmp_path / "junit.xml"
+    passing = '<testcase classname="m" name="a"/><testcase classname="m" name="b"/>'
+    for name in ("pytest", "unit"):
+        path.write_text(f'<testsuite name="{name}" tests="5">{passing}</testsuite>')
+        (mismatch,) = read_junit(path).count_mismatches
+        assert "declares 5 tests" in mismatch and "holds 2" in mismatch, name
+
+
+def test_a_rerun_that_failed_every_try_blocks_and_one_that_passed_is_not_flaky() -> None:
+    suite = read_junit(CORPUS / "pytest-rerunfailures-16.xml", root=SAMPLES)
+    cases = {c.name: c for c in suite.cases}
+    every = cases["test_fails_every_time"]
+    assert (every.outcome, every.attempts, len(every.failures)) == ("failed", 3, 1)
+    then = cases["test_fails_then_passes"]
+    assert (then.outcome, then.attempts, then.failures) == ("passed", 2, ())
+    assert suite.count("flaky") == 0 and suite.count_mismatches == ()
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK
+    assert [f for f in findings if "test_fails" in f] == [
+        f for f in findings if f.startswith("test_failed") and "test_fails_every_time" in f
+    ]
+    assert any("3 attempts" in f for f in findings)
+
+
+def test_a_rerun_is_flaky_only_with_re_run_evidence(tmp_path: Path) -> None:
+    # The same file, with the failed first try written as Surefire documents a re-run that
+    # later passed (<flakyFailure>): now, and only now, the test is flaky.
+    text = (CORPUS / "pytest-rerunfailures-16.xml").read_text()
+    last = '<testcase classname="test_rerun_sample" name="test_fails_then_passes" time="0.000" />'
+    assert text.count(last) == 2
+    evidence = last.replace(
+        " />", '><flakyFailure message="fails on the first try only"/></testcase>'
+    )
+    head, _, tail = text.rpartition(last)
+    path = tmp_path / "junit.xml"
+    path.write_text(head + evidence + tail)
+    cases = {c.name: c for c in read_junit(path, root=SAMPLES).cases}
+    assert (cases["test_fails_then_passes"].outcome, cases["test_fails_then_passes"].attempts) == (
+        "flaky",
+        3,
+    )
+    assert cases["test_fails_every_time"].outcome == "failed"

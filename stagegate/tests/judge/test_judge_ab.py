@@ -1,0 +1,335 @@
+"""The A/B regression check: a real cpu-smoke A/B of a commit against itself, then the same file
+with the head slowed, made too noisy to decide, and corrupted one field at a time. A slowdown
+beyond the limit blocks as a regression; an interval that straddles the limit is NOT VERIFIED
+and blocks too; every hostile file blocks with a finding that names its field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagegate.collect import collect_stage
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.ab import _outcome as ab_outcome
+from stagegate.judge.policy import load_policy
+from stagegate.judge.stats import RatioDistribution, median
+from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
+
+from ..builders import FIXTURES, POLICY_FILE, record, run_that_wrote, sealed
+
+POLICY = load_policy(POLICY_FILE)
+SELF = json.loads((FIXTURES / "ab-cpu-self.json").read_text())
+SHA = SELF["head"]["sha"]
+OTHER = "1" * 40
+Doc = dict[str, Any]
+
+
+def judged(tmp_path: Path, doc: Doc, ab_base: str | None = SHA, commit: str = SHA) -> StageVerdict:
+    """``doc`` written as the regression stage's A/B file, collected and judged."""
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    rec = record("regression", files={"ab": str(path)}, commit=commit, **run_that_wrote(doc))
+    rec = sealed(rec, tmp_path)
+    return judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=ab_base)
+
+
+def resummarized(doc: Doc) -> Doc:
+    """``doc`` with its summary recomputed from its windows, as the producer writes it."""
+    paired = [h / b for h, b in zip(doc["head"]["window_s"], doc["base"]["window_s"], strict=True)]
+    low, high = RatioDistribution(paired, (1.0,)).interval()
+    doc["summary"]["step_time_ratio"] = median(paired)
+    doc["summary"]["step_time_ratio_ci95"] = [low, high]
+    return doc
+
+
+def scaled(factors: Callable[[int], float]) -> Doc:
+    """The real file with head window i taken as base window i times ``factors(i)``, and a
+    different base commit."""
+    doc = copy.deepcopy(SELF)
+    doc["base"]["sha"] = OTHER
+    base = doc["base"]["window_s"]
+    doc["head"]["window_s"] = [b * factors(i) for i, b in enumerate(base)]
+    return resummarized(doc)
+
+
+def kinds(stage: StageVerdict) -> set[str]:
+    return {f.kind for f in stage.blocking}
+
+
+def test_the_real_file_of_a_commit_against_itself_passes_when_asked_for(tmp_path: Path) -> None:
+    stage = judged(tmp_path, SELF)
+    assert stage.status is StageStatus.PASS, [f.title for f in stage.findings]
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.WITHIN and check.high <= check.limit
+    assert decide([stage]).decision is Decision.PASS
+
+
+def test_a_commit_against_itself_blocks_unless_the_judge_asked_for_it(tmp_path: Path) -> None:
+    stage = judged(tmp_path, SELF, ab_base=None)
+    assert "evidence_unchecked" in kinds(stage)
+    assert any("base.sha" in f.title for f in stage.blocking)
+
+
+def test_a_slower_head_beyond_the_limit_is_a_regression(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 1.3), ab_base=OTHER)
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.BEYOND and check.low > check.limit
+    assert kinds(stage) == {"ab_regression"} and stage.status is StageStatus.FAIL
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_slowdown_within_the_limit_passes(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 1.05), ab_base=OTHER)
+    assert stage.ab[0].outcome is ABOutcome.WITHIN and stage.status is StageStatus.PASS
+
+
+def test_an_interval_across_the_limit_is_not_verified_and_never_passes(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 0.9 if i % 2 else 1.3), ab_base=OTHER)
+    (check,) = stage.ab
+    assert check.outcome is ABOutcome.UNDECIDED and check.low <= check.limit < check.high
+    assert stage.status is StageStatus.NOT_VERIFIED and "NOT VERIFIED" in stage.note
+    assert kinds(stage) == {"ab_undecided"}
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def on_gpu(head_mb: Callable[[int], float], claimed: float | None = None) -> Doc:
+    """The real file as the gpu preset writes it: on CUDA, with each window's peak memory
+    (the base's 1000 MB, the head's ``head_mb(i)``) and the summary's memory ratio (what the
+    windows give, unless ``claimed``)."""
+    doc = scaled(lambda i: 1.0)
+    doc["preset"], doc["device"] = "gpu", "cuda:0"
+    n = doc["windows"]
+    doc["base"]["peak_mb"] = [1000.0] * n
+    doc["head"]["peak_mb"] = [head_mb(i) for i in range(n)]
+    given = median([h / 1000.0 for h in doc["head"]["peak_mb"]])
+    doc["summary"]["peak_memory_ratio"] = given if claimed is None else claimed
+    return doc
+
+
+def test_on_the_gpu_preset_peak_memory_is_a_second_check_that_passes_when_unchanged(
+    tmp_path: Path,
+) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0 + i % 3), ab_base=OTHER)
+    assert [c.metric for c in stage.ab] == ["step_time", "peak_memory"]
+    assert all(c.outcome is ABOutcome.WITHIN for c in stage.ab)
+    assert stage.status is StageStatus.PASS, [f.title for f in stage.findings]
+
+
+def test_more_peak_memory_beyond_the_limit_is_a_regression(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1200.0 + i % 3), ab_base=OTHER)
+    memory = stage.ab[1]
+    assert memory.outcome is ABOutcome.BEYOND and memory.low > memory.limit > 1
+    assert kinds(stage) == {"ab_regression"}
+    assert any("peak memory" in f.title for f in stage.blocking)
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_memory_across_the_limit_is_not_verified(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0 if i % 2 else 1100.0), ab_base=OTHER)
+    assert stage.ab[1].outcome is ABOutcome.UNDECIDED
+    assert kinds(stage) == {"ab_undecided"} and decide([stage]).decision is Decision.BLOCK
+
+
+def test_both_ratios_across_the_limit_are_both_named_not_verified(tmp_path: Path) -> None:
+    doc = on_gpu(lambda i: 1000.0 if i % 2 else 1100.0)
+    doc["head"]["window_s"] = [
+        b * (0.9 if i % 2 else 1.3) for i, b in enumerate(doc["base"]["window_s"])
+    ]
+    stage = judged(tmp_path, resummarized(doc), ab_base=OTHER)
+    assert [c.outcome for c in stage.ab] == [ABOutcome.UNDECIDED] * 2
+    assert stage.status is StageStatus.NOT_VERIFIED and "step time, peak memory" in stage.note
+
+
+@pytest.mark.parametrize(
+    "peaks",
+    [None, [], [1000.0, None], [0.0], [-5.0]],
+    ids=["absent", "empty", "a null window", "zero", "negative"],
+)
+def test_peak_memory_that_is_not_a_positive_figure_a_window_blocks(
+    tmp_path: Path, peaks: list[float | None] | None
+) -> None:
+    doc = on_gpu(lambda i: 1000.0)
+    n = doc["windows"]
+    doc["head"]["peak_mb"] = None if peaks is None else (peaks * n)[:n] if peaks else []
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert any("head.peak_mb" in f.title for f in stage.blocking if f.kind == "evidence_missing")
+    assert [c.metric for c in stage.ab] == ["step_time"]
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_memory_ratio_the_windows_do_not_give_blocks(tmp_path: Path) -> None:
+    stage = judged(tmp_path, on_gpu(lambda i: 1000.0, claimed=0.8), ab_base=OTHER)
+    assert any(
+        "peak_memory_ratio" in f.title for f in stage.blocking if f.kind == "evidence_inconsistent"
+    )
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_a_cpu_run_is_judged_on_step_time_alone(tmp_path: Path) -> None:
+    stage = judged(tmp_path, scaled(lambda i: 1.0), ab_base=OTHER)
+    assert [c.metric for c in stage.ab] == ["step_time"] and stage.status is StageStatus.PASS
+
+
+@pytest.mark.parametrize("field", ["head.peak_mb", "base.peak_mb", "summary.peak_memory_ratio"])
+def test_memory_figures_on_a_preset_that_measures_none_block(tmp_path: Path, field: str) -> None:
+    doc = scaled(lambda i: 1.0)
+    if field == "summary.peak_memory_ratio":
+        doc["summary"]["peak_memory_ratio"] = 0.5
+    else:
+        doc[field.split(".")[0]]["peak_mb"] = [1e9] * doc["windows"]
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert any(field in t.title for t in stage.blocking if t.kind == "evidence_impossible")
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def _drop_window(doc: Doc) -> None:
+    doc["head"]["window_s"].pop()
+
+
+def _nan_window(doc: Doc) -> None:
+    doc["base"]["window_s"][3] = None  # what the producer writes for a non-finite window
+
+
+def _zero_window(doc: Doc) -> None:
+    doc["head"]["window_s"][0] = 0.0
+
+
+def _summary_ratio(doc: Doc) -> None:
+    doc["summary"]["step_time_ratio"] = 0.9
+
+
+def _summary_interval(doc: Doc) -> None:
+    doc["summary"]["step_time_ratio_ci95"] = [0.5, 1.01]
+
+
+def _not_interleaved(doc: Doc) -> None:
+    n = doc["windows"]
+    doc["order"] = ["base"] * n + ["head"] * n
+
+
+def _presets_differ(doc: Doc) -> None:
+    doc["head"]["preset"] = {**doc["head"]["preset"], "batch_size": 1}
+
+
+def _failed(doc: Doc) -> None:
+    doc["status"], doc["error"] = "error", "the head worker failed"
+
+
+def _few_windows(doc: Doc) -> None:
+    for role in ("base", "head"):
+        doc[role]["window_s"] = doc[role]["window_s"][:4]
+    doc["windows"], doc["order"] = 4, doc["order"][:8]
+
+
+def _wrong_device(doc: Doc) -> None:
+    doc["device"] = "cuda:0"
+
+
+def _short_sha(doc: Doc) -> None:
+    doc["base"]["sha"] = "abc"
+
+
+def _unknown_preset(doc: Doc) -> None:
+    doc["preset"] = "tpu-pod"
+
+
+HOSTILE = {
+    _drop_window: ("evidence_missing", "head.window_s"),
+    _nan_window: ("evidence_missing", "base.window_s"),
+    _zero_window: ("evidence_impossible", "head.window_s"),
+    _summary_ratio: ("evidence_inconsistent", "step_time_ratio"),
+    _summary_interval: ("evidence_inconsistent", "step_time_ratio_ci95"),
+    _not_interleaved: ("evidence_inconsistent", "order"),
+    _presets_differ: ("evidence_inconsistent", "preset"),
+    _failed: ("benchmark_failed", "did not finish"),
+    _few_windows: ("evidence_missing", "windows"),
+    _wrong_device: ("evidence_impossible", "device"),
+    _short_sha: ("evidence_missing", "base.sha"),
+    _unknown_preset: ("evidence_unchecked", "preset"),
+}
+
+
+@pytest.mark.parametrize("corrupt", HOSTILE, ids=lambda c: c.__name__.strip("_"))
+def test_a_hostile_file_blocks_naming_its_field(
+    tmp_path: Path, corrupt: Callable[[Doc], None]
+) -> None:
+    doc = copy.deepcopy(SELF)
+    corrupt(doc)
+    stage = judged(tmp_path, doc)
+    kind, field = HOSTILE[corrupt]
+    assert kind in kinds(stage), [f.title for f in stage.findings]
+    assert any(field in f.title for f in stage.blocking if f.kind == kind)
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_the_base_and_head_must_be_the_commits_asked_for(tmp_path: Path) -> None:
+    wrong_base = judged(tmp_path, scaled(lambda i: 1.0), ab_base="2" * 40)
+    assert any("base.sha" in f.title for f in wrong_base.blocking)
+    wrong_head = judged(tmp_path, scaled(lambda i: 1.0), ab_base=OTHER, commit="3" * 40)
+    assert any("head.sha" in f.title for f in wrong_head.blocking)
+
+
+def test_a_regression_stage_without_an_a_b_file_blocks(tmp_path: Path) -> None:
+    rec = sealed(record("regression", files={}, commit=SHA), tmp_path)
+    stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
+    assert "evidence_missing" in kinds(stage)
+
+
+@pytest.mark.parametrize(
+    ("role", "dirty", "kind"),
+    [
+        ("head", True, "evidence_inconsistent"),
+        ("base", True, "evidence_inconsistent"),
+        ("head", None, "evidence_missing"),
+        ("base", "yes", "evidence_missing"),
+    ],
+)
+def test_a_side_measured_with_uncommitted_changes_or_not_saying_blocks(
+    tmp_path: Path, role: str, dirty: object, kind: str
+) -> None:
+    doc = scaled(lambda i: 1.0)
+    doc[role]["dirty"] = dirty
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert [f.kind for f in stage.blocking if f"{role}.dirty" in f.title] == [kind]
+    assert decide([stage]).decision is Decision.BLOCK
+
+
+def test_an_a_b_file_named_but_not_written_is_said_once_as_missing(tmp_path: Path) -> None:
+    rec = sealed(record("regression", files={"ab": "ab.json"}, commit=SHA), tmp_path)
+    stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
+    assert stage.status is StageStatus.ERROR and decide([stage]).decision is Decision.BLOCK
+    assert not [f for f in stage.findings if "names no A/B file" in f.title]
+    assert [f for f in stage.blocking if "ab.json" in f.title + f.detail]
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "outcome"),
+    [
+        (0.95, 1.10, ABOutcome.WITHIN),  # the interval reaches the limit, no further
+        (1.10, 1.20, ABOutcome.UNDECIDED),  # from the limit itself: not wholly beyond it
+        (1.1001, 1.20, ABOutcome.BEYOND),
+        (1.05, 1.1001, ABOutcome.UNDECIDED),
+    ],
+)
+def test_an_interval_at_the_limit_is_within_and_only_one_wholly_beyond_it_regresses(
+    low: float, high: float, outcome: ABOutcome
+) -> None:
+    assert ab_outcome(low, high, 1.10) is outcome
+
+
+@pytest.mark.parametrize("windows", [POLICY.ab_min_windows, POLICY.benchmark.max_windows])
+def test_the_fewest_and_the_most_windows_the_policy_allows_are_judged(
+    tmp_path: Path, windows: int
+) -> None:
+    doc = copy.deepcopy(SELF)
+    for role in ("base", "head"):
+        side = doc[role]["window_s"]
+        doc[role]["window_s"] = (side * (windows // len(side) + 1))[:windows]
+    doc["windows"], doc["order"] = windows, ["base", "head"] * windows
+    stage = judged(tmp_path, resummarized(doc))
+    assert stage.ab and "evidence_missing" not in kinds(stage), [f.title for f in stage.findings]

@@ -1,0 +1,53 @@
+"""The run's commit, and a record of another one: a blocking finding naming both."""
+
+from __future__ import annotations
+
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.commits import run_commit
+from stagegate.judge.policy import Policy
+from stagegate.model import Decision, StageData, StageStatus
+
+from ..builders import case, record, suite
+
+A, B = "a" * 40, "b" * 40
+
+
+def _records(*commits: str | None) -> dict:
+    return {f"s{i}": record(f"s{i}", commit=c) for i, c in enumerate(commits)}
+
+
+def test_the_run_commit_is_the_one_most_records_name() -> None:
+    assert run_commit(_records(B, A, A)) == A
+    assert run_commit(_records(A, B)) == A  # a tie: the first named
+    assert run_commit(_records(None, A)) == A  # a tie: one that names a commit
+    assert run_commit(_records(None, None, A)) == ""
+    assert run_commit({}) == ""
+
+
+def test_a_record_of_another_commit_blocks_naming_both() -> None:
+    data = StageData(record(commit=B), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A)
+    assert v.status is StageStatus.FAIL and decide([v]).decision is Decision.BLOCK
+    (f,) = v.findings
+    assert f.kind == "commit_mismatch" and f.severity.blocks
+    assert A[:12] in f.title and B[:12] in f.title and A in f.detail and B in f.detail
+
+
+def test_no_commit_beside_a_commit_is_a_mismatch_both_ways() -> None:
+    data = StageData(record(commit=None), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A)
+    assert [f.kind for f in v.findings] == ["commit_mismatch"] and "no commit" in v.findings[
+        0
+    ].title
+    v = judge_stage(
+        "execution", StageData(record(commit=A), suite=suite(case("a"))), Policy(), commit=""
+    )
+    assert [f.kind for f in v.findings] == ["commit_mismatch"]
+
+
+def test_the_same_commit_or_none_checked_is_no_finding() -> None:
+    data = StageData(record(commit=A), suite=suite(case("a")))
+    assert judge_stage("execution", data, Policy(), commit=A).findings == ()
+    assert judge_stage("execution", data, Policy()).findings == ()
+    none = StageData(record(commit=None), suite=suite(case("a")))
+    assert judge_stage("execution", none, Policy(), commit="").findings == ()

@@ -1,0 +1,155 @@
+"""The machine and the clock are observed, not believed: a stage's output that claims a machine
+the record did not see, a record without stagegate run's own observation, and a record or file
+dated after the report's clock each BLOCK with their own finding."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.findings import Findings
+from stagegate.judge.machine import claim_findings, record_findings
+from stagegate.judge.policy import Policy
+from stagegate.model import Decision, MachineClaim, StageData
+
+from ..builders import (
+    CPU_MACHINE,
+    FIXTURES,
+    case,
+    copy_scenario,
+    gpu_machine,
+    record,
+    report_cli,
+    reseal,
+    suite,
+)
+
+H100 = "NVIDIA H100 80GB HBM3"
+NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+
+
+def _kinds(f: Findings) -> list[str]:
+    return [x.kind for x in f.items]
+
+
+@pytest.mark.parametrize(
+    ("claim", "machine", "kinds"),
+    [
+        (MachineClaim(gpu_name=H100), CPU_MACHINE, ["machine_mismatch"]),
+        (MachineClaim(gpu_name=H100), gpu_machine("NVIDIA H200"), ["machine_mismatch"]),
+        (MachineClaim(gpu_name=H100), gpu_machine(H100), []),
+        (MachineClaim(gpu_name="nvidia  h100 80gb hbm3"), gpu_machine(H100), []),
+        (MachineClaim(gpu_name=H100), gpu_machine("NVIDIA H200", H100), []),
+        (MachineClaim(cpu_count=16), CPU_MACHINE, ["machine_mismatch"]),
+        (MachineClaim(arch="aarch64"), CPU_MACHINE, ["machine_mismatch"]),
+        (MachineClaim(cpu_count=2, arch="x86_64"), CPU_MACHINE, []),
+        (MachineClaim(), CPU_MACHINE, []),
+    ],
+    ids=[
+        "gpu-on-a-cpu-machine",
+        "another-gpu",
+        "the-gpu-seen",
+        "spelled-otherwise",
+        "one-of-two",
+        "cpu-count",
+        "architecture",
+        "the-cpus-seen",
+        "no-claim",
+    ],
+)
+def test_each_machine_claim_is_held_against_the_records_observation(
+    claim: MachineClaim, machine: dict, kinds: list[str]
+) -> None:
+    f = Findings("performance", Policy())
+    claim_findings(f, "the benchmark file", claim, record("performance", environment=machine))
+    assert _kinds(f) == kinds
+    assert all(x.severity.blocks for x in f.items)
+
+
+def test_a_gpu_claim_where_the_look_for_gpus_failed_is_unobserved() -> None:
+    failed = {**CPU_MACHINE, "accelerators": {**CPU_MACHINE["accelerators"], "error": "exit 9"}}
+    f = Findings("performance", Policy())
+    claim_findings(f, "the benchmark file", MachineClaim(gpu_name=H100), record(environment=failed))
+    assert _kinds(f) == ["machine_unobserved"] and "exit 9" in f.items[0].detail
+
+
+@pytest.mark.parametrize("dropped", ["accelerators", "cpu_count", "platform"])
+def test_a_record_without_the_machine_it_ran_on_blocks(dropped: str) -> None:
+    environment = {k: v for k, v in CPU_MACHINE.items() if k != dropped}
+    f = Findings("execution", Policy())
+    record_findings(f, record(environment=environment), NOW, 2.0)
+    assert _kinds(f) == ["machine_unobserved"] and dropped in f.items[0].title
+
+
+@pytest.mark.parametrize(
+    ("start", "kinds"),
+    [
+        ("2099-01-01T00:00:00Z", ["clock_future"]),
+        ("2026-01-01T00:09:59Z", []),  # ends 00:10:00 + 1 s: inside the 2 s tolerance
+        ("2026-01-01T00:10:05Z", ["clock_future"]),
+        ("2025-12-31T23:00:00Z", []),
+    ],
+)
+def test_a_record_dated_after_the_reports_clock_blocks(start: str, kinds: list[str]) -> None:
+    f = Findings("execution", Policy())
+    record_findings(f, record(start=start, duration_s=1.0), NOW, 2.0)
+    assert _kinds(f) == kinds
+
+
+def _edit(path: Path, change: Any) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2))
+
+
+def _performance(root: Path) -> dict:
+    verdict = json.loads((root / "reports" / "verdict.json").read_text())
+    return next(s for s in verdict["stages"] if s["name"] == "performance")
+
+
+def test_a_committed_gpu_run_replayed_on_a_cpu_machine_blocks_naming_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real H100 result, its commit and time rewritten to the stage's own, as the stage's
+    command could write it: every figure consistent, the machine not the one that ran."""
+    root = copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    raw = root / "reports" / "raw"
+    stage = json.loads((raw / "performance.json").read_text())
+    gpu = json.loads((FIXTURES / "benchmark-h100-80gb-hbm3.json").read_text())
+    gpu["commit_info"]["id"] = stage["commit"]
+    gpu["datetime"] = stage["start"]
+    (raw / "benchmark.json").write_text(json.dumps(gpu))
+    _edit(raw / "performance.json", lambda d: d.update(duration_s=60.0))
+    reseal(raw)
+    assert report_cli(root) == 1
+    kinds = {f["kind"] for f in _performance(root)["findings"]}
+    assert "machine_mismatch" in kinds
+    mismatch = [f for f in _performance(root)["findings"] if f["kind"] == "machine_mismatch"]
+    assert any(H100 in f["title"] and "no GPU" in f["title"] for f in mismatch)
+
+
+def test_a_record_and_its_file_dated_in_2099_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    raw = root / "reports" / "raw"
+    future = (datetime.now(UTC) + timedelta(days=365 * 73)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _edit(raw / "benchmark.json", lambda d: d.update(datetime=future))
+    _edit(raw / "performance.json", lambda d: d.update(start=future))
+    reseal(raw)
+    assert report_cli(root) == 1
+    stage = _performance(root)
+    assert "clock_future" in {f["kind"] for f in stage["findings"]}
+
+
+def test_the_judge_holds_a_record_against_the_clock_it_is_given() -> None:
+    data = StageData(record(start="2099-01-01T00:00:00Z"), suite=suite(case("t")))
+    assert judge_stage("execution", data, Policy()).findings == ()  # no clock given
+    with_clock = judge_stage("execution", data, Policy(), now=NOW)
+    assert [f.kind for f in with_clock.findings] == ["clock_future"]
+    assert decide([with_clock]).decision is Decision.BLOCK

@@ -1,0 +1,92 @@
+"""The machine a stage ran on, observed by stagegate run itself: accelerators from the driver's
+own tool, found on the stage's PATH (stand-in programs play the tool: none exists here)."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+
+from stagegate.collect import load_record
+from stagegate.record.machine import accelerators
+from stagegate.record.runner import run_stage
+
+
+def _tool(folder: Path, body: str) -> dict[str, str]:
+    """A PATH whose only nvidia-smi is a shell script running ``body``."""
+    folder.mkdir(exist_ok=True)
+    tool = folder / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return {"PATH": str(folder)}
+
+
+# What the driver's tool prints for this query on an H200 machine (one GPU)
+H200 = "NVIDIA H200, 580.159.04, 143771, 9.0"
+
+
+def test_no_tool_and_no_driver_observes_no_accelerator(tmp_path: Path) -> None:
+    seen = accelerators({"PATH": str(tmp_path)}, proc=tmp_path / "no-driver")
+    assert seen == {"probe": "nvidia-smi", "found": False, "devices": [], "error": None}
+
+
+def test_without_the_tool_the_drivers_own_list_is_read(tmp_path: Path) -> None:
+    info = tmp_path / "gpus" / "0000:00:06.0" / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: \t\t NVIDIA H200\nIRQ:   \t\t 36\nBus Type: \t PCIe\n")
+    seen = accelerators({"PATH": str(tmp_path)}, proc=tmp_path / "gpus")
+    assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["found"]
+
+
+def test_a_driver_too_old_for_compute_capability_is_asked_without_it(tmp_path: Path) -> None:
+    old = (
+        'case "$1" in *compute_cap*) echo \'Field "compute_cap" is not a valid field to '
+        "query.'; exit 2;; esac\n"
+        'echo "NVIDIA A100-SXM4-80GB, 470.82.01, 81251"'
+    )
+    seen = accelerators(_tool(tmp_path / "bin", old))
+    assert seen["error"] is None
+    assert seen["devices"] == [
+        {
+            "name": "NVIDIA A100-SXM4-80GB",
+            "driver": "470.82.01",
+            "memory_mb": 81251,
+            "compute_capability": None,
+        }
+    ]
+
+
+def test_each_gpu_the_tool_lists_is_recorded_with_its_driver_memory_and_capability(
+    tmp_path: Path,
+) -> None:
+    lines = f'[ "$2" = --format=csv,noheader,nounits ] && echo "{H200}"\n'
+    env = _tool(tmp_path / "bin", lines + 'echo "NVIDIA H100 80GB HBM3, 580.159.04, 81559, 9.0"')
+    seen = accelerators(env)
+    assert seen["found"] and seen["error"] is None
+    assert seen["devices"] == [
+        {"name": "NVIDIA H200", "driver": "580.159.04", "memory_mb": 143771,
+         "compute_capability": "9.0"},
+        {"name": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "memory_mb": 81559,
+         "compute_capability": "9.0"},
+    ]  # fmt: skip
+
+
+def test_a_tool_that_fails_is_an_error_not_a_machine_without_gpus(tmp_path: Path) -> None:
+    env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed to communicate' >&2; exit 9")
+    seen = accelerators(env)
+    assert seen["found"] and seen["devices"] == []
+    assert seen["error"].startswith("exit 9") and "failed to communicate" in seen["error"]
+
+
+def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
+    env = _tool(tmp_path / "bin", f'echo "{H200}"; echo "No devices were found"; echo ", , "')
+    assert [d["name"] for d in accelerators(env)["devices"]] == ["NVIDIA H200"]
+
+
+def test_the_record_holds_what_the_stage_machine_showed(tmp_path: Path) -> None:
+    env = {**os.environ, **_tool(tmp_path / "bin", f'echo "{H200}"')}
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    run_stage("cuda", ["true"], out_dir=tmp_path, env=env, stdout=io.StringIO())
+    saved = load_record(tmp_path / "cuda.json").environment["accelerators"]
+    assert [d["name"] for d in saved["devices"]] == ["NVIDIA H200"]

@@ -1,0 +1,206 @@
+"""stagegate run: real commands, real exits, timeouts and signals; the record is always written."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stagegate.collect import load_record
+from stagegate.errors import UsageError
+from stagegate.record.runner import TAIL_CHARS, run_stage
+
+PY = sys.executable
+
+
+def _run(tmp_path: Path, *cmd: str, **kw: object) -> tuple:
+    out, err = io.StringIO(), io.StringIO()
+    record, code = run_stage("execution", list(cmd), out_dir=tmp_path, stdout=out, stderr=err, **kw)
+    return record, code, out.getvalue(), err.getvalue()
+
+
+def test_success_is_recorded_with_output_and_environment(tmp_path: Path) -> None:
+    junit = str(tmp_path / "j.xml")
+    record, code, out, _ = _run(tmp_path, PY, "-c", "print('héllo ✓')", files={"junit": junit})
+    assert code == 0 and record.exit_code == 0 and record.succeeded
+    assert "héllo ✓" in out and "héllo ✓" in record.stdout_tail  # streamed and kept
+    saved = load_record(tmp_path / "execution.json")
+    assert saved == record
+    assert saved.files == {"junit": junit} and saved.environment["python"]
+    assert saved.start.endswith("Z") and saved.duration_s >= 0
+    assert saved.out_dir == str(tmp_path)
+    assert saved.sha256 == {junit: None, f"{junit}.counts.json": None}  # never written
+
+
+def test_failure_keeps_the_exit_code_and_stderr(tmp_path: Path) -> None:
+    record, code, _, err = _run(
+        tmp_path, PY, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"
+    )
+    assert code == 3 and record.exit_code == 3 and not record.succeeded
+    assert "boom" in err and "boom" in record.stderr_tail
+
+
+def test_timeout_stops_the_command_and_is_recorded(tmp_path: Path) -> None:
+    record, code, _, err = _run(tmp_path, PY, "-c", "import time; time.sleep(60)", timeout_s=0.5)
+    assert code == 124 and record.timed_out and record.exit_code is None
+    assert record.duration_s < 30 and "timed out" in err
+    assert json.loads((tmp_path / "execution.json").read_text())["timed_out"] is True
+
+
+def test_a_killed_command_records_its_signal(tmp_path: Path) -> None:
+    record, code, _, _ = _run(
+        tmp_path, PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    assert record.signal == 9 and record.exit_code is None and code == 128 + 9
+
+
+def test_a_command_that_cannot_start_is_recorded(tmp_path: Path) -> None:
+    record, code, _, err = _run(tmp_path, "/no/such/tool", "--flag")
+    assert code == 127 and record.error and "cannot start" in err
+    assert load_record(tmp_path / "execution.json").error == record.error
+
+
+def test_output_tail_is_bounded(tmp_path: Path) -> None:
+    record, code, out, _ = _run(
+        tmp_path, PY, "-c", "print('x' * 100 + '\\n' * 0, end=''); [print(i) for i in range(50000)]"
+    )
+    assert code == 0 and "49999" in record.stdout_tail
+    assert (
+        len(record.stdout_tail) <= TAIL_CHARS + 100 and "earlier output cut" in record.stdout_tail
+    )
+    assert out.count("\n") == 50000  # the console still got everything
+
+
+def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
+    junit, absent = tmp_path / "j.xml", tmp_path / "never.json"
+    write = f"open({str(junit)!r}, 'w').write('<testsuites/>')"
+    record, code, _, _ = _run(
+        tmp_path, PY, "-c", write, files={"junit": str(junit), "metrics": str(absent)}
+    )
+    assert code == 0 and record.out_dir == str(tmp_path)
+    assert record.sha256 == {
+        str(junit): hashlib.sha256(b"<testsuites/>").hexdigest(),
+        str(absent): None,
+        f"{junit}.counts.json": None,  # where pytest's counts would be: sealed too
+    }
+
+
+# A grandchild that leaves the stage's process group and session (setsid, or a daemon's double
+# fork), waits until the stage's command has ended, then rewrites the stage's files for as long
+# as it lives. It writes its pid first, so the test can tell it was started and is gone.
+DETACHED = """
+import os, subprocess, sys, time
+out, mode = sys.argv[1], sys.argv[2]
+child = '''
+import os, sys, time
+out, parent = sys.argv[1], int(sys.argv[2])
+open(os.path.join(out, "grandchild.pid"), "w").write(str(os.getpid()))
+while True:
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        break  # the stage's command is over
+    time.sleep(0.01)
+while True:
+    for name in ("junit.xml", "execution.json"):
+        open(os.path.join(out, name), "w").write("rewritten after the stage")
+    open(os.path.join(out, "rewrote"), "w").write("yes")
+    time.sleep(0.01)
+'''
+argv = [sys.executable, "-c", child, out, str(os.getpid())]
+quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if mode == "setsid":
+    subprocess.Popen(argv, start_new_session=True, **quiet)
+elif os.fork() == 0:  # a daemon: fork, new session, fork again, the middle one exits
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, argv)
+    os._exit(0)
+while not os.path.exists(os.path.join(out, "grandchild.pid")):
+    time.sleep(0.01)
+open(os.path.join(out, "junit.xml"), "w").write("<testsuites/>")
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("mode", ["setsid", "daemon"])
+def test_a_detached_grandchild_cannot_rewrite_the_stage_files_afterwards(
+    tmp_path: Path, mode: str
+) -> None:
+    junit = tmp_path / "junit.xml"
+    record, code, _, _ = _run(
+        tmp_path, PY, "-c", DETACHED, str(tmp_path), mode, files={"junit": str(junit)}
+    )
+    assert code == 0
+    pid = int((tmp_path / "grandchild.pid").read_text())
+    deadline = time.monotonic() + 30  # a bound on waiting, not a measurement
+    while _alive(pid) and not (tmp_path / "rewrote").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):  # the runner failed to end it: end it here, then fail
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the detached grandchild outlived its stage")
+    assert not (tmp_path / "rewrote").exists()
+    assert junit.read_text() == "<testsuites/>"
+    assert load_record(tmp_path / "execution.json") == record
+    assert record.sha256[str(junit)] == hashlib.sha256(b"<testsuites/>").hexdigest()
+
+
+def test_the_record_is_written_when_reading_the_outputs_fails(tmp_path: Path) -> None:
+    # A declared output that is a directory cannot be hashed: the record says so, and is kept.
+    (tmp_path / "coverage.json").mkdir()
+    record, code, _, err = _run(
+        tmp_path, PY, "-c", "pass", files={"coverage": str(tmp_path / "coverage.json")}
+    )
+    assert code == 3 and record.runner_error and "coverage.json" in record.runner_error
+    saved = load_record(tmp_path / "execution.json")
+    assert saved.runner_error == record.runner_error and saved.exit_code == 0
+    assert "could not finish the record" in err
+
+
+def test_the_record_is_written_when_the_command_removed_its_folder(tmp_path: Path) -> None:
+    out = tmp_path / "raw"
+    out.mkdir()
+    record, code = run_stage(
+        "execution",
+        [PY, "-c", f"import shutil; shutil.rmtree({str(out)!r})"],
+        out_dir=out,
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    assert code == 0 and load_record(out / "execution.json") == record
+
+
+@pytest.mark.parametrize("name", ["Execution", "../up", "a b", "x" * 40, "", "é", "ok\n# PASS"])
+def test_a_stage_name_that_is_no_identifier_is_refused_before_anything_runs(
+    tmp_path: Path, name: str
+) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError, match="short identifier"):
+        run_stage(name, [PY, "-c", f"open({str(marker)!r}, 'w')"], out_dir=tmp_path)
+    assert not marker.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_file_outside_the_out_dir_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    out = tmp_path / "raw"
+    with pytest.raises(UsageError, match="--junit"):
+        run_stage("execution", [PY, "-c", "pass"], out_dir=out, files={"junit": "j.xml"})
+    with pytest.raises(UsageError, match="--lint"):
+        run_stage(
+            "static", [PY, "-c", "pass"], out_dir=out, files={"lint": {"ruff": str(tmp_path)}}
+        )
+    assert not out.exists()
