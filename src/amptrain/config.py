@@ -85,7 +85,8 @@ class TrainConfig:
     checkpoint_every: int | None = None  # optimizer steps between checkpoints
     keep_checkpoints: int = 3  # the newest K are kept
     resume_from: str | None = None  # a checkpoint, a directory (its newest), or "latest"
-    compile: bool = False  # torch.compile the forward and its loss, as one graph, for training
+    # torch.compile the forward and its loss, as one graph, for training (a str: the backend)
+    compile: bool | str = False
     device: str | None = None  # None: CUDA when available, else CPU
     seed: int = 0
     deterministic: bool = False
@@ -146,6 +147,8 @@ class TrainConfig:
                 )
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("TrainConfig.checkpoint_every needs checkpoint_dir")
+        if isinstance(self.compile, str):
+            check_backend(self.compile)
         self._check_best()
 
     def _check_best(self) -> None:
@@ -162,6 +165,16 @@ class TrainConfig:
                 "TrainConfig.best_metric needs checkpoint_dir: the best weights are kept in "
                 "checkpoint_dir/best"
             )
+
+
+def check_backend(name: str) -> None:
+    """``name`` is a backend ``torch.compile`` knows, or a ValueError listing them."""
+    known = torch.compiler.list_backends(exclude_tags=())
+    if name not in known:
+        raise ValueError(
+            f"TrainConfig.compile={name!r} is not a torch.compile backend: pass True (inductor), "
+            f"False, or one of {', '.join(known)}"
+        )
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ class TrainStep:
     scaled backward (per micro-batch) -> unscale_ -> clip -> step (skipped on a non-finite
     gradient norm) -> scaler.update() -> zero_grad(set_to_none=True).
     With ``compile``, the forward and its loss are one ``torch.compile``d graph, so the head's
-    logits, their fp32 cast and the softmax fuse (the model alone compiled leaves the loss eager).
+    logits, their fp32 cast and the softmax fuse (the model alone compiled leaves the loss eager);
+    a string names the backend (True: inductor).
     With fp16 the scaler skips the step on inf/NaN gradients. Otherwise a fused optimizer
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
@@ -63,7 +64,7 @@ class TrainStep:
         loss_fn: LossFn = lm_loss,
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
         ranks: int = 1,
-        compile: bool = False,
+        compile: bool | str = False,
     ) -> None:
         self.model = model
         self.adapter = ModelAdapter(model)
@@ -73,7 +74,7 @@ class TrainStep:
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.loss_fn = loss_fn
         self.reduce, self.ranks = reduce, ranks
-        self.forward_loss = torch.compile(self._loss) if compile else self._loss
+        self.forward_loss = _compiled(self._loss, compile)
         self.scaler = plan.grad_scaler()
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
@@ -178,6 +179,14 @@ class TrainStep:
             self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.overflows.copy_(state["overflows"])
+
+
+def _compiled(function: Callable[..., torch.Tensor], compile: bool | str) -> Any:
+    """``function`` compiled with the backend ``compile`` names (True: torch's default), or
+    itself."""
+    if compile is False:
+        return function
+    return torch.compile(function, **({} if compile is True else {"backend": compile}))
 
 
 @torch.no_grad()

@@ -56,6 +56,12 @@ def test_bad_config_values_name_the_field(field: str, value: object) -> None:
         TrainConfig(**{field: value})
 
 
+def test_compile_takes_a_backend_by_name() -> None:
+    assert TrainConfig(compile="aot_eager").compile == "aot_eager"
+    with pytest.raises(ValueError, match=r"'yes' is not a torch.compile backend: .* aot_eager"):
+        TrainConfig(compile="yes")
+
+
 def test_lightnings_integer_precisions_are_kept_as_their_names() -> None:
     assert TrainConfig(precision=16).precision == "16"
     assert TrainConfig(precision=32).precision == "32"
