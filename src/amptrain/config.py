@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,14 @@ class TrainConfig:
     deterministic: bool = False
     num_workers: int | None = None
     collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
+    # under torchrun: "ddp" (every rank holds the whole model; the default) or "fsdp" (FSDP2:
+    # each rank holds 1/N of the weights, gradients and optimizer state)
+    strategy: str | None = None
+    # FSDP: the classes (or class names) of the blocks sharded one by one (None: the model's
+    # _no_split_modules, as a transformers model or TinyGPT gives them)
+    auto_wrap: Sequence[type | str] | None = None
+    cpu_offload: bool = False  # FSDP: the shards and the optimizer's step stay in CPU memory
+    reshard_after_forward: bool = True  # FSDP: free a block's gathered weights after its forward
     gradient_checkpointing: bool = False  # recompute activations in backward (less memory)
     pad_token_id: int | None = None  # given: the positions holding it are padding (not scored)
     padding_side: str = "right"  # where ragged rows are padded ("left" for some decoders)
@@ -150,6 +158,31 @@ class TrainConfig:
         if isinstance(self.compile, str):
             check_backend(self.compile)
         self._check_best()
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        """A known strategy, and FSDP's options only with FSDP."""
+        if self.strategy not in (None, "ddp", "fsdp"):
+            raise ValueError(
+                f"TrainConfig.strategy must be 'ddp' or 'fsdp' (None: DDP under torchrun), got "
+                f"{self.strategy!r}"
+            )
+        if self.auto_wrap is not None:
+            wrap = tuple(self.auto_wrap) if not isinstance(self.auto_wrap, str) else ()
+            if not wrap or not all(isinstance(c, str | type) for c in wrap):
+                raise ValueError(
+                    f"TrainConfig.auto_wrap must list module classes or class names, got "
+                    f"{self.auto_wrap!r}"
+                )
+            object.__setattr__(self, "auto_wrap", wrap)
+        asked = {
+            "auto_wrap": self.auto_wrap is not None,
+            "cpu_offload": self.cpu_offload,
+            "reshard_after_forward": not self.reshard_after_forward,
+        }
+        for name, given in asked.items():
+            if given and self.strategy != "fsdp":
+                raise ValueError(f"TrainConfig.{name} is an FSDP option: it needs strategy='fsdp'")
 
     def _check_best(self) -> None:
         """``best_metric`` as a validation key (``"loss"`` is ``"val/loss"``), kept where

@@ -47,7 +47,7 @@ class TrainStep:
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
     ``loss_fn(logits, labels)`` returns the mean over the counted tokens (labels not
-    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default. Under DDP, ``reduce``
+    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default. Under DDP or FSDP, ``reduce``
     (a sum over the ``ranks`` processes) makes the step's loss the sum over every rank's
     tokens divided by their global count (transformers' ``average_tokens_across_devices``),
     not the mean of each rank's mean, which unequal padding would bias.
@@ -93,10 +93,11 @@ class TrainStep:
     def run(self, micro_batches: Sequence[MicroBatch]) -> StepOutput:
         """One optimizer step over ``(input_ids, labels, inputs)`` micro-batches (gradient
         accumulation): each micro-batch's loss is weighted by its share of the counted tokens,
-        so the step equals one over their concatenation; DDP syncs gradients on the last only."""
+        so the step equals one over their concatenation; DDP and FSDP sync gradients on the last
+        only."""
         loss = self._backward(micro_batches)
         self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        grad_norm = global_norm(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         finite = torch.isfinite(grad_norm)
         self.overflows += ~finite  # counted on the device: no host sync here
         if self.scaler.is_enabled():
@@ -117,7 +118,7 @@ class TrainStep:
 
     def _backward(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
         """Scaled backward of every micro-batch, each weighted by its share of the step's
-        counted tokens (over all ranks: DDP then averages the gradients); the step's loss
+        counted tokens (over all ranks: DDP and FSDP then average the gradients); the step's loss
         on this rank, detached (its mean over ranks is the global token mean)."""
         if not micro_batches:
             raise ValueError("a training step needs at least one micro-batch")
@@ -128,7 +129,7 @@ class TrainStep:
             return loss.detach()
         counts = [scored_tokens(labels) for _, labels, _ in micro_batches]
         total = torch.stack(counts).sum()
-        if self.reduce is not None:  # every rank's tokens, per rank (DDP divides by ranks)
+        if self.reduce is not None:  # every rank's tokens, per rank (the sync divides by ranks)
             total = self.reduce(total) / self.ranks
         step_loss = torch.zeros((), dtype=torch.float32, device=total.device)
         last = len(micro_batches) - 1
@@ -189,6 +190,13 @@ def _compiled(function: Callable[..., torch.Tensor], compile: bool | str) -> Any
     return torch.compile(function, **({} if compile is True else {"backend": compile}))
 
 
+def global_norm(norm: torch.Tensor) -> torch.Tensor:
+    """The gradient norm as a plain tensor: sharded (FSDP's DTensor) gradients give a DTensor
+    that holds the norm over every shard, replicated on each rank."""
+    full = getattr(norm, "full_tensor", None)
+    return full() if callable(full) else norm
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -202,7 +210,10 @@ def evaluate(
     """Validation loss (token-weighted), perplexity and token accuracy, with one host sync.
 
     ``reduce`` sums the totals over processes (each scored its own shard of ``batches``);
-    ``observe(logits, labels)`` sees every batch (``compute_metrics`` collects them)."""
+    ``observe(logits, labels)`` sees every batch (``compute_metrics`` collects them). A None
+    in ``batches`` is a forward on one token that counts for nothing: a sharded model's rank
+    that has run out of batches keeps its share of the others' weight gathers
+    (:func:`~amptrain.distributed.in_lockstep`)."""
     adapter = ModelAdapter(model)
     was_training = model.training
     model.eval()
@@ -210,6 +221,10 @@ def evaluate(
     total_correct = torch.zeros((), device=device, dtype=torch.long)
     total_tokens = torch.zeros((), device=device, dtype=torch.long)
     for batch in batches:
+        if batch is None:
+            with plan.autocast():
+                adapter.logits(torch.zeros((1, 1), dtype=torch.long, device=device), {})
+            continue
         input_ids, labels, inputs = batch_inputs(batch)
         input_ids, labels = input_ids.to(device), labels.to(device)
         inputs = {k: v.to(device) for k, v in inputs.items()}

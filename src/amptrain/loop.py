@@ -42,6 +42,7 @@ from amptrain.config import (
 from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
 from amptrain.engine import TrainStep
+from amptrain.fsdp import is_sharded
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
 from amptrain.precision import PrecisionPlan
 from amptrain.predictions import ComputeMetrics, given_keys, scores
@@ -147,6 +148,7 @@ class Loop:
         self.state.is_main = self.writes
         self.adapter = self.step.adapter
         self.module = self.adapter.module  # the caller's model: evaluated and saved
+        self.sharded = is_sharded(self.module)  # FSDP: each rank holds a shard of the weights
         self.vocab = vocabulary_size(self.module)  # every batch's ids are checked against it
         self.guard = SkipGuard(self.cfg.max_consecutive_skips, calibrating=self.plan.scaler_enabled)
         self.counters = EpochCounters()
@@ -302,8 +304,9 @@ class Loop:
         if self.val_loader is None:
             return {}
         val = scores(
-            self.module, self.val_loader, self.plan, self.device, self.world, self.compute_metrics
-        )
+            self.module, self.val_loader, self.plan, self.device, self.world, self.compute_metrics,
+            lockstep=self.sharded,
+        )  # fmt: skip
         record = {f"val/{k}": v for k, v in val.items()}
         self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
         self.log.eval(record)
@@ -320,8 +323,9 @@ class Loop:
         metric = self.cfg.best_metric
         if metric is not None and metric not in BUILT_IN and self.compute_metrics is not None:
             keys = given_keys(
-                self.module, self.val_loader, self.plan, self.device, self.compute_metrics
-            )
+                self.module, self.val_loader, self.plan, self.device, self.compute_metrics,
+                lockstep=self.world if self.sharded else None,
+            )  # fmt: skip
             if keys is not None:
                 check_given(metric, [*BUILT_IN, *keys])
 
