@@ -375,15 +375,34 @@ def _unrecorded(cfg: TrainConfig, saved: Mapping[str, Any]) -> None:
         )
 
 
+class ReshardWarning(UserWarning):
+    """A sharded checkpoint is resumed on another number of processes than wrote it."""
+
+
 def check_resume(
-    cfg: TrainConfig, saved: Mapping[str, Any], saved_world_size: int, world_size: int
+    cfg: TrainConfig,
+    saved: Mapping[str, Any],
+    saved_world_size: int,
+    world_size: int,
+    *,
+    reshards: bool = False,
 ) -> None:
     """A checkpoint resumes only under the settings and world size it was written with; a
     different ``epochs`` is applied (the schedule stretched to the new length), with a
-    :class:`ResumeSettingsWarning`, as are settings the checkpoint does not record."""
+    :class:`ResumeSettingsWarning`, as are settings the checkpoint does not record. A sharded
+    checkpoint (``reshards``) loads on another world size, with a :class:`ReshardWarning`."""
     _unrecorded(cfg, saved)
     differ = [k for k in RESUME_KEYS if _differ(cfg, saved, k)]
-    if saved_world_size != world_size:
+    if saved_world_size != world_size and reshards:
+        warnings.warn(
+            f"the sharded checkpoint was written by {saved_world_size} processes and this run "
+            f"has {world_size}: the weights and optimizer state are resharded, but each rank's "
+            "share of the data and its random state differ from the run that wrote it, so the "
+            "run goes on in another data order (not bit for bit as it would have gone on)",
+            ReshardWarning,
+            stacklevel=outside_stacklevel(),
+        )
+    elif saved_world_size != world_size:
         differ.append(f"world size ({saved_world_size} processes)")
     if differ:
         raise ValueError(

@@ -163,10 +163,12 @@ class TrainStep:
         """The scaler's current loss scale (1.0 when the scaler is disabled)."""
         return float(self.scaler.get_scale()) if self.scaler.is_enabled() else 1.0
 
-    def state_dict(self) -> dict[str, Any]:
-        """The optimizer's, schedule's and scaler's states and the skip count, for a checkpoint."""
+    def state_dict(self, *, optimizer: bool = True) -> dict[str, Any]:
+        """The optimizer's, schedule's and scaler's states and the skip count, for a checkpoint
+        (without the ``optimizer``'s: a sharded checkpoint keeps it in its shards)."""
+        kept = {"optimizer": self.optimizer.state_dict()} if optimizer else {}
         return {
-            "optimizer": self.optimizer.state_dict(),
+            **kept,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict(),
             "overflows": self.overflows,
@@ -174,8 +176,9 @@ class TrainStep:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`state_dict` gave; a schedule saved by a run that had one is
-        left alone by a step without one."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        left alone by a step without one, and the optimizer by a state without its own."""
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
