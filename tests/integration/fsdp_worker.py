@@ -42,6 +42,7 @@ from fsdp_checks import (
     RANK,
     RUN,
     SNAPSHOT_AT,
+    Holdings,
     holdings,
     llama,
     model,
@@ -101,18 +102,22 @@ def kept(optimizers: list[Any]) -> Callable[[nn.Module], torch.optim.Optimizer]:
 
 
 def same_run(out: Path) -> dict[str, Any]:
-    """One run with FSDP, then with DDP: results, whole weights, what compute_metrics got, the
-    sinks; FSDP's state at SNAPSHOT_AT (its checkpoint is the one the four ranks resume)."""
+    """One run with FSDP, then with DDP: results, whole weights, what compute_metrics got;
+    FSDP's sinks, checkpoints and its state at SNAPSHOT_AT (whose checkpoint the four ranks
+    resume)."""
     report: dict[str, Any] = {}
     for strategy in ("fsdp", "ddp"):
         net, labels, optimizers = model(), Labels(), []
         snapshot = Snapshot(net, optimizers, out / "at-snapshot.pt", SNAPSHOT_AT)
+        sinks = {
+            "jsonl_path": str(out / "fsdp.jsonl"), "csv_path": str(out / "fsdp.csv"),
+            "checkpoint_dir": str(out / "ckpt-fsdp"), "checkpoint_every": 5,
+            "keep_checkpoints": 2, "callbacks": [snapshot],
+        }  # fmt: skip
         result = fine_tune(
             net, rows(), val_rows(), **{**RUN, "strategy": strategy}, epochs=2, log_every=5,
-            compute_metrics=labels, jsonl_path=str(out / f"{strategy}.jsonl"),
-            csv_path=str(out / f"{strategy}.csv"), checkpoint_dir=str(out / f"ckpt-{strategy}"),
-            checkpoint_every=5, keep_checkpoints=2, optimizer_factory=kept(optimizers),
-            callbacks=[snapshot] if strategy == "fsdp" else [],
+            compute_metrics=labels, optimizer_factory=kept(optimizers),
+            **(sinks if strategy == "fsdp" else {}),
         )  # fmt: skip
         save_whole(net, out / f"{strategy}-weights.pt")
         report[strategy] = {"result": result.to_dict(), "labels": labels.seen[-1]}
@@ -222,14 +227,16 @@ def two(out: Path, kill_at: int) -> None:
 
 
 def four(out: Path, source: Path) -> None:
-    """``source`` (two ranks' checkpoint) resumed on four; each rank's bytes; the benchmark."""
-    net, labels, optimizers = model(), Labels(), []
+    """``source`` (two ranks' checkpoint) resumed on four, with each rank's bytes; the
+    benchmark."""
+    net, labels = model(), Labels()
+    seen = Holdings(net)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fine_tune(
             net, rows(), val_rows(3), **RUN, epochs=2, resume_from=str(source),
-            compute_metrics=labels, optimizer_factory=kept(optimizers),
-            callbacks=[Snapshot(net, optimizers, out / "at-start.pt", 0)],
+            compute_metrics=labels, optimizer_factory=seen.factory,
+            callbacks=[Snapshot(net, seen.optimizers, out / "at-start.pt", 0)],
         )  # fmt: skip
     import fsdp_vs_ddp
 
@@ -239,7 +246,7 @@ def four(out: Path, source: Path) -> None:
         "result": result.to_dict(),
         "labels": labels.seen[-1],
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
-        "holdings": holdings(),
+        "holdings": seen.report,
     }
     (out / f"rank-{RANK}.json").write_text(json.dumps(report))
 
