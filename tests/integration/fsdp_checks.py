@@ -39,6 +39,13 @@ def rows() -> torch.Tensor:
     return synthetic_token_data(ROWS, SEQ, VOCAB, seed=0)
 
 
+def ragged() -> list[torch.Tensor]:
+    """:func:`rows` cut to 3 to 12 tokens: the ranks' batches hold unequal counts of tokens, so
+    only the mean over every rank's tokens (not the mean of each rank's mean) equals one
+    process's loss."""
+    return [row[: 3 + (i * 7) % 10] for i, row in enumerate(rows())]
+
+
 def val_rows(count: int = 5) -> torch.Tensor:
     """Validation rows: 5 over two ranks of 2-row batches give one rank a batch more."""
     return synthetic_token_data(count, SEQ, VOCAB, seed=1)

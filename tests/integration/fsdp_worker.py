@@ -47,6 +47,7 @@ from fsdp_checks import (
     llama,
     model,
     nonfinite,
+    ragged,
     rows,
     save_whole,
     scaler,
@@ -115,7 +116,7 @@ def same_run(out: Path) -> dict[str, Any]:
             "keep_checkpoints": 2, "callbacks": [snapshot],
         }  # fmt: skip
         result = fine_tune(
-            net, rows(), val_rows(), **{**RUN, "strategy": strategy}, epochs=2, log_every=5,
+            net, ragged(), val_rows(), **{**RUN, "strategy": strategy}, epochs=2, log_every=5,
             compute_metrics=labels, optimizer_factory=kept(optimizers),
             **(sinks if strategy == "fsdp" else {}),
         )  # fmt: skip
@@ -129,7 +130,8 @@ def short(out: Path, name: str, **options: Any) -> dict[str, Any]:
     net = model()
     result = fine_tune(net, rows(), **{**RUN, **options}, max_steps=4)
     save_whole(net, out / f"short-{name}.pt")
-    return {"loss": result.epochs[-1].train_loss, "dtypes": sorted(dtypes(net))}
+    devices = sorted({str(p.device) for p in net.parameters()})
+    return {"loss": result.epochs[-1].train_loss, "dtypes": sorted(dtypes(net)), "devices": devices}
 
 
 def dtypes(net: nn.Module) -> set[str]:
@@ -234,7 +236,7 @@ def four(out: Path, source: Path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fine_tune(
-            net, rows(), val_rows(3), **RUN, epochs=2, resume_from=str(source),
+            net, ragged(), val_rows(3), **RUN, epochs=2, resume_from=str(source),
             compute_metrics=labels, optimizer_factory=seen.factory,
             callbacks=[Snapshot(net, seen.optimizers, out / "at-start.pt", 0)],
         )  # fmt: skip
