@@ -6,8 +6,9 @@ are taught here, not in the loop."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -158,12 +159,26 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def no_sync_of(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    """DDP's ``no_sync`` (found through a compile wrapper), or a context that does nothing."""
+    """DDP's ``no_sync`` (found through a compile wrapper), FSDP's gradient sync switched off
+    for the block, or a context that does nothing."""
     while isinstance(model, nn.Module):
         if callable(getattr(type(model), "no_sync", None)):
             return model.no_sync  # type: ignore[no-any-return]
+        if callable(getattr(type(model), "set_requires_gradient_sync", None)):
+            return functools.partial(_without_gradient_sync, model)
         model = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
     return contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def _without_gradient_sync(model: Any) -> Iterator[None]:
+    """An FSDP model's backward keeps its gradients unreduced (accumulated on each rank) in
+    the block; the sync is back on after it."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def forward_inputs(model: nn.Module) -> Callable[[Mapping[str, Any]], dict[str, Any]]:

@@ -6,7 +6,6 @@ run ends if ``load_best_at_end`` asks (the Trainer's ``load_best_model_at_end``,
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,12 +14,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from amptrain import checkpoint
+from amptrain import checkpoint, sharded
 from amptrain.callbacks import Callback, TrainState
+from amptrain.checkpoint import PREVIOUS, sibling, swap_in
+from amptrain.distributed import World
+from amptrain.pretrained import write_pretrained
 
 BUILT_IN = ("val/loss", "val/perplexity", "val/accuracy")  # what every validation gives
 WEIGHTS = "weights.pt"  # in the best folder: the state_dict the model is restored from
-STAGING, PREVIOUS = ".partial", ".previous"  # suffixes of the folder's siblings while it is swapped
+STAGING = ".partial"  # the suffix of the folder's sibling written before it is swapped in
 
 
 def check_metric(metric: str | None, extra: bool, has_validation: bool) -> None:
@@ -88,7 +90,7 @@ class KeepBest(Callback):
     def _write(self, step: int) -> None:
         weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         record = {"metric": self.metric, "value": self.best, "step": step, "model": weights}
-        staging = _sibling(self.folder, STAGING)
+        staging = sibling(self.folder, STAGING)
         shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while it wrote
         checkpoint.write(staging / WEIGHTS, record)
         if callable(getattr(self.model, "save_pretrained", None)):
@@ -125,7 +127,7 @@ class KeepBest(Callback):
         figure: a resume from an older checkpoint (the folder is newer) must not let a worse
         value replace it, and one into another ``checkpoint_dir`` (no weights there yet)
         starts its best anew rather than promise weights it cannot give back."""
-        previous = _sibling(self.folder, PREVIOUS)
+        previous = sibling(self.folder, PREVIOUS)
         if not (self.folder / WEIGHTS).exists() and not (previous / WEIGHTS).exists():
             return (math.inf if self.mode == "min" else -math.inf), None
         kept = load_best(self.folder, torch.device("cpu"))
@@ -134,53 +136,78 @@ class KeepBest(Callback):
         return float(kept["value"]), kept["step"]
 
 
-def _sibling(folder: Path, suffix: str) -> Path:
-    return folder.with_name(folder.name + suffix)
+class KeepShardedBest(KeepBest):
+    """:class:`KeepBest` for a sharded (FSDP) model: at each improvement every rank writes its
+    shard of the weights into ``folder`` (a sharded checkpoint, the record in ``weights.pt``).
+    When the run ends rank 0 writes them whole, once, read from the shards (``weights.pt`` with
+    the model, and for a model with ``save_pretrained`` its own format); with ``restore`` every
+    rank takes its shard of them back."""
+
+    def __init__(
+        self, model: nn.Module, folder: Path, metric: str, world: World, **options: Any
+    ) -> None:
+        super().__init__(model, folder, metric, writes=True, barrier=world.barrier, **options)
+        self.world = world
+
+    def _write(self, step: int) -> None:
+        record = {"metric": self.metric, "value": self.best, "step": step}
+        shards = {"model": sharded.model_state(self.model)}
+        sharded.write(self.folder, shards, {WEIGHTS: record}, self.world)
+
+    def on_train_end(self, state: TrainState) -> None:
+        if self.best_step is None:
+            return
+        folder = whole(self.folder)
+        if self.world.is_main:
+            export(self.model, folder)
+        self.barrier()
+        if self.restore:
+            sharded.load(folder, self.model)
 
 
-def swap_in(staging: Path, folder: Path) -> None:
-    """Make the whole folder ``staging`` the new ``folder``: the old one is renamed aside, the
-    new one renamed in, the old one deleted. A kill at any point leaves one whole set of files
-    (weights and the model's own format agree): the old ``folder``, or its ``.previous`` sibling
-    when the kill fell between the two renames (:func:`load_best` reads it then)."""
-    previous = _sibling(folder, PREVIOUS)
-    if folder.exists():
-        shutil.rmtree(previous, ignore_errors=True)
-        os.replace(folder, previous)
-    os.replace(staging, folder)
-    checkpoint.sync_folder(folder.parent)
-    shutil.rmtree(previous, ignore_errors=True)
+def export(model: nn.Module, folder: Path) -> None:
+    """The sharded best weights in ``folder`` written whole beside the shards: into
+    ``weights.pt``, and for a model with ``save_pretrained`` in its own format."""
+    weights = sharded.read_whole(folder)
+    checkpoint.write(folder / WEIGHTS, {**load_best(folder, torch.device("cpu")), "model": weights})
+    if callable(getattr(model, "save_pretrained", None)):
+        write_pretrained(model, folder, weights)
+
+
+def whole(folder: Path) -> Path:
+    """Where the best weights of ``folder`` are whole: itself, or the ``.previous`` sibling a
+    kill left it renamed to."""
+    previous = sibling(folder, PREVIOUS)
+    return folder if folder.exists() or not previous.exists() else previous
 
 
 def load_best(folder: Path, device: torch.device) -> dict[str, Any]:
-    """The best weights' record in ``folder`` (``metric``, ``value``, ``step``, ``model``), or
-    a ValueError naming the file. A ``folder`` that a kill left renamed aside is read there."""
-    previous = _sibling(folder, PREVIOUS)
-    path = (folder if folder.exists() or not previous.exists() else previous) / WEIGHTS
+    """The best weights' record in ``folder`` (``metric``, ``value``, ``step``, and ``model``
+    but in a sharded folder before its run's end), or a ValueError naming the file. A
+    ``folder`` that a kill left renamed aside is read there."""
+    path = whole(folder) / WEIGHTS
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # gone, torn or foreign: the run cannot give the best back
         raise ValueError(f"cannot read the best weights {path}: {exc}") from exc
-    if not isinstance(saved, dict) or "model" not in saved:
+    if not isinstance(saved, dict) or not ("model" in saved or checkpoint.is_sharded(path.parent)):
         raise ValueError(f"{path} does not hold amptrain's best weights")
     return saved
 
 
 def keep_best(
-    cfg: Any, model: nn.Module, writes: bool, barrier: Callable[[], None]
+    cfg: Any,
+    model: nn.Module,
+    writes: bool,
+    barrier: Callable[[], None],
+    shards: World | None = None,
 ) -> Iterable[Callback]:
-    """The run's :class:`KeepBest`, when ``cfg.best_metric`` asks for one."""
+    """The run's :class:`KeepBest` (:class:`KeepShardedBest` for a model sharded over the
+    ``shards`` world), when ``cfg.best_metric`` asks for one."""
     if cfg.best_metric is None:
         return []
     folder = Path(cfg.checkpoint_dir) / "best"
-    return [
-        KeepBest(
-            model,
-            folder,
-            cfg.best_metric,
-            mode=cfg.best_mode,
-            restore=cfg.load_best_at_end,
-            writes=writes,
-            barrier=barrier,
-        )
-    ]
+    options = {"mode": cfg.best_mode, "restore": cfg.load_best_at_end}
+    if shards is not None:
+        return [KeepShardedBest(model, folder, cfg.best_metric, shards, **options)]
+    return [KeepBest(model, folder, cfg.best_metric, writes=writes, barrier=barrier, **options)]

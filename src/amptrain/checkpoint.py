@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -21,11 +22,19 @@ import torch
 from amptrain._stack import outside_stacklevel
 
 FORMAT = 2  # 2: the data order of each rank's epoch, and the training settings
-_PATTERN = re.compile(r"^step-(\d{8,})\.pt$")
+# a checkpoint file (one process, DDP), or a sharded checkpoint's folder (FSDP)
+_PATTERN = re.compile(r"^step-(\d{8,})(\.pt)?$")
+SHARDS_INDEX = ".metadata"  # in a sharded checkpoint: DCP's index of the shards, written last
+STATE = "trainer.pt"  # in a sharded checkpoint: the run's state besides the weights
 
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}.pt"
+
+
+def sharded_name(step: int) -> str:
+    """The folder of a sharded checkpoint (FSDP) of ``step``."""
+    return f"step-{step:08d}"
 
 
 def rng_state() -> dict[str, Any]:
@@ -69,9 +78,17 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
         stale.unlink(missing_ok=True)
     target = folder / checkpoint_name(step)
     write(target, {"format": FORMAT, **state})
-    for old in checkpoints(folder)[:-keep]:
-        old.unlink(missing_ok=True)
+    prune(folder, keep)
     return target
+
+
+def prune(folder: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints in ``folder`` (files and sharded ones)."""
+    for old in checkpoints(folder)[:-keep]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
 
 
 def write(target: Path, state: dict[str, Any]) -> None:
@@ -96,9 +113,9 @@ def write(target: Path, state: dict[str, Any]) -> None:
         sync_folder(folder)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        cause = _os_error(exc) if isinstance(exc, Exception) else None
+        cause = os_error(exc) if isinstance(exc, Exception) else None
         if cause is not None:
-            raise _write_error(target, folder, cause) from exc
+            raise write_error(target, folder, cause) from exc
         raise
 
 
@@ -111,7 +128,7 @@ def sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _os_error(exc: BaseException) -> OSError | None:
+def os_error(exc: BaseException) -> OSError | None:
     """The OSError behind ``exc``, if any: torch's writer may raise its own RuntimeError while
     it handles the disk's (a full disk, a file-size limit)."""
     seen: BaseException | None = exc
@@ -122,7 +139,7 @@ def _os_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def _write_error(target: Path, folder: Path, cause: OSError) -> CheckpointWriteError:
+def write_error(target: Path, folder: Path, cause: OSError) -> CheckpointWriteError:
     kept = [p.name for p in checkpoints(folder)]
     return CheckpointWriteError(
         cause.errno or 0,
@@ -132,13 +149,45 @@ def _write_error(target: Path, folder: Path, cause: OSError) -> CheckpointWriteE
     )
 
 
+PREVIOUS = ".previous"  # the suffix of a folder renamed aside while its new one is swapped in
+
+
+def sibling(folder: Path, suffix: str) -> Path:
+    """``folder``'s sibling of the same name with ``suffix`` added."""
+    return folder.with_name(folder.name + suffix)
+
+
+def swap_in(staging: Path, folder: Path) -> None:
+    """Make the whole folder ``staging`` the new ``folder``: the old one is renamed aside, the
+    new one renamed in, the old one deleted. A kill at any point leaves one whole set of files
+    (weights and the model's own format agree): the old ``folder``, or its ``.previous`` sibling
+    when the kill fell between the two renames (:func:`load_best` reads it then)."""
+    previous = sibling(folder, PREVIOUS)
+    if folder.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(folder, previous)
+    os.replace(staging, folder)
+    sync_folder(folder.parent)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
 def checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
-    """The checkpoints in ``directory``, oldest step first."""
+    """The checkpoints in ``directory`` (files, and sharded checkpoints' folders), oldest step
+    first."""
     folder = Path(directory)
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _PATTERN.match(p.name))]
+    found = [
+        (int(m.group(1)), p)
+        for p in folder.iterdir()
+        if (m := _PATTERN.match(p.name)) and p.is_dir() == (m.group(2) is None)
+    ]
     return [p for _, p in sorted(found)]
+
+
+def is_sharded(path: Path) -> bool:
+    """Whether ``path`` is a sharded checkpoint's folder (it holds the shards' index)."""
+    return path.is_dir() and (path / SHARDS_INDEX).is_file()
 
 
 def resolve(resume_from: str, checkpoint_dir: str | None) -> Path | None:
@@ -150,12 +199,12 @@ def resolve(resume_from: str, checkpoint_dir: str | None) -> Path | None:
         found = checkpoints(checkpoint_dir)
         return found[-1] if found else None
     path = Path(resume_from)
-    if path.is_dir():
+    if path.is_dir() and not is_sharded(path):
         found = checkpoints(path)
         if not found:
-            raise ValueError(f"TrainConfig.resume_from: no checkpoint (step-*.pt) in {path}")
+            raise ValueError(f"TrainConfig.resume_from: no checkpoint (step-*) in {path}")
         return found[-1]
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"TrainConfig.resume_from: {path} does not exist")
     return path
 
@@ -171,8 +220,8 @@ def find(
     path = resolve(resume_from, checkpoint_dir)
     if path is None:
         return None
-    if resume_from != "latest" and not Path(resume_from).is_dir():
-        return path, load(path, device)  # the file named: it reads, or the run stops
+    if resume_from != "latest" and path == Path(resume_from):
+        return path, load(path, device)  # the checkpoint named: it reads, or the run stops
     errors = []
     for candidate in reversed(checkpoints(path.parent)):
         try:
@@ -196,11 +245,16 @@ class UnreadableCheckpointWarning(UserWarning):
 
 
 def load(path: Path, device: torch.device) -> dict[str, Any]:
-    """Read a checkpoint (tensors only: ``weights_only``), or a ValueError naming the file."""
+    """Read a checkpoint (tensors only: ``weights_only``), or a ValueError naming the file. A
+    sharded checkpoint's state holds ``shards``, its folder: the weights are read from there,
+    by every rank (:func:`amptrain.sharded.load`)."""
+    if path.is_dir() and not is_sharded(path):
+        raise ValueError(f"{path} is not a whole sharded checkpoint: it has no {SHARDS_INDEX}")
+    file = path / STATE if path.is_dir() else path
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(file, map_location=device, weights_only=True)
     except Exception as exc:  # a torn or foreign file: say which, keep the cause
-        raise ValueError(f"cannot read checkpoint {path}: {exc}") from exc
+        raise ValueError(f"cannot read checkpoint {file}: {exc}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not an amptrain checkpoint of format {FORMAT}")
-    return state
+    return {**state, "shards": str(path)} if path.is_dir() else state

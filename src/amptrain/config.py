@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,12 +85,21 @@ class TrainConfig:
     checkpoint_every: int | None = None  # optimizer steps between checkpoints
     keep_checkpoints: int = 3  # the newest K are kept
     resume_from: str | None = None  # a checkpoint, a directory (its newest), or "latest"
-    compile: bool = False  # torch.compile the forward and its loss, as one graph, for training
+    # torch.compile the forward and its loss, as one graph, for training (a str: the backend)
+    compile: bool | str = False
     device: str | None = None  # None: CUDA when available, else CPU
     seed: int = 0
     deterministic: bool = False
     num_workers: int | None = None
     collective_timeout: float | None = None  # seconds a rank waits in a collective (None: torch's)
+    # under torchrun: "ddp" (every rank holds the whole model; the default) or "fsdp" (FSDP2:
+    # each rank holds 1/N of the weights, gradients and optimizer state)
+    strategy: str | None = None
+    # FSDP: the classes (or class names) of the blocks sharded one by one (None: the model's
+    # _no_split_modules, as a transformers model or TinyGPT gives them)
+    auto_wrap: Sequence[type | str] | None = None
+    cpu_offload: bool = False  # FSDP: the shards and the optimizer's step stay in CPU memory
+    reshard_after_forward: bool = True  # FSDP: free a block's gathered weights after its forward
     gradient_checkpointing: bool = False  # recompute activations in backward (less memory)
     pad_token_id: int | None = None  # given: the positions holding it are padding (not scored)
     padding_side: str = "right"  # where ragged rows are padded ("left" for some decoders)
@@ -146,7 +155,34 @@ class TrainConfig:
                 )
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("TrainConfig.checkpoint_every needs checkpoint_dir")
+        if isinstance(self.compile, str):
+            check_backend(self.compile)
         self._check_best()
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        """A known strategy, and FSDP's options only with FSDP."""
+        if self.strategy not in (None, "ddp", "fsdp"):
+            raise ValueError(
+                f"TrainConfig.strategy must be 'ddp' or 'fsdp' (None: DDP under torchrun), got "
+                f"{self.strategy!r}"
+            )
+        if self.auto_wrap is not None:
+            wrap = tuple(self.auto_wrap) if not isinstance(self.auto_wrap, str) else ()
+            if not wrap or not all(isinstance(c, str | type) for c in wrap):
+                raise ValueError(
+                    f"TrainConfig.auto_wrap must list module classes or class names, got "
+                    f"{self.auto_wrap!r}"
+                )
+            object.__setattr__(self, "auto_wrap", wrap)
+        asked = {
+            "auto_wrap": self.auto_wrap is not None,
+            "cpu_offload": self.cpu_offload,
+            "reshard_after_forward": not self.reshard_after_forward,
+        }
+        for name, given in asked.items():
+            if given and self.strategy != "fsdp":
+                raise ValueError(f"TrainConfig.{name} is an FSDP option: it needs strategy='fsdp'")
 
     def _check_best(self) -> None:
         """``best_metric`` as a validation key (``"loss"`` is ``"val/loss"``), kept where
@@ -162,6 +198,16 @@ class TrainConfig:
                 "TrainConfig.best_metric needs checkpoint_dir: the best weights are kept in "
                 "checkpoint_dir/best"
             )
+
+
+def check_backend(name: str) -> None:
+    """``name`` is a backend ``torch.compile`` knows, or a ValueError listing them."""
+    known = torch.compiler.list_backends(exclude_tags=())
+    if name not in known:
+        raise ValueError(
+            f"TrainConfig.compile={name!r} is not a torch.compile backend: pass True (inductor), "
+            f"False, or one of {', '.join(known)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -329,15 +375,34 @@ def _unrecorded(cfg: TrainConfig, saved: Mapping[str, Any]) -> None:
         )
 
 
+class ReshardWarning(UserWarning):
+    """A sharded checkpoint is resumed on another number of processes than wrote it."""
+
+
 def check_resume(
-    cfg: TrainConfig, saved: Mapping[str, Any], saved_world_size: int, world_size: int
+    cfg: TrainConfig,
+    saved: Mapping[str, Any],
+    saved_world_size: int,
+    world_size: int,
+    *,
+    reshards: bool = False,
 ) -> None:
     """A checkpoint resumes only under the settings and world size it was written with; a
     different ``epochs`` is applied (the schedule stretched to the new length), with a
-    :class:`ResumeSettingsWarning`, as are settings the checkpoint does not record."""
+    :class:`ResumeSettingsWarning`, as are settings the checkpoint does not record. A sharded
+    checkpoint (``reshards``) loads on another world size, with a :class:`ReshardWarning`."""
     _unrecorded(cfg, saved)
     differ = [k for k in RESUME_KEYS if _differ(cfg, saved, k)]
-    if saved_world_size != world_size:
+    if saved_world_size != world_size and reshards:
+        warnings.warn(
+            f"the sharded checkpoint was written by {saved_world_size} processes and this run "
+            f"has {world_size}: the weights and optimizer state are resharded, but each rank's "
+            "share of the data and its random state differ from the run that wrote it, so the "
+            "run goes on in another data order (not bit for bit as it would have gone on)",
+            ReshardWarning,
+            stacklevel=outside_stacklevel(),
+        )
+    elif saved_world_size != world_size:
         differ.append(f"world size ({saved_world_size} processes)")
     if differ:
         raise ValueError(

@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -217,6 +217,18 @@ def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Modul
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def in_lockstep(batches: Iterable[Any], world: World) -> Iterator[Any | None]:
+    """A rank's batches, drawn in step with every other rank's: once its own have run out it
+    gets None until no rank has one left. A sharded (FSDP) model's forward gathers weights from
+    every rank, so each rank runs as many forwards as the rank with the most batches."""
+    remaining = iter(batches)
+    while True:
+        batch = next(remaining, None)
+        if not world.any(batch is not None):
+            return
+        yield batch
 
 
 class ShardSampler(Sampler[int]):

@@ -41,12 +41,13 @@ class TrainStep:
     scaled backward (per micro-batch) -> unscale_ -> clip -> step (skipped on a non-finite
     gradient norm) -> scaler.update() -> zero_grad(set_to_none=True).
     With ``compile``, the forward and its loss are one ``torch.compile``d graph, so the head's
-    logits, their fp32 cast and the softmax fuse (the model alone compiled leaves the loss eager).
+    logits, their fp32 cast and the softmax fuse (the model alone compiled leaves the loss eager);
+    a string names the backend (True: inductor).
     With fp16 the scaler skips the step on inf/NaN gradients. Otherwise a fused optimizer
     is told through ``found_inf`` (the protocol GradScaler uses), so its kernel skips the
     update on the device; any other optimizer costs one host read of the norm per step.
     ``loss_fn(logits, labels)`` returns the mean over the counted tokens (labels not
-    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default. Under DDP, ``reduce``
+    ``IGNORE_INDEX``); :func:`~amptrain.adapters.lm_loss` by default. Under DDP or FSDP, ``reduce``
     (a sum over the ``ranks`` processes) makes the step's loss the sum over every rank's
     tokens divided by their global count (transformers' ``average_tokens_across_devices``),
     not the mean of each rank's mean, which unequal padding would bias.
@@ -63,7 +64,7 @@ class TrainStep:
         loss_fn: LossFn = lm_loss,
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
         ranks: int = 1,
-        compile: bool = False,
+        compile: bool | str = False,
     ) -> None:
         self.model = model
         self.adapter = ModelAdapter(model)
@@ -73,7 +74,7 @@ class TrainStep:
         self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
         self.loss_fn = loss_fn
         self.reduce, self.ranks = reduce, ranks
-        self.forward_loss = torch.compile(self._loss) if compile else self._loss
+        self.forward_loss = _compiled(self._loss, compile)
         self.scaler = plan.grad_scaler()
         self.params = [p for p in model.parameters() if p.requires_grad]
         device = self.params[0].device if self.params else torch.device("cpu")
@@ -92,10 +93,11 @@ class TrainStep:
     def run(self, micro_batches: Sequence[MicroBatch]) -> StepOutput:
         """One optimizer step over ``(input_ids, labels, inputs)`` micro-batches (gradient
         accumulation): each micro-batch's loss is weighted by its share of the counted tokens,
-        so the step equals one over their concatenation; DDP syncs gradients on the last only."""
+        so the step equals one over their concatenation; DDP and FSDP sync gradients on the last
+        only."""
         loss = self._backward(micro_batches)
         self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        grad_norm = global_norm(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         finite = torch.isfinite(grad_norm)
         self.overflows += ~finite  # counted on the device: no host sync here
         if self.scaler.is_enabled():
@@ -116,7 +118,7 @@ class TrainStep:
 
     def _backward(self, micro_batches: Sequence[MicroBatch]) -> torch.Tensor:
         """Scaled backward of every micro-batch, each weighted by its share of the step's
-        counted tokens (over all ranks: DDP then averages the gradients); the step's loss
+        counted tokens (over all ranks: DDP and FSDP then average the gradients); the step's loss
         on this rank, detached (its mean over ranks is the global token mean)."""
         if not micro_batches:
             raise ValueError("a training step needs at least one micro-batch")
@@ -127,7 +129,7 @@ class TrainStep:
             return loss.detach()
         counts = [scored_tokens(labels) for _, labels, _ in micro_batches]
         total = torch.stack(counts).sum()
-        if self.reduce is not None:  # every rank's tokens, per rank (DDP divides by ranks)
+        if self.reduce is not None:  # every rank's tokens, per rank (the sync divides by ranks)
             total = self.reduce(total) / self.ranks
         step_loss = torch.zeros((), dtype=torch.float32, device=total.device)
         last = len(micro_batches) - 1
@@ -161,10 +163,12 @@ class TrainStep:
         """The scaler's current loss scale (1.0 when the scaler is disabled)."""
         return float(self.scaler.get_scale()) if self.scaler.is_enabled() else 1.0
 
-    def state_dict(self) -> dict[str, Any]:
-        """The optimizer's, schedule's and scaler's states and the skip count, for a checkpoint."""
+    def state_dict(self, *, optimizer: bool = True) -> dict[str, Any]:
+        """The optimizer's, schedule's and scaler's states and the skip count, for a checkpoint
+        (without the ``optimizer``'s: a sharded checkpoint keeps it in its shards)."""
+        kept = {"optimizer": self.optimizer.state_dict()} if optimizer else {}
         return {
-            "optimizer": self.optimizer.state_dict(),
+            **kept,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict(),
             "overflows": self.overflows,
@@ -172,12 +176,28 @@ class TrainStep:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`state_dict` gave; a schedule saved by a run that had one is
-        left alone by a step without one."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        left alone by a step without one, and the optimizer by a state without its own."""
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.overflows.copy_(state["overflows"])
+
+
+def _compiled(function: Callable[..., torch.Tensor], compile: bool | str) -> Any:
+    """``function`` compiled with the backend ``compile`` names (True: torch's default), or
+    itself."""
+    if compile is False:
+        return function
+    return torch.compile(function, **({} if compile is True else {"backend": compile}))
+
+
+def global_norm(norm: torch.Tensor) -> torch.Tensor:
+    """The gradient norm as a plain tensor: sharded (FSDP's DTensor) gradients give a DTensor
+    that holds the norm over every shard, replicated on each rank."""
+    full = getattr(norm, "full_tensor", None)
+    return full() if callable(full) else norm
 
 
 @torch.no_grad()
@@ -193,7 +213,10 @@ def evaluate(
     """Validation loss (token-weighted), perplexity and token accuracy, with one host sync.
 
     ``reduce`` sums the totals over processes (each scored its own shard of ``batches``);
-    ``observe(logits, labels)`` sees every batch (``compute_metrics`` collects them)."""
+    ``observe(logits, labels)`` sees every batch (``compute_metrics`` collects them). A None
+    in ``batches`` is a forward on one token that counts for nothing: a sharded model's rank
+    that has run out of batches keeps its share of the others' weight gathers
+    (:func:`~amptrain.distributed.in_lockstep`)."""
     adapter = ModelAdapter(model)
     was_training = model.training
     model.eval()
@@ -201,6 +224,10 @@ def evaluate(
     total_correct = torch.zeros((), device=device, dtype=torch.long)
     total_tokens = torch.zeros((), device=device, dtype=torch.long)
     for batch in batches:
+        if batch is None:
+            with plan.autocast():
+                adapter.logits(torch.zeros((1, 1), dtype=torch.long, device=device), {})
+            continue
         input_ids, labels, inputs = batch_inputs(batch)
         input_ids, labels = input_ids.to(device), labels.to(device)
         inputs = {k: v.to(device) for k, v in inputs.items()}

@@ -17,11 +17,12 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from amptrain import checkpoint
+from amptrain import checkpoint, sharded
 from amptrain._stack import outside_stacklevel
 from amptrain.adapters import (
     MicroBatch,
@@ -42,6 +43,7 @@ from amptrain.config import (
 from amptrain.data import check_restorable, order_state, set_order_state
 from amptrain.distributed import World
 from amptrain.engine import TrainStep
+from amptrain.fsdp import is_sharded
 from amptrain.metrics import ProgressBar, RunLog, gpu_utilization, peak_memory_mb, reset_peak_memory
 from amptrain.precision import PrecisionPlan
 from amptrain.predictions import ComputeMetrics, given_keys, scores
@@ -147,6 +149,7 @@ class Loop:
         self.state.is_main = self.writes
         self.adapter = self.step.adapter
         self.module = self.adapter.module  # the caller's model: evaluated and saved
+        self.sharded = is_sharded(self.module)  # FSDP: each rank holds a shard of the weights
         self.vocab = vocabulary_size(self.module)  # every batch's ids are checked against it
         self.guard = SkipGuard(self.cfg.max_consecutive_skips, calibrating=self.plan.scaler_enabled)
         self.counters = EpochCounters()
@@ -170,7 +173,8 @@ class Loop:
         if cfg.checkpoint_dir:
             features.append(AtEnd(self.save_checkpoint))
         # last: the final checkpoint and the callbacks have the last weights, the caller the best
-        features.extend(keep_best(cfg, self.module, self.writes, self.world.barrier))
+        shards = self.world if self.sharded else None
+        features.extend(keep_best(cfg, self.module, self.writes, self.world.barrier, shards))
         return features
 
     @property
@@ -302,8 +306,9 @@ class Loop:
         if self.val_loader is None:
             return {}
         val = scores(
-            self.module, self.val_loader, self.plan, self.device, self.world, self.compute_metrics
-        )
+            self.module, self.val_loader, self.plan, self.device, self.world, self.compute_metrics,
+            lockstep=self.sharded,
+        )  # fmt: skip
         record = {f"val/{k}": v for k, v in val.items()}
         self.evals.append({"epoch": self.state.epoch, "step": self.state.step, **record})
         self.log.eval(record)
@@ -320,8 +325,9 @@ class Loop:
         metric = self.cfg.best_metric
         if metric is not None and metric not in BUILT_IN and self.compute_metrics is not None:
             keys = given_keys(
-                self.module, self.val_loader, self.plan, self.device, self.compute_metrics
-            )
+                self.module, self.val_loader, self.plan, self.device, self.compute_metrics,
+                lockstep=self.world if self.sharded else None,
+            )  # fmt: skip
             if keys is not None:
                 check_given(metric, [*BUILT_IN, *keys])
 
@@ -376,27 +382,33 @@ class Loop:
     # --- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(self) -> None:
-        """Every rank's generators gathered; the writing rank writes; all wait for the file."""
+        """Every rank's generators gathered; the writing rank writes (sharded: every rank its
+        shards, rank 0 the rest); all wait for the checkpoint."""
         self.flush()
         rngs = self.world.gather(checkpoint.rng_state())
         orders = self.world.gather(self.epoch_order)
+        folder: str = self.cfg.checkpoint_dir  # type: ignore[assignment]  # a feature only with one
+        keep, path = self.cfg.keep_checkpoints, None
+        if self.sharded:
+            shards = sharded.training_state(self.module, self.step.optimizer)
+            state = self.state_dict(rngs, orders, weights=False)
+            path = sharded.save(folder, self.state.step, shards, state, keep, self.world)
+        elif self.writes:
+            path = checkpoint.save(folder, self.state.step, self.state_dict(rngs, orders), keep)
         if self.writes:
-            path = checkpoint.save(
-                self.cfg.checkpoint_dir,  # type: ignore[arg-type]  # a feature only with one
-                self.state.step,
-                self.state_dict(rngs, orders),
-                self.cfg.keep_checkpoints,
-            )
             self.last_checkpoint = str(path)
         self.world.barrier()
 
     def state_dict(
-        self, rngs: list[dict[str, Any]], orders: list[dict[str, Any]]
+        self, rngs: list[dict[str, Any]], orders: list[dict[str, Any]], *, weights: bool = True
     ) -> dict[str, Any]:
-        """What a resumed run needs to go on as if it had never stopped."""
+        """What a resumed run needs to go on as if it had never stopped; without ``weights``,
+        all but the model's and the optimizer's states (a sharded checkpoint's shards hold
+        those)."""
+        model = {"model": self.module.state_dict()} if weights else {}
         return {
-            "model": self.module.state_dict(),
-            **self.step.state_dict(),
+            **model,
+            **self.step.state_dict(optimizer=weights),
             "rng": rngs,
             "data_order": orders,
             "world_size": self.world.size,
@@ -411,9 +423,39 @@ class Loop:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take a checkpoint's state; the generators are set when the epoch's batches start."""
-        check_resume(self.cfg, state["config"], state["world_size"], self.world.size)
+        """Take a checkpoint's state; the generators are set when the epoch's batches start.
+        A sharded checkpoint written by another number of ranks goes on in a new data order
+        (:class:`~amptrain.config.ReshardWarning`), from as many rows into the epoch."""
+        saved_world = state["world_size"]
+        reshards = "shards" in state
+        check_resume(self.cfg, state["config"], saved_world, self.world.size, reshards=reshards)
         check_restorable(self.train_loader)
+        self._load_weights(state)
+        self.step.load_state_dict(state)
+        counters = EpochCounters(**state["counters"])
+        if saved_world == self.world.size:
+            self._resume_rng = state["rng"][self.world.rank]  # one per rank
+            self._resume_order = state["data_order"][self.world.rank]
+            self.epoch_order = self._resume_order  # saved again if no epoch starts before a save
+        else:
+            counters = self._resharded(counters, saved_world)
+        self.state.epoch = int(state["position"]["epoch"])
+        self.state.step = int(state["position"]["step"])
+        self.counters = counters
+        self.log.tracker.load_state_dict(state["tracker"])
+        self.guard.load_state_dict(state["guard"])
+        self.epochs = [EpochMetrics(**e) for e in state["epochs"]]
+        self.evals = list(state["evals"])
+        self.hooks.load_state_dict(state["callbacks"])
+
+    def _load_weights(self, state: dict[str, Any]) -> None:
+        """The model's (and a sharded checkpoint's optimizer's) state, from a checkpoint of the
+        run's own kind: a file for one process or DDP, shards for FSDP."""
+        if self.sharded != ("shards" in state):
+            raise ValueError(_KIND_ERRORS[self.sharded])
+        if self.sharded:
+            sharded.load(Path(state["shards"]), self.module, self.step.optimizer)
+            return
         try:
             self.module.load_state_dict(state["model"])
         except RuntimeError as exc:  # torch lists every key and shape that differs
@@ -421,15 +463,21 @@ class Loop:
                 f"the checkpoint holds another model's weights: {exc}. Resume with the model "
                 "(the same class and sizes) the checkpoint was written from"
             ) from exc
-        self.step.load_state_dict(state)
-        self._resume_rng = state["rng"][self.world.rank]  # one per rank: the same world size
-        self._resume_order = state["data_order"][self.world.rank]
-        self.epoch_order = self._resume_order  # saved again if no epoch starts before a save
-        self.state.epoch = int(state["position"]["epoch"])
-        self.state.step = int(state["position"]["step"])
-        self.counters = EpochCounters(**state["counters"])
-        self.log.tracker.load_state_dict(state["tracker"])
-        self.guard.load_state_dict(state["guard"])
-        self.epochs = [EpochMetrics(**e) for e in state["epochs"]]
-        self.evals = list(state["evals"])
-        self.hooks.load_state_dict(state["callbacks"])
+
+    def _resharded(self, counters: EpochCounters, saved_world: int) -> EpochCounters:
+        """The epoch's counts as this world's ranks share them: as many of the epoch's rows
+        trained (each rank's share of them skipped), the same totals over the ranks."""
+        scale = saved_world / self.world.size
+        batches = min(int(counters.batches * scale), self.layout.batches_per_epoch)
+        samples, tokens = int(counters.samples * scale), int(counters.tokens * scale)
+        return dataclasses.replace(counters, batches=batches, samples=samples, tokens=tokens)
+
+
+_KIND_ERRORS = {
+    True: "the checkpoint holds the whole model (written by one process or by DDP), and "
+    "strategy='fsdp' resumes from the sharded checkpoints it writes (folders step-N): start "
+    "from its weights with model.load_state_dict(torch.load(path)['model']) before fine_tune, "
+    "without resume_from",
+    False: "the checkpoint is sharded (a folder written with strategy='fsdp'): resume it with "
+    "strategy='fsdp' under torchrun, on any number of processes",
+}

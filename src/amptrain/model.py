@@ -49,7 +49,10 @@ class TinyGPT(nn.Module):
     the device has them). The output head shares its weights with the token embedding.
     :meth:`gradient_checkpointing_enable` recomputes each block's activations in the backward
     pass (``torch.utils.checkpoint``) instead of keeping them, as Hugging Face models do.
+    ``_no_split_modules`` names its blocks, as a ``transformers`` model does (FSDP shards each).
     """
+
+    _no_split_modules = ("_Block",)
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from amptrain.collate import IGNORE_INDEX
-from amptrain.distributed import World
+from amptrain.distributed import World, in_lockstep
 from amptrain.engine import evaluate
 from amptrain.precision import PrecisionPlan
 
@@ -101,12 +101,16 @@ def scores(
     device: torch.device,
     world: World,
     compute_metrics: ComputeMetrics | None,
+    *,
+    lockstep: bool = False,
 ) -> dict[str, float]:
     """A validation pass: loss, perplexity, accuracy (every rank's totals summed), and what
     ``compute_metrics`` makes of every rank's logits and labels (each rank computes it on the
-    whole set: the same everywhere)."""
+    whole set: the same everywhere). ``lockstep``: the ranks' forwards are taken together (a
+    sharded model's, :func:`~amptrain.distributed.in_lockstep`)."""
     collected = Collected() if compute_metrics is not None else None
-    val = evaluate(model, loader, plan, device, reduce=world.sum, observe=collected)
+    batches = in_lockstep(loader, world) if lockstep else loader
+    val = evaluate(model, batches, plan, device, reduce=world.sum, observe=collected)
     if compute_metrics is not None and collected is not None:
         result = compute_metrics(collected.prediction(world.gather))
         val.update(checked_metrics(result, taken=tuple(val)))
@@ -119,13 +123,17 @@ def given_keys(
     plan: PrecisionPlan,
     device: torch.device,
     compute_metrics: ComputeMetrics,
+    *,
+    lockstep: World | None = None,
 ) -> list[str] | None:
     """The validation keys ``compute_metrics`` gives (``val/<key>``), from this process's first
     validation batch alone: a ``best_metric`` it does not give is found before the first step.
     Its values are not judged (one batch may not define them); ``None`` when this process has
-    no validation row."""
+    no validation row. ``lockstep``: the world whose ranks take their forwards together."""
     collected = Collected()
-    evaluate(model, itertools.islice(loader, 1), plan, device, observe=collected)
+    first: Any = itertools.islice(loader, 1)
+    batches = in_lockstep(first, lockstep) if lockstep is not None else first
+    evaluate(model, batches, plan, device, observe=collected)
     if not collected.rows:
         return None
     result = compute_metrics(collected.prediction(lambda rows: [rows]))

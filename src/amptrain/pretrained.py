@@ -5,21 +5,26 @@ so far, which ``from_pretrained`` loads back."""
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from amptrain.adapters import unwrap
 from amptrain.callbacks import Callback, TrainState
+from amptrain.checkpoint import sync_folder
+from amptrain.fsdp import full_state_dict, is_sharded
 
 
 class SavePretrained(Callback):
     """Saves ``model`` with ``save_pretrained`` into ``path`` when the run ends and, given
     ``monitor`` (a validation key such as ``val/loss``), into ``path/best`` whenever that
     metric improves (``mode`` "min" or "max"; NaN never does). Only the writing rank (rank 0
-    under torchrun) writes."""
+    under torchrun) writes; a sharded (FSDP) model's weights are gathered to it whole first."""
 
     def __init__(
         self, model: nn.Module, path: str | Path, *, monitor: str | None = None, mode: str = "min"
@@ -54,11 +59,34 @@ class SavePretrained(Callback):
         self._save(state, self.path)
 
     def _save(self, state: TrainState, folder: Path) -> None:
+        if not is_sharded(self.model):
+            if state.is_main:
+                self.model.save_pretrained(folder, safe_serialization=True)
+            return
+        weights = full_state_dict(self.model)  # every rank takes part; rank 0 gets them
         if state.is_main:
-            self.model.save_pretrained(folder, safe_serialization=True)
+            write_pretrained(self.model, folder, weights)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_step": self.best_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.best, self.best_step = float(state["best"]), state["best_step"]
+
+
+def write_pretrained(model: nn.Module, folder: Path, weights: dict[str, torch.Tensor]) -> None:
+    """``model.save_pretrained`` of ``weights`` (a sharded model's, whole) into ``folder``: the
+    files are written aside, then moved in with the weights last, so a kill never leaves a torn
+    weights file under its name there (at worst the configuration without the weights)."""
+    staging = folder / ".export.partial"
+    shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while it wrote
+    model.save_pretrained(staging, state_dict=weights, safe_serialization=True)
+    for file in sorted(staging.iterdir(), key=_weights_last):
+        os.replace(file, folder / file.name)
+    staging.rmdir()
+    sync_folder(folder)
+
+
+def _weights_last(file: Path) -> tuple[bool, bool, str]:
+    """Files in the order they are moved in: the configuration, the weights, their index."""
+    return (file.suffix == ".safetensors", file.name.endswith(".index.json"), file.name)

@@ -72,6 +72,7 @@ class FineTuneResult:
     checkpoint: str | None = None  # the last checkpoint written (rank 0)
     resumed_from: str | None = None
     world_size: int = 1  # processes that trained (torchrun)
+    strategy: str | None = None  # how they trained: "ddp" or "fsdp" (None: one process)
 
     @property
     def train_loss_history(self) -> list[float]:

@@ -29,6 +29,7 @@ from amptrain.config import (
 from amptrain.data import TokenData, deterministic_kernels, make_dataloader, seed_everything
 from amptrain.distributed import World, join_world, mark_failed, wrap_model
 from amptrain.engine import TrainStep
+from amptrain.fsdp import check_strategy, shard
 from amptrain.loop import Loop, SkipGuard, SkippedStepsWarning, TrainingDivergedError
 from amptrain.metrics import (
     ConsoleSink,
@@ -91,8 +92,11 @@ def fine_tune(
     schedule. ``compute_metrics(prediction)`` (an :class:`~amptrain.predictions.EvalPrediction`
     of the whole validation set) returns a dict of floats that joins every validation record
     as ``val/<key>``. Under torchrun (``WORLD_SIZE`` > 1) the model trains with DDP on this rank's
-    shard of the data, and only rank 0 writes sinks and checkpoints. ``tracker`` counts the
-    run's records; its sinks are written by rank 0 only, and are closed at the end.
+    shard of the data, and only rank 0 writes sinks and checkpoints. With ``strategy="fsdp"``
+    it is sharded instead (FSDP2: each rank holds 1/N of the weights, gradients and optimizer
+    state) and stays sharded after the run: :func:`~amptrain.fsdp.full_state_dict` gathers its
+    weights to rank 0; checkpoints are sharded, each rank writing its own shards. ``tracker``
+    counts the run's records; its sinks are written by rank 0 only, and are closed at the end.
     """
     cfg = dataclasses.replace(config or TrainConfig(), **{**padding_of(tokenizer), **options})
     parts = _Parts(
@@ -133,13 +137,15 @@ def _check_validation(cfg: TrainConfig, parts: _Parts, has_validation: bool) -> 
     check_metric(cfg.best_metric, parts.compute_metrics is not None, has_validation)
 
 
-def _place(cfg: TrainConfig) -> tuple[torch.device, World]:
-    """The device this process trains on, and its place among torchrun's processes."""
+def _place(cfg: TrainConfig) -> tuple[torch.device, World, str | None]:
+    """The device this process trains on, its place among torchrun's processes, and the
+    strategy they train with (None in one process)."""
     device = check_device(cfg)
     world = join_world(device.type, cfg.collective_timeout)
+    strategy = check_strategy(cfg.strategy, world)
     if world.distributed and device.type == "cuda":
         device = torch.device("cuda", world.local_rank)  # one GPU per process
-    return device, world
+    return device, world, strategy
 
 
 def _train(
@@ -150,11 +156,12 @@ def _train(
     parts: _Parts,
 ) -> FineTuneResult:
     """The run; :func:`fine_tune` gives back the global settings and the model's dtype."""
-    device, world = _place(cfg)
+    device, world, strategy = _place(cfg)
     writes = world.is_main  # the one place a rank is asked: rank 0 writes, shows and saves
     seed_everything(cfg.seed)
     plan = resolve_precision(cfg.precision, device)
-    model.to(device=device, dtype=plan.param_dtype)
+    # FSDP moves each block's shards to the device as it shards them: never the whole model
+    model.to(device=None if strategy == "fsdp" else device, dtype=plan.param_dtype)
     model.train()
     loaders = _loaders(*data, cfg, device, world)
     shape = layout(cfg, _length(loaders[0]))
@@ -164,7 +171,7 @@ def _train(
     try:
         loop = Loop(
             cfg=cfg,
-            step=_build_step(model, cfg, parts, plan, (device, world), shape),
+            step=_build_step(model, cfg, parts, plan, (device, world, strategy), shape),
             layout=shape,
             device=device,
             world=world,
@@ -185,7 +192,7 @@ def _train(
         raise
     finally:
         log.close()
-    return _result(loop, loaders, time.perf_counter() - start, resumed)
+    return _result(loop, loaders, time.perf_counter() - start, resumed, strategy)
 
 
 class _StopAt(Callback):
@@ -219,7 +226,8 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
     if cfg.tensorboard_dir:
         sinks.append(TensorBoardSink(cfg.tensorboard_dir))
     if cfg.wandb:
-        config = {**dataclasses.asdict(cfg), "precision_used": plan_name}
+        wrap = [c if isinstance(c, str) else c.__name__ for c in cfg.auto_wrap or ()]
+        config = {**dataclasses.asdict(cfg), "auto_wrap": wrap, "precision_used": plan_name}
         sinks.append(
             WandbSink(cfg.wandb_project, config=config, mode=cfg.wandb_mode, dir=cfg.wandb_dir)
         )
@@ -270,12 +278,19 @@ def _build_step(
     cfg: TrainConfig,
     parts: _Parts,
     plan: PrecisionPlan,
-    place: tuple[torch.device, World],
+    place: tuple[torch.device, World, str | None],
     shape: Layout,
 ) -> TrainStep:
-    """The training step: the model wrapped (DDP), its optimizer and schedule."""
-    device, world = place
-    train_model = wrap_model(model, world, device)
+    """The training step: the model wrapped (DDP) or sharded (FSDP), its optimizer (over the
+    shards) and schedule."""
+    device, world, strategy = place
+    if strategy == "fsdp":
+        train_model = shard(
+            model, plan, device, world, auto_wrap=cfg.auto_wrap, cpu_offload=cfg.cpu_offload,
+            reshard_after_forward=cfg.reshard_after_forward,
+        )  # fmt: skip
+    else:
+        train_model = wrap_model(model, world, device)
     optimizer = (parts.optimizer_factory or (lambda m: build_optimizer(m, cfg, device)))(model)
     make_schedule = parts.scheduler_factory or (lambda o, n: build_schedule(o, cfg, n))
     return TrainStep(
@@ -303,7 +318,9 @@ def _resume(loop: Loop, cfg: TrainConfig, device: torch.device) -> os.PathLike[s
     return path
 
 
-def _result(loop: Loop, loaders: tuple[Any, Any], seconds: float, resumed: Any) -> FineTuneResult:
+def _result(
+    loop: Loop, loaders: tuple[Any, Any], seconds: float, resumed: Any, strategy: str | None
+) -> FineTuneResult:
     step, plan = loop.step, loop.plan
     return FineTuneResult(
         precision=plan.name,
@@ -321,6 +338,7 @@ def _result(loop: Loop, loaders: tuple[Any, Any], seconds: float, resumed: Any) 
         checkpoint=loop.last_checkpoint,
         resumed_from=str(resumed) if resumed else None,
         world_size=loop.world.size,
+        strategy=strategy,
     )
 
 

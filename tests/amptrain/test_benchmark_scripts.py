@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fine_tune_throughput
+import fsdp_vs_ddp
 import peer_speed
 import step_profile
 
@@ -133,3 +134,23 @@ def test_peer_speed_runs_one_framework_in_a_fresh_process() -> None:
     args.vocab = 3  # the process refuses it: the failure is an error, not an empty run
     with pytest.raises(RuntimeError, match="own process failed"):
         peer_speed.fresh_run("amptrain", args)
+
+
+def test_fsdp_vs_ddp_prints_each_window_the_median_ratio_and_each_ranks_bytes() -> None:
+    held = {"ddp": {"params": 400, "grads": 400, "optimizer": 800}}
+    held["fsdp"] = {"params": 100, "grads": 100, "optimizer": 200}
+    doc = {
+        "world_size": 4, "device": "cpu", "held_bytes_by_rank": [held] * 4,
+        "seconds_per_step": {"ddp": [1.0, 2.0, 1.0], "fsdp": [1.5, 2.0, 3.0]},
+    }  # fmt: skip
+    lines = fsdp_vs_ddp.summary(doc)
+    assert lines[1:4] == ["  ddp 1.0000  fsdp 1.5000", "  ddp 2.0000  fsdp 2.0000",
+                          "  ddp 1.0000  fsdp 3.0000"]  # fmt: skip
+    assert lines[4] == "FSDP/DDP step time: 1.500 (median of 3 windows)"  # of 1.5, 1, 3
+    assert lines[-1] == "  rank 3 fsdp: params 100, grads 100, optimizer 200; total 400"
+
+
+@pytest.mark.parametrize("bad", [["--steps", "0"], ["--windows", "0"], ["--warmup", "-1"]])
+def test_fsdp_vs_ddp_rejects_counts_below_one(bad: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        fsdp_vs_ddp.parse_args(bad)

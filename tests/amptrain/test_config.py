@@ -56,6 +56,35 @@ def test_bad_config_values_name_the_field(field: str, value: object) -> None:
         TrainConfig(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"strategy": "deepspeed"}, r"TrainConfig.strategy must be 'ddp' or 'fsdp'"),
+        ({"cpu_offload": True}, r"TrainConfig.cpu_offload is an FSDP option: .*strategy='fsdp'"),
+        ({"reshard_after_forward": False}, "TrainConfig.reshard_after_forward is an FSDP option"),
+        ({"auto_wrap": ["Block"]}, "TrainConfig.auto_wrap is an FSDP option"),
+        ({"strategy": "fsdp", "auto_wrap": "Block"}, "TrainConfig.auto_wrap must list"),
+        ({"strategy": "fsdp", "auto_wrap": [3]}, "TrainConfig.auto_wrap must list"),
+    ],
+)
+def test_the_strategy_and_fsdps_options_are_checked(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**options)  # type: ignore[arg-type]
+
+
+def test_fsdps_blocks_are_kept_as_a_tuple() -> None:
+    cfg = TrainConfig(strategy="fsdp", auto_wrap=[torch.nn.Linear, "Block"])
+    assert cfg.auto_wrap == (torch.nn.Linear, "Block")
+
+
+def test_compile_takes_a_backend_by_name() -> None:
+    assert TrainConfig(compile="aot_eager").compile == "aot_eager"
+    with pytest.raises(ValueError, match=r"'yes' is not a torch.compile backend: .* aot_eager"):
+        TrainConfig(compile="yes")
+
+
 def test_lightnings_integer_precisions_are_kept_as_their_names() -> None:
     assert TrainConfig(precision=16).precision == "16"
     assert TrainConfig(precision=32).precision == "32"

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from amptrain import distributed
-from amptrain.distributed import ShardSampler, World, join_world, shard_loader
+from amptrain.distributed import ShardSampler, World, in_lockstep, join_world, shard_loader
 
 
 def test_one_process_is_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,3 +169,8 @@ def test_a_rank_waiting_at_exit_is_not_held_by_a_peer_that_died(
             rank.kill()
             rank.communicate()
     assert time.monotonic() - start < (timeout or 0) + 20
+
+
+def test_one_process_draws_its_batches_in_lockstep_with_itself() -> None:
+    assert list(in_lockstep(iter([1, 2, 3]), World())) == [1, 2, 3]
+    assert list(in_lockstep([], World())) == []

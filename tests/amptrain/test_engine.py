@@ -14,7 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from amptrain import TinyGPT, TrainStep, fine_tune, lm_loss, probes, resolve_precision
+from amptrain import (
+    TinyGPT,
+    TrainStep,
+    evaluate,
+    fine_tune,
+    lm_loss,
+    probes,
+    resolve_precision,
+)
 from amptrain.benchmark.health import count_syncs
 from amptrain.config import TrainConfig
 from amptrain.optim import build_optimizer
@@ -338,6 +346,18 @@ def test_validation_reads_each_row_once_in_the_order_given(model: TinyGPT, token
     fine_tune(model, tokens(), val, epochs=2, batch_size=8, num_workers=0)
     check, *batches = seen  # the data check's one row, then each epoch's validation
     assert check.shape[0] == 1 and torch.equal(torch.cat(batches), torch.cat([val, val]))
+
+
+def test_a_placeholder_batch_runs_a_forward_and_counts_for_nothing(
+    model: TinyGPT, tokens: Tokens
+) -> None:
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(args[0].numel()))
+    plan, cpu = resolve_precision("32-true", "cpu"), torch.device("cpu")
+    rows = tokens(4, seed=1)
+    alone = evaluate(model, [rows], plan, cpu)
+    assert evaluate(model, [None, rows, None], plan, cpu) == alone
+    assert calls == [rows.numel(), 1, rows.numel(), 1]  # the placeholders: one token each
 
 
 # --- the paths only a GPU takes --------------------------------------------------------------

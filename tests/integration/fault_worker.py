@@ -4,13 +4,16 @@ checkpoint every 2 steps and resumes from the latest, then saves its final weigh
 
     python fault_worker.py OUT [--kill-at STEP] [--kill-in-save N] [--raise-at STEP]
                                [--fill-disk-at STEP] [--stop-at STEP] [--rank R] [--timeout S]
+                               [--attempt N] [--strategy fsdp]
 
 ``--kill-at`` SIGKILLs the process after that step; ``--kill-in-save`` SIGKILLs it halfway
 through writing its N-th checkpoint; ``--raise-at`` raises there; ``--fill-disk-at`` lowers the
 file-size limit (RLIMIT_FSIZE) there so the next checkpoint meets a real EFBIG; ``--stop-at``
 stops the run there (as a callback may, on one rank); ``--timeout`` is the collective timeout
 in seconds; ``--rank`` limits the fault to one rank, and under torchrun a fault strikes only
-the first attempt (``TORCHELASTIC_RESTART_COUNT`` 0), so a restarted job runs on.
+the first attempt (``TORCHELASTIC_RESTART_COUNT`` 0; ``--attempt`` names another), so a
+restarted job runs on. ``--strategy fsdp`` shards the model (its checkpoints too) and rank 0
+alone saves the final weights, gathered whole.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch.utils.data import DataLoader
 
 from amptrain import Callback, TinyGPT, TrainState, fine_tune, synthetic_token_data
 from amptrain.checkpoint import CheckpointWriteError
+from amptrain.fsdp import full_state_dict
 
 VOCAB, SEQ, ROWS, BATCH, EPOCHS = 24, 12, 48, 4, 2
 STEPS = EPOCHS * ROWS // BATCH  # in one process
@@ -106,10 +110,10 @@ def kill_in_save(n: int) -> None:
 
 
 def faults(args: argparse.Namespace) -> list[Callback]:
-    """The faults asked for, on this rank's first attempt only."""
+    """The faults asked for, on this rank's attempt ``--attempt`` only (the first: 0)."""
     rank = int(os.environ.get("RANK", "0"))
-    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    if not first or (args.rank is not None and rank != args.rank):
+    now = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == str(args.attempt)
+    if not now or (args.rank is not None and rank != args.rank):
         return []
     if args.kill_in_save:
         kill_in_save(args.kill_in_save)
@@ -122,14 +126,21 @@ def faults(args: argparse.Namespace) -> list[Callback]:
     return [Fault(at, action) for at, action in asked if at]
 
 
-def main() -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     for name in ("--kill-at", "--kill-in-save", "--raise-at", "--fill-disk-at", "--stop-at"):
         parser.add_argument(name, type=int)
     parser.add_argument("--rank", type=int)
     parser.add_argument("--timeout", type=float, default=60.0)
-    args = parser.parse_args()
+    parser.add_argument("--strategy")
+    parser.add_argument("--attempt", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The run (``argv``: the command line's arguments); its exit code."""
+    args = arguments(argv)
     global OUT
     OUT = args.out
     torch.manual_seed(0)
@@ -142,13 +153,15 @@ def main() -> int:
             net, loader, synthetic_token_data(8, SEQ, VOCAB, seed=1), epochs=EPOCHS,
             num_workers=0, log_every=1, checkpoint_every=2, keep_checkpoints=2,
             checkpoint_dir=str(args.out / "ckpt"), resume_from="latest", jsonl_path=log,
-            callbacks=faults(args), collective_timeout=args.timeout,
+            callbacks=faults(args), collective_timeout=args.timeout, strategy=args.strategy,
         )  # fmt: skip
     except CheckpointWriteError as exc:
         (args.out / "error.txt").write_text(str(exc))
         return 3
     rank = os.environ.get("RANK", "0")
-    SAVE(net.state_dict(), args.out / f"weights-{rank}.pt")
+    weights = full_state_dict(net)  # sharded: gathered to rank 0, which alone saves them
+    if weights:
+        SAVE(weights, args.out / f"weights-{rank}.pt")
     (args.out / f"result-{rank}.json").write_text(json.dumps(result.to_dict()))
     return 0
 
