@@ -81,6 +81,13 @@ PROJECT = {
         def test_the_library_examples_run_in_order():
             assert True
     """,
+    "tests/integration/test_fsdp.py": """
+        import pytest
+        pytestmark = pytest.mark.integration
+
+        def test_fsdp_trains_as_one_process_does():
+            assert True
+    """,
 }
 # The deprecation planted where every step goes: the suite's filterwarnings turns it into errors.
 DEPRECATED = """

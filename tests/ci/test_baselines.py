@@ -17,8 +17,8 @@ from amptrain.benchmark.run import preset_model
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
-from stagegate.model import StageData, StageRecord, StageStatus
 from stagegate.judge.policy import load_policy
+from stagegate.model import StageData, StageRecord, StageStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "reports" / "baseline"

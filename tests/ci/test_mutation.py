@@ -16,7 +16,9 @@ import mutation_report  # noqa: E402
 
 
 def test_globs_go_to_the_package_they_name() -> None:
-    assert mutation.split_globs(["stagegate.judge.policy*", "amptrain.data*", "stagegate.judge*"]) == {
+    assert mutation.split_globs(
+        ["stagegate.judge.policy*", "amptrain.data*", "stagegate.judge*"]
+    ) == {
         "stagegate": ["stagegate.judge.policy*", "stagegate.judge*"],
         "amptrain": ["amptrain.data*"],
     }
