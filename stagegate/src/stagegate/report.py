@@ -19,7 +19,6 @@ from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
 from stagegate.judge.policy import Policy, load_policy
 from stagegate.model import (
-    STAGES,
     Benchmark,
     StageData,
     Verdict,
@@ -60,7 +59,7 @@ def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
 
 
 def _records(options: ReportOptions, policy: Policy) -> RecordScan:
-    scan = find_records(options.raw_dir, {*STAGES, *policy.required})
+    scan = find_records(options.raw_dir, {*policy.stages, *policy.required})
     if not scan.records and not scan.problems:
         how = policy.rerun or "stagegate run STAGE -- COMMAND, for each stage"
         raise InputError(f"no stage records in {options.raw_dir}: run the stages first ({how})")
@@ -68,13 +67,13 @@ def _records(options: ReportOptions, policy: Policy) -> RecordScan:
 
 
 def _stage_names(scan: RecordScan, policy: Policy, only: bool) -> list[str]:
-    """The stages to judge: the known ones the policy names or that ran, then any others."""
+    """The stages to judge: every declared one (in the declared order), then any other that
+    left a record, then the raw folder's unattributed records (whatever is judged)."""
     ran = {*scan.records, *scan.problems}
-    wanted = [s for s in STAGES if s in ran or s in policy.required or s in policy.skippable]
     return [
-        *(s for s in wanted if s in policy.judged),
-        *(s for s in sorted(ran) if s not in STAGES and not only and s != UNATTRIBUTED),
-        *([UNATTRIBUTED] if UNATTRIBUTED in scan.problems else []),  # whatever is judged
+        *(s for s in policy.stages if policy.judges(s)),
+        *(s for s in sorted(ran) if s not in policy.stages and not only and s != UNATTRIBUTED),
+        *([UNATTRIBUTED] if UNATTRIBUTED in scan.problems else []),
     ]
 
 
@@ -179,7 +178,7 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
         name = f"{stage.name}.md"
         if name in files:  # stage names are refused before this: never write one over another
             raise InternalError(f"stage {stage.name!r} would overwrite the report's {name}")
-        files[name] = render_stage(stage_view(stage, policy, ctx))
+        files[name] = render_stage(stage_view(stage, ctx))
     return verdict, files
 
 
@@ -194,7 +193,7 @@ def _target(out_dir: Path, name: str) -> Path:
 def _previous_outputs(out_dir: Path) -> set[str]:
     """The files an earlier report may have left in ``out_dir``: its summary, comment and
     verdict, and a report for each stage it (or any known stage) judged."""
-    names = {"summary.md", "comment.md", "verdict.json", *(f"{s}.md" for s in STAGES)}
+    names = {"summary.md", "comment.md", "verdict.json"}
     try:
         old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
         stages = [s.get("name") for s in old.get("stages", [])]

@@ -16,7 +16,6 @@ from stagegate.model import (
     RECORD_FORMAT_VERSION,
     RECORD_KIND,
     RUN_LOG,
-    STAGES,
     StageRecord,
     stage_name_problem,
 )
@@ -148,7 +147,7 @@ def _scan(path: Path, expected: Collection[str]) -> Scanned:
     return record, record.stage, None
 
 
-def find_records(raw_dir: Path, expected: Collection[str] = STAGES) -> RecordScan:
+def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     """Every stage record in ``raw_dir``, by stage. A file named after one of the ``expected``
     stages that is no usable record, and a stage recorded twice, are problems of that stage
     (the judge blocks it); a directory that does not exist is an InputError."""
