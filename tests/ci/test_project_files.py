@@ -174,3 +174,34 @@ def test_a_function_one_line_too_long_is_named(tmp_path: Path) -> None:
         "pkg/long.py:2 too_long",
         "top.py:1 also",
     ]
+
+
+def _import_name(path: Path) -> str:
+    """The module name pytest's default import mode gives a test file: its dotted path from the
+    first folder above it that is not a package."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").exists():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+def test_every_test_module_imports_under_a_name_of_its_own() -> None:
+    """Two test files that import under one name stop the whole run at collection."""
+    listed = subprocess.run(
+        ["git", "ls-files", "*test_*.py", "*_test.py", "*conftest.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"][
+        "ini_options"
+    ]["testpaths"]
+    names: dict[str, list[str]] = {}
+    for name in listed:
+        if any(name.startswith(f"{top}/") for top in testpaths) and "/fixtures/" not in name:
+            names.setdefault(_import_name(ROOT / name), []).append(name)
+    clashes = {n: p for n, p in names.items() if len(p) > 1 and not n.endswith("conftest")}
+    assert not clashes, f"rename one of each: {clashes}"
