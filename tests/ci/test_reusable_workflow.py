@@ -1,10 +1,11 @@
-"""stagegate.yml, the reusable gate for other repositories: which job each event runs, what
-each job may do, and the judge's and the status's shell scripts run here with stand-ins for
-stagegate and gh."""
+"""stagegate.yml, the reusable gate for other repositories, and the example's two callers of
+it (examples/adopter/.github/workflows): which job each event runs, what each job may do, and
+the judge's and the status's shell scripts run here with stand-ins for stagegate and gh."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -15,11 +16,19 @@ from typing import Any
 import pytest
 import yaml
 
-from .ci_tools import ROOT, load_workflow
+from .ci_tools import ROOT, WORKFLOWS, load_workflow
 from .gha_expressions import job_runs
 
 DOC = load_workflow("stagegate.yml")
 JOBS = DOC["jobs"]
+EXAMPLE = ROOT / "examples" / "adopter" / ".github" / "workflows"
+CALLED = re.compile(r"^([\w.-]+)/([\w.-]+)/\.github/workflows/stagegate\.yml@([0-9a-f]{40})$")
+
+
+def _caller(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((EXAMPLE / name).read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))
+    return doc
 
 
 def _step(job: str, words: str) -> dict[str, Any]:
@@ -164,3 +173,32 @@ def test_the_status_is_success_only_for_a_finished_judges_pass(
     args = log.read_text().splitlines()
     assert args[:3] == ["api", "--method", "POST"] and args[3] == f"repos/o/r/statuses/{'a' * 40}"
     assert f"state={posted}" in args and "context=verification report" in args
+
+
+def test_the_examples_callers_grant_what_the_called_jobs_ask_for() -> None:
+    # GitHub checks every called job's permissions against the caller's before any `if:`.
+    asked: dict[str, str] = {}
+    for job in JOBS.values():
+        asked |= job["permissions"]
+    callers = {name: _caller(name) for name in ("verify.yml", "judge.yml")}
+    for name, doc in callers.items():
+        assert doc["permissions"] == {}
+        (job,) = doc["jobs"].values()
+        assert job["permissions"] == asked, name
+        m = CALLED.match(job["uses"])
+        assert m, job["uses"]
+        assert job["with"]["stagegate-repository"] == f"{m[1]}/{m[2]}", name
+        assert job["with"]["stagegate-ref"] == m[3], name  # the same commit, named twice
+    verify, judge = callers["verify.yml"], callers["judge.yml"]
+    assert set(verify["on"]) == {"pull_request", "push"}
+    assert judge["on"] == {"workflow_run": {"workflows": [verify["name"]], "types": ["completed"]}}
+    (job,) = judge["jobs"].values()
+    assert job["secrets"] == {"gate-app-private-key": "${{ secrets.GATE_APP_PRIVATE_KEY }}"}
+    assert job["with"]["app-client-id"] == "${{ vars.GATE_APP_CLIENT_ID }}"
+
+
+def test_the_linters_check_the_examples_workflows_too() -> None:
+    from .test_linters import WORKFLOWS as LINTED
+
+    expected = sorted([*WORKFLOWS.glob("*.yml"), *EXAMPLE.glob("*.yml")])
+    assert sorted(Path(p) for p in LINTED) == expected
