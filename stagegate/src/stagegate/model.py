@@ -143,6 +143,9 @@ class StageRecord:
     sha256: dict[str, str | None] = field(default_factory=dict)
     runner_error: str | None = None  # stagegate run failed after the command (the record is
     # then a fallback: its file hashes may be missing)
+    # What git showed changed or untracked (not ignored) when the command started: the commit
+    # does not hold everything that ran. None where it could not look (no git checkout).
+    uncommitted: list[str] | None = None
 
     @property
     def succeeded(self) -> bool:

@@ -28,7 +28,7 @@ from stagegate.view.parts import (
     tests_line,
 )
 from stagegate.view.performance import performance_sections
-from stagegate.view.text import code, code_block, inline
+from stagegate.view.text import code, code_block, inline, without_progress
 
 
 @dataclass(frozen=True)
@@ -275,10 +275,10 @@ def _audit(stage: StageVerdict, ctx: Context) -> Section:
         ]
         tables.append(table(("Environment", "Value"), env))
         pointer = _record_pointer(stage, ctx)
-        if r.stdout_tail:
-            blocks.append("Standard output (tail):\n\n" + code_block(r.stdout_tail, 3000, pointer))
-        if r.stderr_tail:
-            blocks.append("Standard error (tail):\n\n" + code_block(r.stderr_tail, 3000, pointer))
+        for name, tail in (("Standard output", r.stdout_tail), ("Standard error", r.stderr_tail)):
+            if tail:
+                shown = code_block(without_progress(tail), 3000, pointer)
+                blocks.append(f"{name} (tail):\n\n{shown}")
     return Section(
         "Audit Trail", tuple(p for p in paragraphs if p), tuple(tables), (), tuple(blocks)
     )
