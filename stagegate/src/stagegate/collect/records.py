@@ -16,6 +16,7 @@ from stagegate.model import (
     RECORD_FORMAT_VERSION,
     RECORD_KIND,
     RUN_LOG,
+    UNATTRIBUTED,
     StageRecord,
     stage_name_problem,
 )
@@ -114,8 +115,6 @@ def load_record(path: Path) -> StageRecord:
 
 
 MAX_RECORD_BYTES = 4 * 2**20  # two 8,000-character tails, the command and the environment
-# Where a file that claims to be a record, of no stage it may name, is reported: it blocks
-UNATTRIBUTED = "raw_inputs"
 
 
 @dataclass(frozen=True)
