@@ -19,9 +19,15 @@ def _rel(path: str) -> str:
         return path
 
 
-# Syntax errors, undefined names, invalid comparisons and misplaced statements: the codes
-# flake8's own documentation suggests failing a build on. Everything else is style.
-_RUFF_ERRORS = ("E9", "F63", "F7", "F82")
+# Syntax errors, undefined names, invalid comparisons and misplaced statements (the codes
+# flake8's own documentation suggests failing a build on), and pyflakes' findings of code that
+# raises or silently loses a value when it runs: a % or str.format() whose arguments do not fit
+# its format (F50x, F52x but unused arguments), a dict key given twice with another value
+# (F601, F602), two starred targets (F622). Everything else is style.
+_RUFF_ERRORS = (
+    "E9", "F63", "F7", "F82", "F501", "F502", "F503", "F505", "F506", "F507", "F508", "F509",
+    "F521", "F524", "F525", "F601", "F602", "F622",
+)  # fmt: skip
 _RUFF_SYNTAX = ("syntax", "invalid-syntax")  # no code (older ruff), or invalid-syntax
 
 
