@@ -150,6 +150,9 @@ class StageRecord:
     # What git showed changed or untracked (not ignored) when the command started: the commit
     # does not hold everything that ran. None where it could not look (no git checkout).
     uncommitted: list[str] | None = None
+    # Other stages' records (and the files they seal, and the run log) that were changed or
+    # removed while this stage's command ran: one stage's command rewrote another's results.
+    altered: list[str] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:

@@ -43,6 +43,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "sha256": ((dict,), False),
     "runner_error": (_TEXT, True),
     "uncommitted": ((list,), True),
+    "altered": ((list,), False),
 }
 
 
@@ -64,8 +65,9 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             return f"{key} holds {type(value).__name__}"
     if not all(isinstance(c, str) for c in data.get("command", [])):
         return "command holds something that is not text"
-    if not all(isinstance(p, str) for p in data.get("uncommitted") or []):
-        return "uncommitted holds something that is not a path"
+    for key in ("uncommitted", "altered"):
+        if not all(isinstance(p, str) for p in data.get(key) or []):
+            return f"{key} holds something that is not a path"
     if not _is_text_map(data.get("files", {}), nested=True):
         return "files maps a kind to something that is not a path"
     sha = data.get("sha256", {})
