@@ -240,6 +240,10 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     record, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert sorted(record.uncommitted or []) == ["a.py", "c.py", "new.py"]
     assert load_record(raw / "static.json").uncommitted == record.uncommitted
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-raw"  # outside the checkout (or a link out)
+    away, _ = run_stage("static", [PY, "-c", "pass"], out_dir=elsewhere, stdout=io.StringIO())
+    ran = ["reports/raw/stagegate-runs.jsonl", "reports/raw/static.json"]  # now seen as changes
+    assert sorted(away.uncommitted or []) == ["a.py", "c.py", "new.py", *ran]
     monkeypatch.setenv("GIT_DIR", "/nonexistent")  # as the CI host runs a stage: no checkout
     outside, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert outside.uncommitted is None  # git could not say: not known, not clean
