@@ -10,12 +10,14 @@ from pathlib import Path
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never a half file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: never a half file.
+    A character UTF-8 cannot encode (a lone surrogate) is written as its escape, ``\\ud800``:
+    no text stops a report from being written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="\n") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

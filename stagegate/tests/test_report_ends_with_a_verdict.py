@@ -1,0 +1,122 @@
+"""Inputs a hostile review planted in the raw folder, each for real: text no encoder takes, a
+file name that is not UTF-8, a linter field of the wrong type, garbage where the record's
+machine observation belongs, a previous verdict that is a FIFO or endless, and JUnit totals
+that claim more than the file holds. Each ends in a verdict (exit 0 or 1), and each wrong
+figure or file is a blocking finding of its own kind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stagegate
+from stagegate.io import write_atomic
+from stagegate.record.runner import run_stage
+from stagegate.view.text import clean
+
+from .builders import copy_scenario, report_cli, reseal
+
+EXIT_PASS, EXIT_BLOCK = 0, 1
+SRC = Path(stagegate.__path__[0]).resolve().parent  # the folder this stagegate is imported from
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the report runs: the passing scenario's raw directory is ``reports/raw`` here."""
+    return copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+
+
+def _raw(root: Path) -> Path:
+    return root / "reports" / "raw"
+
+
+def _edit(path: Path, **fields: Any) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def _findings(root: Path, stage: str) -> list[dict[str, Any]]:
+    verdict = json.loads((root / "reports" / "verdict.json").read_text())
+    return next(s for s in verdict["stages"] if s["name"] == stage)["findings"]
+
+
+def _kinds(root: Path, stage: str) -> dict[str, str]:
+    """Each kind of the stage's findings, with the severity of its last one."""
+    return {f["kind"]: f["severity"] for f in _findings(root, stage)}
+
+
+def _pytest(folder: Path, *args: str) -> None:
+    """pytest, run for real in ``folder`` with this checkout's stagegate plugin."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+
+
+# --- 1. text no encoder takes ------------------------------------------------------------------
+
+
+def test_a_warning_holding_a_lone_surrogate_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "test_w.py").write_text(
+        'import warnings\n\ndef test_warns():\n    warnings.warn("bad \\ud800 text")\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    _, code = run_stage(
+        "execution",
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "test_w.py",
+            "--junitxml=reports/raw/junit.xml",
+            "--stagegate-warnings=reports/raw/warnings.json",
+        ],
+        out_dir=Path("reports/raw"),
+        files={"junit": "reports/raw/junit.xml", "warnings": "reports/raw/warnings.json"},
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    assert code == 0
+    assert "\\ud800" in Path("reports/raw/warnings.json").read_text()
+    assert report_cli(tmp_path, "--only", "execution") in (EXIT_PASS, EXIT_BLOCK)
+    warned = [f for f in _findings(tmp_path, "execution") if f["kind"] == "other_warning"]
+    assert [f["title"] for f in warned] == ["UserWarning: bad \ufffd text"]
+    assert "bad \ufffd text" in Path("reports/execution.md").read_text()
+
+
+def test_a_ruff_message_holding_a_lone_surrogate_is_reported(root: Path) -> None:
+    ruff = _raw(root) / "lint-ruff.json"
+    finding = {
+        "code": "F821",
+        "message": "undefined name \ud800",
+        "filename": "src/x.py",
+        "location": {"row": 3, "column": 1},
+    }
+    ruff.write_text(json.dumps([finding]))
+    reseal(_raw(root))
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    assert _kinds(root, "static")["lint_error"] == "HIGH"
+    assert "undefined name \ufffd" in (root / "reports" / "static.md").read_text()
+
+
+def test_any_text_is_written_whole_and_shown_by_its_code_points(tmp_path: Path) -> None:
+    written = write_atomic(tmp_path / "x.md", "a \ud800 b \udcff c")
+    assert written.read_text(encoding="utf-8") == "a \\ud800 b \\udcff c"
+    assert clean("x\udcffy") == "x[U+DCFF]y"
