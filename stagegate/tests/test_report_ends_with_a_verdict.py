@@ -120,3 +120,16 @@ def test_any_text_is_written_whole_and_shown_by_its_code_points(tmp_path: Path) 
     written = write_atomic(tmp_path / "x.md", "a \ud800 b \udcff c")
     assert written.read_text(encoding="utf-8") == "a \\ud800 b \\udcff c"
     assert clean("x\udcffy") == "x[U+DCFF]y"
+
+
+# --- 2. a record file whose name is not UTF-8 --------------------------------------------------
+
+
+def test_a_copy_of_a_record_under_a_name_that_is_not_utf8_blocks(root: Path) -> None:
+    raw = os.fsencode(_raw(root))
+    with open(raw + b"/\xffx.json", "wb") as f:
+        f.write((_raw(root) / "static.json").read_bytes())
+    assert report_cli(root) == EXIT_BLOCK
+    static = _findings(root, "static")
+    assert [f["kind"] for f in static] == ["record_unusable"]
+    assert "two records" in static[0]["detail"] and "\\xff" in static[0]["detail"]

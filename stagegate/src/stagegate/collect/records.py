@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -130,6 +131,15 @@ class RecordScan:
 Scanned = tuple[StageRecord | None, str, str | None]
 
 
+def _printable(text: str) -> str:
+    """``text`` with the bytes of a file name that is not UTF-8 (held as lone surrogates, as
+    Python reads such names) written as their escapes: ``\\xff``."""
+    try:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name holds
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _scan(path: Path, expected: Collection[str]) -> Scanned:
     """(the record, its stage, None); (None, stage, why) for a file named after an expected
     stage, or holding a record (of :data:`UNATTRIBUTED` where it names no possible stage),
@@ -153,7 +163,8 @@ def _scan(path: Path, expected: Collection[str]) -> Scanned:
 def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     """Every stage record in ``raw_dir``, by stage. A file named after one of the ``expected``
     stages that is no usable record, and a stage recorded twice, are problems of that stage
-    (the judge blocks it); a directory that does not exist is an InputError."""
+    (the judge blocks it); a directory that does not exist is an InputError. A file name that
+    is not UTF-8 is named by its escapes (``\\xff``)."""
     if not raw_dir.is_dir():
         raise InputError(
             f"{raw_dir} is not a directory: run the stages first "
@@ -164,13 +175,13 @@ def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     for path in sorted(raw_dir.glob("*.json")):
         record, stage, problem = _scan(path, expected)
         if problem is not None:
-            problems.setdefault(stage, problem)
+            problems.setdefault(stage, _printable(problem))
         if record is not None:
             found.setdefault(stage, []).append((path, record))
     records = {}
     for stage, entries in found.items():
         if len(entries) > 1:
-            paths = " and ".join(str(p) for p, _ in entries)
+            paths = " and ".join(_printable(str(p)) for p, _ in entries)
             problems.setdefault(stage, f"two records for stage {stage!r}: {paths}")
         elif stage not in problems:
             records[stage] = entries[0][1]
