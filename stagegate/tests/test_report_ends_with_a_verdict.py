@@ -133,3 +133,24 @@ def test_a_copy_of_a_record_under_a_name_that_is_not_utf8_blocks(root: Path) -> 
     static = _findings(root, "static")
     assert [f["kind"] for f in static] == ["record_unusable"]
     assert "two records" in static[0]["detail"] and "\\xff" in static[0]["detail"]
+
+
+# --- 3. a linter field of the wrong type -------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["shellcheck", "generic"])
+@pytest.mark.parametrize(
+    "field,value", [("level", []), ("message", {"a": 1}), ("line", "3"), ("code", 7)]
+)
+def test_a_lint_field_of_the_wrong_type_is_malformed_input(
+    root: Path, tool: str, field: str, value: object
+) -> None:
+    entry = {"code": "SC2086", "message": "quote this", "level": "warning", "file": "a.sh"}
+    lint = _raw(root) / f"lint-{tool}.json"
+    lint.write_text(json.dumps([{**entry, "line": 2, field: value}]))
+    record = _raw(root) / "static.json"
+    files = json.loads(record.read_text())["files"]
+    _edit(record, files={"lint": {**files["lint"], tool: f"reports/raw/lint-{tool}.json"}})
+    reseal(_raw(root))
+    assert report_cli(root) == EXIT_BLOCK
+    assert _kinds(root, "static")["input_malformed"] in ("CRITICAL", "HIGH")
