@@ -154,3 +154,34 @@ def test_a_lint_field_of_the_wrong_type_is_malformed_input(
     reseal(_raw(root))
     assert report_cli(root) == EXIT_BLOCK
     assert _kinds(root, "static")["input_malformed"] in ("CRITICAL", "HIGH")
+
+
+# --- 4. garbage where the machine observation belongs ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"accelerators": {"probe": "nvidia-smi", "found": False, "devices": 1, "error": None}},
+        {"accelerators": {"probe": "nvidia-smi", "found": True, "devices": [1], "error": None}},
+        {"accelerators": {"probe": "nvidia-smi", "found": True, "devices": [{"name": 3}]}},
+        {"accelerators": {"probe": [], "found": "no", "devices": [], "error": None}},
+        {"accelerators": {"probe": "nvidia-smi", "found": False, "devices": [], "error": 7}},
+        {"accelerators": [1, 2]},
+        {"cpu_count": "2"},
+        {"cpu_count": True},
+        {"cpu_count": -1},
+        {"machine": ["x86_64"]},
+        {"python": 3.11},
+        {"platform": {"os": "Linux"}},
+    ],
+)
+def test_garbage_in_the_observed_machine_blocks_the_record(
+    root: Path, environment: dict[str, Any]
+) -> None:
+    record = _raw(root) / "execution.json"
+    _edit(record, environment={**json.loads(record.read_text())["environment"], **environment})
+    assert report_cli(root) == EXIT_BLOCK
+    findings = _findings(root, "execution")
+    assert [f["kind"] for f in findings] == ["record_unusable"]
+    assert "environment" in findings[0]["detail"]

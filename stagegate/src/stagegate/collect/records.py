@@ -46,6 +46,58 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 
 
+# What stagegate run observes of the machine (record/machine.py): each fact's JSON types. A fact
+# may be null or absent (the judge finds it unobserved); of another type, the record is refused.
+_FACTS: dict[str, tuple[type, ...]] = {
+    "python": _TEXT,
+    "platform": _TEXT,
+    "machine": _TEXT,
+    "cpu_count": _INT,
+    "accelerators": (dict,),
+}
+_ACCELERATORS: dict[str, tuple[type, ...]] = {
+    "probe": _TEXT,
+    "found": (bool,),
+    "devices": (list,),
+    "error": _TEXT,
+}
+_DEVICE: dict[str, tuple[type, ...]] = {
+    "name": _TEXT,
+    "driver": _TEXT,
+    "memory_mb": _INT,
+    "compute_capability": _TEXT,
+}
+
+
+def _wrong_types(where: str, values: dict[str, Any], types: dict[str, tuple[type, ...]]) -> str:
+    """The first of ``values`` (null aside) whose JSON type is not the one ``types`` names."""
+    for key, allowed in types.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            return f"{where}.{key} holds {type(value).__name__}"
+    return ""
+
+
+def _environment_problem(env: dict[str, Any]) -> str | None:
+    """Why the machine the record observed cannot be stagegate run's observation, or None."""
+    problem = _wrong_types("environment", env, _FACTS)
+    if problem:
+        return problem
+    cpus = env.get("cpu_count")
+    if cpus is not None and cpus < 1:
+        return f"environment.cpu_count {cpus} is no machine's CPU count"
+    seen = env.get("accelerators") or {}
+    problem = _wrong_types("environment.accelerators", seen, _ACCELERATORS)
+    for i, device in enumerate([] if problem else seen.get("devices") or []):
+        where = f"environment.accelerators.devices[{i}]"
+        if not isinstance(device, dict):
+            return f"{where} holds {type(device).__name__}"
+        problem = problem or _wrong_types(where, device, _DEVICE)
+    return problem or None
+
+
 def _is_text_map(value: Any, nested: bool) -> bool:
     """A dict of text keys to text values (or, with ``nested``, to such dicts)."""
     return isinstance(value, dict) and all(
@@ -71,6 +123,9 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     sha = data.get("sha256", {})
     if not all(isinstance(v, str | None) for v in sha.values()):
         return "sha256 holds something that is not a hash"
+    environment = _environment_problem(data.get("environment", {}))
+    if environment:
+        return environment
     commit = data.get("commit")
     if commit is not None and not _COMMIT.fullmatch(commit):
         return f"commit {commit[:80]!r} is not a commit id (7 to 64 hex digits)"
