@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from stagegate.io import write_atomic
 from stagegate.record.runner import run_stage
 from stagegate.view.text import clean
 
-from .builders import copy_scenario, report_cli, reseal
+from .builders import POLICY_FILE, copy_scenario, report_cli, reseal
 
 EXIT_PASS, EXIT_BLOCK = 0, 1
 SRC = Path(stagegate.__path__[0]).resolve().parent  # the folder this stagegate is imported from
@@ -185,3 +186,43 @@ def test_garbage_in_the_observed_machine_blocks_the_record(
     findings = _findings(root, "execution")
     assert [f["kind"] for f in findings] == ["record_unusable"]
     assert "environment" in findings[0]["detail"]
+
+
+# --- 5. the previous verdict as a FIFO, or endless ---------------------------------------------
+
+
+def _limited() -> None:
+    limit = 2 * 2**30  # a report takes far less; an endless read ends in MemoryError
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "huge"])
+def test_a_previous_verdict_that_is_no_small_regular_file_is_replaced(
+    root: Path, plant: str
+) -> None:
+    verdict = root / "reports" / "verdict.json"
+    if plant == "fifo":
+        os.mkfifo(verdict)
+    elif plant == "dev-zero":
+        verdict.symlink_to("/dev/zero")
+    else:
+        with verdict.open("w") as f:
+            f.write('{"stages": [{"name": "stale"}], "pad": "')
+            f.truncate(100 * 2**20)  # 100 MB: no report of ours is that large
+    (root / "reports" / "stale.md").write_text("an earlier run's stage")
+    args = ["report", "reports/raw", "--out", "reports", "--pyproject", str(POLICY_FILE)]
+    done = subprocess.run(
+        [sys.executable, "-m", "stagegate", *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limited,
+        check=False,
+    )
+    assert done.returncode == EXIT_PASS, done.stderr[-2000:]
+    assert verdict.is_file() and not verdict.is_symlink()
+    assert json.loads(verdict.read_text())["decision"] == "PASS"
+    # a previous verdict that cannot be read names no stage: its stage reports stay
+    assert (root / "reports" / "stale.md").exists()
