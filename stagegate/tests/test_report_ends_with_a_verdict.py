@@ -9,15 +9,18 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import stagegate
+from stagegate.collect import read_junit
 from stagegate.io import write_atomic
 from stagegate.record.runner import run_stage
 from stagegate.view.text import clean
@@ -226,3 +229,83 @@ def test_a_previous_verdict_that_is_no_small_regular_file_is_replaced(
     assert json.loads(verdict.read_text())["decision"] == "PASS"
     # a previous verdict that cannot be read names no stage: its stage reports stay
     assert (root / "reports" / "stale.md").exists()
+
+
+# --- 6. JUnit totals ---------------------------------------------------------------------------
+
+PYTEST_SUITE = """
+import pytest
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert 1 == 2
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def pytest_junit(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A JUnit file pytest wrote for a suite that passes, fails and skips one test each."""
+    folder = tmp_path_factory.mktemp("suite")
+    (folder / "test_s.py").write_text(textwrap.dedent(PYTEST_SUITE))
+    _pytest(folder, "test_s.py", "--junitxml=junit.xml")
+    text = (folder / "junit.xml").read_text()
+    assert 'skipped="1"' in text and 'failures="1"' in text and "<skipped" in text
+    return text
+
+
+def _no_skipped_element(text: str) -> str:
+    return re.sub(r"<skipped [^>]*?(/>|>.*?</skipped>)", "", text, flags=re.S)
+
+
+def _no_failure_element(text: str, count: str) -> str:
+    text = re.sub(r"<failure [^>]*?(/>|>.*?</failure>)", "", text, flags=re.S)
+    return text.replace('failures="1"', f'failures="{count}"')
+
+
+def _failure_outside_any_suite(text: str) -> str:
+    text = text.replace('failures="1"', 'failures="0"')
+    text = re.sub(r"<failure [^>]*?(/>|>.*?</failure>)", "", text, flags=re.S)
+    failure = '<failure message="the session could not start">x</failure>'
+    return re.sub(r"(<testsuites[^>]*>)", lambda m: m[1] + failure, text, count=1)
+
+
+MUTATIONS = {
+    "skipped element lost": (_no_skipped_element, "count_mismatch"),
+    "failures 1.0, element lost": (lambda t: _no_failure_element(t, "1.0"), "count_mismatch"),
+    "failures not a count": (lambda t: _no_failure_element(t, "one"), "count_mismatch"),
+    "failure outside any suite": (_failure_outside_any_suite, "test_failed"),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_junit_total_or_failure_the_reader_skipped_blocks(
+    root: Path, pytest_junit: str, mutation: str
+) -> None:
+    change, kind = MUTATIONS[mutation]
+    junit = _raw(root) / "junit-execution.xml"
+    junit.write_text(pytest_junit)
+    reseal(_raw(root))
+    report_cli(root)
+    assert kind not in _kinds(root, "execution") or kind == "test_failed"  # the file as written
+    failed = sum(f["kind"] == "test_failed" for f in _findings(root, "execution"))
+    junit.write_text(change(pytest_junit))
+    reseal(_raw(root))
+    assert report_cli(root) == EXIT_BLOCK
+    kinds = _kinds(root, "execution")
+    assert kinds[kind] in ("CRITICAL", "HIGH")
+    if kind == "test_failed":  # the failure outside any suite is a failed test of its own
+        outside = [f for f in _findings(root, "execution") if f["kind"] == "test_failed"]
+        assert len(outside) == failed and "outside any test case" in outside[0]["title"]
+
+
+def test_a_malformed_count_names_itself(tmp_path: Path, pytest_junit: str) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text(pytest_junit.replace('failures="1"', 'failures="1.5"'))
+    mismatches = read_junit(path, root=tmp_path).count_mismatches
+    assert len(mismatches) == 1 and "1.5" in mismatches[0] and "failures" in mismatches[0]
