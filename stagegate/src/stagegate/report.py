@@ -258,11 +258,14 @@ def _target(out_dir: Path, name: str) -> Path:
 def _previous_outputs(out_dir: Path) -> set[str]:
     """The files an earlier report may have left in ``out_dir``: its summary, comment and
     verdict, and a report for each stage it (or any known stage) judged."""
+    from stagegate.io import read_regular
+
     names = {"summary.md", "comment.md", "verdict.json"}
-    try:
-        old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
+    limit = 16 * 2**20  # a verdict of thousands of findings is a few MB
+    try:  # only a regular file of a report's size: a FIFO or a link to /dev/zero is not read
+        old = json.loads(read_regular(out_dir / "verdict.json", limit) or "")
         stages = [s.get("name") for s in old.get("stages", [])]
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return names
     return names | {f"{n}.md" for n in stages if stage_name_problem(n) is None}
 
