@@ -45,11 +45,22 @@ def run_docs(session):  # noqa: F811 planted: no JUnit written or declared
 """
 
 
+def commit(project: Path) -> None:
+    """Commit the project's tree as it is: its records name that commit, with nothing
+    uncommitted (a plant is a change committed, as a pull request's is)."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(project)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "tree"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A copy of the example, without anything an earlier run of it left there."""
+    """A copy of the example in a git checkout of its own, without anything an earlier run of
+    it left there."""
     ignore = shutil.ignore_patterns("reports", ".nox", "__pycache__", ".ruff_cache")
-    return Path(shutil.copytree(EXAMPLE, tmp_path / "adopter", ignore=ignore))
+    copy = Path(shutil.copytree(EXAMPLE, tmp_path / "adopter", ignore=ignore))
+    commit(copy)
+    return copy
 
 
 def verify(project: Path) -> tuple[int, dict[str, Any]]:
@@ -91,6 +102,7 @@ def test_a_failing_docs_test_blocks_though_the_docs_command_exits_zero(project: 
     (project / "tests" / "docs" / "test_planted.py").write_text(FAILING_DOCS_TEST)
     with (project / "noxfile.py").open("a") as noxfile:
         noxfile.write(SWALLOWED_EXIT)
+    commit(project)
     code, verdict = verify(project)
     judged = stages(verdict)
     assert (code, verdict["decision"]) == (1, "BLOCK")
@@ -104,6 +116,7 @@ def test_a_failing_docs_test_blocks_though_the_docs_command_exits_zero(project: 
 def test_a_docs_stage_that_leaves_out_its_declared_junit_blocks(project: Path) -> None:
     with (project / "noxfile.py").open("a") as noxfile:
         noxfile.write(NO_JUNIT)
+    commit(project)
     code, verdict = verify(project)
     judged = stages(verdict)
     assert (code, verdict["decision"]) == (1, "BLOCK")
