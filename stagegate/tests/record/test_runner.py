@@ -207,14 +207,16 @@ def test_a_file_outside_the_out_dir_is_refused_before_anything_runs(tmp_path: Pa
     assert not out.exists()
 
 
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "a",
+    "GIT_AUTHOR_EMAIL": "a@b",
+    "GIT_COMMITTER_NAME": "a",
+    "GIT_COMMITTER_EMAIL": "a@b",
+}
+
+
 def _git(repo: Path, *args: str) -> None:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "a",
-        "GIT_AUTHOR_EMAIL": "a@b",
-        "GIT_COMMITTER_NAME": "a",
-    }
-    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    env = {**os.environ, **GIT_IDENTITY}
     subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
@@ -286,3 +288,88 @@ def test_a_pipe_among_another_stages_files_is_watched_without_opening_it(tmp_pat
     assert junit.is_fifo() and "not a regular file" in (first.runner_error or "")
     record, code = run_stage("docs", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert code == 0 and record.altered == []
+
+
+def test_changes_hidden_from_git_status_are_still_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage's code can hide a change from ``git status`` (assume-unchanged, skip-worktree,
+    .git/info/exclude) or give git a hook to run: the next record lists the change anyway,
+    and git runs no hook of the checkout's."""
+    _git(tmp_path, "init", "-q")
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "b.py").write_text("x = 3\n")
+    _git(tmp_path, "update-index", "--assume-unchanged", "a.py")
+    _git(tmp_path, "update-index", "--skip-worktree", "b.py")
+    (tmp_path / "sneaky.py").write_text("")
+    (tmp_path / ".git" / "info" / "exclude").write_text("sneaky.py\n")
+    hook = tmp_path / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {tmp_path / 'hook-ran'}\n")
+    hook.chmod(0o755)
+    _git(tmp_path, "config", "core.fsmonitor", str(hook))
+    raw = tmp_path / "reports" / "raw"
+    record, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert sorted(record.uncommitted or []) == ["a.py", "b.py", "fsmonitor.sh", "sneaky.py"]
+    assert not (tmp_path / "hook-ran").exists()
+
+
+def test_the_commit_is_the_one_the_command_started_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that commits names nothing new: its record has the commit it ran on."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    monkeypatch.chdir(tmp_path)
+    first = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    commit = (
+        "import subprocess; subprocess.run(['git', 'commit', '-q', '--allow-empty', '-m', 'x'])"
+    )
+    record, _ = run_stage("static", [PY, "-c", commit], out_dir=tmp_path / "raw",
+                          stdout=io.StringIO(), env={**os.environ, **GIT_IDENTITY})  # fmt: skip
+    assert record.commit == first.strip()
+
+
+def test_what_cannot_be_watched_is_said(tmp_path: Path) -> None:
+    """A JSON file nested past the parser's depth is no record and no crash; more records than
+    are watched make the record say so, and the stage block."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    record, code = run_stage("docs", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert code == 0 and record.runner_error is None
+    stub = {"kind": "stagegate-record", "sha256": {}}
+    for n in range(201):
+        (raw / f"r{n:03}.json").write_text(json.dumps({**stub, "stage": f"s{n}"}))
+    record, code = run_stage("docs", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert code == 3 and "not all were watched" in (record.runner_error or "")
+
+
+HOPPER = """
+import os, sys, time
+if os.fork():
+    sys.exit(0)  # the command returns at once
+os.setsid()
+end = time.time() + 3
+while time.time() < end:
+    if os.fork():
+        os._exit(0)  # the parent dies: the child goes on under a new pid
+open(sys.argv[1], "w").write("survived")
+"""
+
+
+def test_a_process_that_keeps_changing_its_pid_does_not_outlive_the_stage(tmp_path: Path) -> None:
+    marker = tmp_path / "survived"
+    hopper = tmp_path / "hopper.py"
+    hopper.write_text(HOPPER)
+    for _ in range(3):
+        run_stage("docs", ["sh", "-c", f"{PY} {hopper} {marker} & sleep 1"],
+                  out_dir=tmp_path / "raw", stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
+    time.sleep(4)
+    assert not marker.exists()

@@ -50,8 +50,8 @@ def subreaper() -> Iterator[bool]:
             prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
-def _table() -> dict[int, tuple[int, str]]:
-    """Every process this user can see: pid -> (parent pid, state letter)."""
+def _table() -> dict[int, tuple[int, str, int]]:
+    """Every process this user can see: pid -> (parent pid, state letter, process group)."""
     table: dict[int, tuple[int, str]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -61,7 +61,7 @@ def _table() -> dict[int, tuple[int, str]]:
         except OSError:
             continue  # gone meanwhile
         fields = stat.rpartition(")")[2].split()  # the name may hold spaces and parentheses
-        table[int(entry.name)] = (int(fields[1]), fields[0])
+        table[int(entry.name)] = (int(fields[1]), fields[0], int(fields[2]))
     return table
 
 
@@ -70,13 +70,15 @@ def children() -> set[int]:
     if not Path("/proc/self/stat").exists():
         return set()
     me = os.getpid()
-    return {pid for pid, (parent, _) in _table().items() if parent == me}
+    return {pid for pid, (parent, *_) in _table().items() if parent == me}
 
 
-def _descendants(table: dict[int, tuple[int, str]], keep: set[int]) -> tuple[set[int], set[int]]:
+def _descendants(
+    table: dict[int, tuple[int, str, int]], keep: set[int]
+) -> tuple[set[int], set[int]]:
     """(live descendants, this process's own zombie children), leaving out ``keep``'s trees."""
     below: dict[int, list[int]] = {}
-    for pid, (parent, _) in table.items():
+    for pid, (parent, *_) in table.items():
         below.setdefault(parent, []).append(pid)
     me, live, zombies = os.getpid(), set(), set()
     todo = [p for p in below.get(me, []) if p not in keep]
@@ -91,7 +93,13 @@ def _descendants(table: dict[int, tuple[int, str]], keep: set[int]) -> tuple[set
     return live, zombies
 
 
-def _kill(pids: set[int]) -> None:
+def _kill(pids: set[int], table: dict[int, tuple[int, str, int]]) -> None:
+    """SIGKILL each of ``pids`` and its process group: a group is signalled at once, so a
+    process that forks and exits to change its pid cannot slip between two kills."""
+    groups = {table[pid][2] for pid in pids if pid in table} - {os.getpgrp(), 0, 1}
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -103,19 +111,26 @@ def _reap(pids: set[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def end_tree(group: int, keep: set[int]) -> int:
-    """Kill process group ``group`` and every descendant of this process outside ``keep``'s
-    trees (its children from before the command), until none is left; how many were left."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, signal.SIGKILL)
+_QUIET_SCANS = 3
+
+
+def end_tree(group: int | None, keep: set[int]) -> int:
+    """Kill process group ``group`` (if any) and every descendant of this process outside
+    ``keep``'s trees (its children from before), until none is left; how many were left."""
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
     if not Path("/proc/self/stat").exists():
         return 0
     live: set[int] = set()
-    for _ in range(_ROUNDS):
-        live, zombies = _descendants(_table(), keep)
+    quiet = 0  # scans in a row that found no process and no exit: a process that forks and
+    for _ in range(_ROUNDS):  # exits as /proc is read leaves a zombie of ours each time
+        table = _table()
+        live, zombies = _descendants(table, keep)
         _reap(zombies)
-        if not live:
+        quiet = 0 if live or zombies else quiet + 1
+        if quiet == _QUIET_SCANS:
             return 0
-        _kill(live)
+        _kill(live, table)
         time.sleep(0.01)  # let the kernel deliver the signals before looking again
-    return len(live)
+    return max(len(live), 1)  # still busy after every round: something is left

@@ -3,7 +3,6 @@ started, and always write its record, with the sha256 of each file it names."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -22,9 +21,10 @@ from typing import IO, Any
 
 from stagegate.errors import UsageError
 from stagegate.io import sha256_file, write_atomic
-from stagegate.model import RECORD_KIND, RUN_LOG, StageRecord, counts_path, stage_name_problem
+from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
 from stagegate.record.machine import observe
 from stagegate.record.proctree import children, end_tree, subreaper
+from stagegate.record.watch import altered, watch
 
 TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
 EXIT_TIMEOUT = 124
@@ -75,124 +75,66 @@ def _pump(stream: IO[bytes], sink: IO[str], tail: _Tail) -> None:
 
 
 def _git_commit(env: Mapping[str, str]) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return env.get("GITHUB_SHA")
+    out = _git("rev-parse", "HEAD")
+    return (out.decode("ascii", "replace").strip() if out else "") or env.get("GITHUB_SHA")
 
 
 MAX_UNCOMMITTED = 200  # paths kept in a record; past that, a last entry counts the rest
 
 
+# git as stagegate asks it: no hook, no file-system monitor, nothing the checkout's own
+# configuration (which a stage's code can write) makes it run.
+_GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+
+
 def _git(*args: str) -> bytes | None:
     try:
-        return subprocess.run(["git", *args], capture_output=True, timeout=30, check=True).stdout
+        return subprocess.run([*_GIT, *args], capture_output=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
 
+def _paths(out: bytes) -> list[str]:
+    """The paths of ``git status --porcelain=v1 -z``: "XY path", a rename's source after it."""
+    fields, paths = iter(out.decode("utf-8", "replace").split("\0")), []
+    for entry in fields:
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if "R" in entry[:2] or "C" in entry[:2]:
+                next(fields, None)
+    return paths
+
+
+def _hidden(out: bytes) -> list[str]:
+    """The paths ``git ls-files -v -z`` marks as hidden from status: assume-unchanged (a
+    lower-case tag) or skip-worktree (S)."""
+    entries = out.decode("utf-8", "replace").split("\0")
+    return [e[2:] for e in entries if len(e) > 2 and (e[0].islower() or e[0] == "S")]
+
+
 def _git_uncommitted(out_dir: Path) -> list[str] | None:
-    """The paths git shows changed, staged or untracked (not ignored) in the checkout, the
-    stages' own output folder left out where it lies inside it; None where git cannot say (no
-    checkout, no git)."""
+    """The paths the commit does not hold as they are in the checkout: changed or staged,
+    untracked (what .gitignore files ignore left out, not what .git/info/exclude or a global
+    excludes file hides), or marked for git to look past; the stages' output folder left out
+    where it lies inside. None where git cannot say (no checkout, no git)."""
     top = _git("rev-parse", "--show-toplevel")
     if top is None:
         return None
     root, folder = Path(top.decode("utf-8", "surrogateescape").strip()), out_dir.resolve()
     inside = folder != root and folder.is_relative_to(root)
-    exclude = [f":(exclude){folder}"] if inside else []
-    out = _git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ":/", *exclude)
-    if out is None:
+    where = ["--", ":/", *([f":(exclude){folder}"] if inside else [])]
+    changed = _git("status", "--porcelain=v1", "-z", "--untracked-files=no", *where)
+    untracked = _git("ls-files", "-z", "--full-name", "--others",
+                     "--exclude-per-directory=.gitignore", *where)  # fmt: skip
+    marked = _git("ls-files", "-z", "-v", "--full-name", *where)
+    if changed is None or untracked is None or marked is None:
         return None
-    fields, paths = iter(out.decode("utf-8", "replace").split("\0")), []
-    for entry in fields:  # "XY path"; a rename or copy is followed by its source path
-        if len(entry) > 3:
-            paths.append(entry[3:])
-            if "R" in entry[:2] or "C" in entry[:2]:
-                next(fields, None)
+    listed = [*_paths(changed), *untracked.decode("utf-8", "replace").split("\0"), *_hidden(marked)]
+    paths = list(dict.fromkeys(p for p in listed if p))
     if len(paths) > MAX_UNCOMMITTED:
         rest = len(paths) - MAX_UNCOMMITTED + 1
         paths = [*paths[: MAX_UNCOMMITTED - 1], f"... and {rest} more"]
     return paths
-
-
-MAX_WATCHED = 200  # other stages' records watched while a command runs
-MAX_WATCHED_BYTES = 256 * 2**20  # a larger file is watched by its size and time, not its hash
-
-
-def _digest(path: Path) -> str | None:
-    """What a watched file is now: its sha256 (a large one: its size and time), "" for what is
-    not a regular file, None for nothing there. Never opens a pipe or a device."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return ""
-    if st.st_size > MAX_WATCHED_BYTES:
-        return f"{st.st_size}:{st.st_mtime_ns}"
-    try:
-        return sha256_file(path)
-    except OSError:
-        return ""
-
-
-def _record_of(path: Path) -> dict[str, Any] | None:
-    """The record in ``path`` (a regular file of at most 4 MiB), or None."""
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * 2**20:
-            return None
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("kind") == RECORD_KIND else None
-
-
-def _others(out_dir: Path, stage: str) -> list[Path]:
-    """The other stages' records in ``out_dir`` and the files they seal."""
-    paths = []
-    for path in sorted(out_dir.glob("*.json"))[:MAX_WATCHED]:
-        data = _record_of(path)
-        if data is None or data.get("stage") == stage:
-            continue
-        sealed = data.get("sha256")
-        paths.append(path)
-        paths += [Path(p) for p in sealed if isinstance(p, str)] if isinstance(sealed, dict) else []
-    return paths
-
-
-def _log_digest(path: Path, size: int | None = None) -> str | None:
-    """The run log's first ``size`` bytes (all of it: None) as a sha256 and their count: other
-    stages running beside this one may append to it, never change what was there."""
-    try:
-        with path.open("rb") as log:
-            head = log.read() if size is None else log.read(size)
-    except OSError:
-        return None
-    return f"{len(head)}:{hashlib.sha256(head).hexdigest()}"
-
-
-def _watch(out_dir: Path, stage: str) -> dict[Path, str | None]:
-    """What the other stages left in ``out_dir``, as it is before this stage's command runs."""
-    watched = {path: _digest(path) for path in _others(out_dir, stage)}
-    return {**watched, out_dir / RUN_LOG: _log_digest(out_dir / RUN_LOG)}
-
-
-def _now(path: Path, before: str) -> str | None:
-    if path.name == RUN_LOG:
-        return _log_digest(path, int(before.split(":", 1)[0]))
-    return _digest(path)
-
-
-def _altered(before: Mapping[Path, str | None]) -> list[str]:
-    """The watched files the command changed or removed (one it created is not watched)."""
-    return [
-        str(p) for p, digest in before.items() if digest is not None and _now(p, digest) != digest
-    ]
 
 
 def environment(env: Mapping[str, str]) -> dict[str, Any]:
@@ -234,6 +176,7 @@ class _Outcome:
     signal: int | None = None
     timed_out: bool = False
     error: str | None = None
+    left: int = 0  # processes it started that could not be ended
 
     @property
     def code(self) -> int:
@@ -283,9 +226,7 @@ def _execute(
             _stop(proc)
     except KeyboardInterrupt:
         _stop(proc, grace_s=2.0)
-    left = end_tree(proc.pid, keep | {proc.pid})  # nothing the command started outlives it
-    if left:
-        stderr.write(f"stagegate: {left} process(es) of {stage} could not be ended\n")
+    out.left = end_tree(proc.pid, keep | {proc.pid})  # nothing the command started outlives it
     rc = proc.wait()  # reaped only now, after every process it started was ended
     for t in pumps:
         t.join(timeout=5)
@@ -351,16 +292,31 @@ def _record(
         timed_out=out.timed_out,
         stdout_tail=out.tails[0].text(),
         stderr_tail=out.tails[1].text(),
-        environment=environment(env),
         error=out.error,
-        commit=_git_commit(env),
         **kw,
     )
+    if out.left:
+        left = f"{out.left} process(es) the command started could not be ended: they may change"
+        return replace(record, runner_error=f"{left} its results, or another stage's, after it")
     try:
         return replace(record, sha256=_hashes(record))
     except Exception as exc:  # the record is written whatever went wrong after the command
         where = "".join(traceback.format_exception_only(exc)).strip()
         return replace(record, runner_error=f"stagegate run could not finish the record: {where}")
+
+
+def _before(out_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+    """What stagegate observes itself before the command: the machine, the commit and the
+    tree's uncommitted changes. Whatever the tools it asks (git, nvidia-smi) started is ended
+    before the command runs: they are found on a PATH the change may have written to."""
+    keep = children()
+    facts = {
+        "environment": environment(env),
+        "commit": _git_commit(env),
+        "uncommitted": _git_uncommitted(out_dir),
+    }
+    end_tree(None, keep)
+    return facts
 
 
 def _log_run(out_dir: Path, record: StageRecord) -> None:
@@ -394,10 +350,10 @@ def run_stage(
     env = dict(os.environ if env is None else env)
     err = stderr or sys.stderr
     start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    uncommitted = _git_uncommitted(out_dir)  # the tree the command is about to run
-    watched = _watch(out_dir, stage)  # what the earlier stages left: the command must not touch it
-    began = time.monotonic()
     with subreaper():
+        facts = _before(out_dir, env)  # the machine and the tree, before the command runs
+        watched = watch(out_dir, stage)  # what other stages left: the command must not touch it
+        began = time.monotonic()
         out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
     record = _record(
         stage,
@@ -408,9 +364,11 @@ def run_stage(
         duration_s=round(time.monotonic() - began, 3),
         files=files,
         out_dir=str(out_dir),
-        uncommitted=uncommitted,
-        altered=_altered(watched),
+        altered=altered(watched),
+        **facts,
     )
+    if watched.problem and not record.runner_error:
+        record = replace(record, runner_error=f"stagegate run could not watch: {watched.problem}")
     if record.runner_error:
         err.write(f"stagegate: {record.runner_error}\n")
     try:
