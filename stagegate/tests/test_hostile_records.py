@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,64 @@ def test_stagegate_run_refuses_hostile_names_and_paths_with_exit_2(
     ):
         assert main(argv) == EXIT_BROKEN
     assert "Traceback" not in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+# --- a test's own name, through a real pytest run ----------------------------------------------
+
+PHISH_ID = "[a](b.md)[All checks passed - open the full report]x[c](d.md)](/attacker/phish)"
+EVIL_ID = "[x](//evil.host) <//evil.host> [y]: //evil.host"
+
+
+def _pytest_junit(tmp_path: Path, ids: list[str], junit: Path) -> None:
+    """A real pytest run of one failing test parametrized with ``ids``, its JUnit at ``junit``."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_named.py").write_text(
+        "import pytest\n\n"
+        f"@pytest.mark.parametrize('x', [pytest.param(i, id=i) for i in {ids!r}])\n"
+        "def test_named(x):\n"
+        "    assert x == 'expected'\n"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        cwd=project,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    reseal(junit.parent)
+
+
+def _hrefs(markdown: str) -> list[str]:
+    return [str(t.attrs["href"]) for t in _inline_tokens(markdown) if t.type == "link_open"]
+
+
+def test_a_test_id_cannot_turn_into_a_link_in_the_comment(
+    root: Path, scenario: Path, tmp_path: Path
+) -> None:
+    _pytest_junit(tmp_path, [PHISH_ID, EVIL_ID], scenario / "junit-execution.xml")
+    assert "/attacker/phish" in (scenario / "junit-execution.xml").read_text()  # pytest kept it
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    reports = _reports(root)
+    comment, summary = reports["comment.md"], reports["summary.md"]
+    assert "attacker/phish" in comment  # the test is named, as text
+    assert _hrefs(comment) == []  # no run address given: no link at all
+    assert "execution.md" not in comment
+    assert "[execution](execution.md)" in summary  # beside the reports, the links stay
+    for name, text in reports.items():
+        hrefs = _hrefs(text)
+        assert all(re.fullmatch(r"[a-z]+\.md", h) for h in hrefs), (name, hrefs)
+        assert_nothing_forged(text, name)
+
+
+def test_with_the_run_address_a_comment_links_to_the_run_only(
+    root: Path, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _pytest_junit(tmp_path, [PHISH_ID, EVIL_ID], scenario / "junit-execution.xml")
+    run = "https://github.com/owner/repo/actions/runs/7"
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/repo")
+    monkeypatch.setenv("GITHUB_RUN_ID", "7")
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    for name, text in _reports(root).items():
+        assert set(_hrefs(text)) <= {run}, name
