@@ -296,24 +296,32 @@ PHISH_ID = "[a](b.md)[All checks passed - open the full report]x[c](d.md)](/atta
 EVIL_ID = "[x](//evil.host) <//evil.host> [y]: //evil.host"
 
 
-def _pytest_junit(tmp_path: Path, ids: list[str], junit: Path) -> None:
-    """A real pytest run of one failing test parametrized with ``ids``, its JUnit at ``junit``."""
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_named.py").write_text(
-        "import pytest\n\n"
-        f"@pytest.mark.parametrize('x', [pytest.param(i, id=i) for i in {ids!r}])\n"
-        "def test_named(x):\n"
-        "    assert x == 'expected'\n"
-    )
+def _run_pytest(cwd: Path, files: dict[str, str], junit: Path, *args: str) -> None:
+    """Write ``files`` under ``cwd``, run pytest there for real, its JUnit at ``junit`` (the
+    records beside it resealed: the file reads as written by the stage)."""
+    for name, text in files.items():
+        (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / name).write_text(text)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        cwd=project,
+        [*command, f"--junitxml={junit}", *args],
+        cwd=cwd,
         capture_output=True,
         check=False,
         timeout=120,
     )
     reseal(junit.parent)
+
+
+def _pytest_junit(tmp_path: Path, ids: list[str], junit: Path) -> None:
+    """A real pytest run of one failing test parametrized with ``ids``, its JUnit at ``junit``."""
+    test = (
+        "import pytest\n\n"
+        f"@pytest.mark.parametrize('x', [pytest.param(i, id=i) for i in {ids!r}])\n"
+        "def test_named(x):\n"
+        "    assert x == 'expected'\n"
+    )
+    _run_pytest(tmp_path / "project", {"test_named.py": test}, junit)
 
 
 def _hrefs(markdown: str) -> list[str]:
@@ -349,3 +357,22 @@ def test_with_the_run_address_a_comment_links_to_the_run_only(
     assert report_cli(root, "--github") == EXIT_BLOCK
     for name, text in _reports(root).items():
         assert set(_hrefs(text)) <= {run}, name
+
+
+def test_a_frame_that_climbs_out_of_the_checkout_is_not_annotated(
+    root: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = root.parent / f"{root.name}-outside"
+    outside.mkdir()
+    (outside / "shadow.py").write_text("def check():\n    assert False, 'in shadow'\n")
+    test = (
+        f"import sys\nsys.path.insert(0, {str(outside)!r})\nimport shadow\n\n"
+        "def test_climbs():\n    shadow.check()\n"
+    )
+    junit = scenario / "junit-execution.xml"
+    _run_pytest(root, {"proj/test_climbs.py": test}, junit, "proj")
+    assert f"../{outside.name}/shadow.py:2" in junit.read_text()  # pytest wrote it relative
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error")]
+    assert not [e for e in errors if "file=.." in e], errors
+    assert any(e.startswith("::error file=proj/test_climbs.py,line=6,") for e in errors), errors
