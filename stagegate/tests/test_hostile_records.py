@@ -376,3 +376,19 @@ def test_a_frame_that_climbs_out_of_the_checkout_is_not_annotated(
     errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error")]
     assert not [e for e in errors if "file=.." in e], errors
     assert any(e.startswith("::error file=proj/test_climbs.py,line=6,") for e in errors), errors
+
+
+# --- a record that is a link -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("link", "stage"), [("execution", "execution"), ("extra", "raw_inputs")])
+def test_a_record_that_is_a_link_is_never_read_through(
+    root: Path, scenario: Path, link: str, stage: str
+) -> None:
+    outside = root / "outside.json"  # a record that reads as a passing run, outside raw
+    (scenario / "execution.json").rename(outside)
+    (scenario / f"{link}.json").symlink_to(outside)
+    assert report_cli(root) == EXIT_BLOCK
+    (finding,) = _stage(root, stage)["findings"]
+    assert finding["kind"] == "record_unusable"
+    assert f"{link}.json" in finding["detail"] and "link" in finding["detail"]
