@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,107 @@ def test_stagegate_run_refuses_hostile_names_and_paths_with_exit_2(
     ):
         assert main(argv) == EXIT_BROKEN
     assert "Traceback" not in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+# --- a test's own name, through a real pytest run ----------------------------------------------
+
+PHISH_ID = "[a](b.md)[All checks passed - open the full report]x[c](d.md)](/attacker/phish)"
+EVIL_ID = "[x](//evil.host) <//evil.host> [y]: //evil.host"
+
+
+def _run_pytest(cwd: Path, files: dict[str, str], junit: Path, *args: str) -> None:
+    """Write ``files`` under ``cwd``, run pytest there for real, its JUnit at ``junit`` (the
+    records beside it resealed: the file reads as written by the stage)."""
+    for name, text in files.items():
+        (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / name).write_text(text)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    subprocess.run(
+        [*command, f"--junitxml={junit}", *args],
+        cwd=cwd,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    reseal(junit.parent)
+
+
+def _pytest_junit(tmp_path: Path, ids: list[str], junit: Path) -> None:
+    """A real pytest run of one failing test parametrized with ``ids``, its JUnit at ``junit``."""
+    test = (
+        "import pytest\n\n"
+        f"@pytest.mark.parametrize('x', [pytest.param(i, id=i) for i in {ids!r}])\n"
+        "def test_named(x):\n"
+        "    assert x == 'expected'\n"
+    )
+    _run_pytest(tmp_path / "project", {"test_named.py": test}, junit)
+
+
+def _hrefs(markdown: str) -> list[str]:
+    return [str(t.attrs["href"]) for t in _inline_tokens(markdown) if t.type == "link_open"]
+
+
+def test_a_test_id_cannot_turn_into_a_link_in_the_comment(
+    root: Path, scenario: Path, tmp_path: Path
+) -> None:
+    _pytest_junit(tmp_path, [PHISH_ID, EVIL_ID], scenario / "junit-execution.xml")
+    assert "/attacker/phish" in (scenario / "junit-execution.xml").read_text()  # pytest kept it
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    reports = _reports(root)
+    comment, summary = reports["comment.md"], reports["summary.md"]
+    assert "attacker/phish" in comment  # the test is named, as text
+    assert _hrefs(comment) == []  # no run address given: no link at all
+    assert "execution.md" not in comment
+    assert "[execution](execution.md)" in summary  # beside the reports, the links stay
+    for name, text in reports.items():
+        hrefs = _hrefs(text)
+        assert all(re.fullmatch(r"[a-z]+\.md", h) for h in hrefs), (name, hrefs)
+        assert_nothing_forged(text, name)
+
+
+def test_with_the_run_address_a_comment_links_to_the_run_only(
+    root: Path, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _pytest_junit(tmp_path, [PHISH_ID, EVIL_ID], scenario / "junit-execution.xml")
+    run = "https://github.com/owner/repo/actions/runs/7"
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/repo")
+    monkeypatch.setenv("GITHUB_RUN_ID", "7")
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    for name, text in _reports(root).items():
+        assert set(_hrefs(text)) <= {run}, name
+
+
+def test_a_frame_that_climbs_out_of_the_checkout_is_not_annotated(
+    root: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = root.parent / f"{root.name}-outside"
+    outside.mkdir()
+    (outside / "shadow.py").write_text("def check():\n    assert False, 'in shadow'\n")
+    test = (
+        f"import sys\nsys.path.insert(0, {str(outside)!r})\nimport shadow\n\n"
+        "def test_climbs():\n    shadow.check()\n"
+    )
+    junit = scenario / "junit-execution.xml"
+    _run_pytest(root, {"proj/test_climbs.py": test}, junit, "proj")
+    assert f"../{outside.name}/shadow.py:2" in junit.read_text()  # pytest wrote it relative
+    assert report_cli(root, "--github") == EXIT_BLOCK
+    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error")]
+    assert not [e for e in errors if "file=.." in e], errors
+    assert any(e.startswith("::error file=proj/test_climbs.py,line=6,") for e in errors), errors
+
+
+# --- a record that is a link -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("link", "stage"), [("execution", "execution"), ("extra", "raw_inputs")])
+def test_a_record_that_is_a_link_is_never_read_through(
+    root: Path, scenario: Path, link: str, stage: str
+) -> None:
+    outside = root / "outside.json"  # a record that reads as a passing run, outside raw
+    (scenario / "execution.json").rename(outside)
+    (scenario / f"{link}.json").symlink_to(outside)
+    assert report_cli(root) == EXIT_BLOCK
+    (finding,) = _stage(root, stage)["findings"]
+    assert finding["kind"] == "record_unusable"
+    assert f"{link}.json" in finding["detail"] and "link" in finding["detail"]

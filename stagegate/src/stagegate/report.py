@@ -231,7 +231,8 @@ def render_all(
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
     if options.github:
-        files["comment.md"] = comment_body(summary)
+        in_comment = replace(ctx, reports_beside=False)  # no STAGE.md beside a comment
+        files["comment.md"] = comment_body(render_summary(summary_view(verdict, in_comment)))
     for stage in verdict.stages:
         name = f"{stage.name}.md"
         if name in files:  # stage names are refused before this: never write one over another

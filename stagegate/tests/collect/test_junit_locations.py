@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import read_junit
-from stagegate.collect.frames import first_frame, parts
+from stagegate.collect.frames import first_frame, innermost_frame, parts
 from stagegate.model import Location
 
 PLAIN = '<testsuites><testsuite name="s" tests="1">{case}</testsuite></testsuites>'
@@ -140,3 +140,37 @@ def test_a_collection_error_in_the_code_under_test_points_at_that_code(tmp_path:
     )  # fmt: skip
     (case,) = read_junit(tmp_path / "junit.xml", root=tmp_path).cases
     assert case.location == Location("src/pkg/mod.py", 2)
+
+
+def test_a_line_number_of_thousands_of_digits_leaves_the_file_readable(tmp_path: Path) -> None:
+    """A real pytest run whose failure quotes a frame with a 5000-digit line number: no frame is
+    read from it (the digits are bounded) and every test of the file is still read."""
+    nines = "9" * 5000
+    (tmp_path / "test_long.py").write_text(
+        "def test_long():\n"
+        "    raise AssertionError('File \"x.py\", line ' + '9' * 5000)\n\n"
+        "def test_ok():\n    pass\n"
+    )
+    junit = tmp_path / "junit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert f"line {nines}" in junit.read_text()
+    cases = {c.name: c for c in read_junit(junit, root=tmp_path).cases}
+    assert cases["test_ok"].outcome == "passed"
+    assert cases["test_long"].outcome == "failed"
+    assert cases["test_long"].location == Location("test_long.py", 2)
+
+
+def test_a_relative_frame_that_climbs_out_of_the_checkout_is_not_ours(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b"
+    root.mkdir(parents=True)
+    text = "tests/test_x.py:7: in test_x\n../../../../etc/shadow.py:1: AssertionError"
+    assert innermost_frame(text, root) == Location("tests/test_x.py", 7)
+    assert innermost_frame("sub/../tests/t.py:3: in t\nsub/../../up.py:1: E", root) == Location(
+        "sub/../tests/t.py", 3
+    )

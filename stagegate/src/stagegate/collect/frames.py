@@ -19,16 +19,17 @@ from stagegate.model import Location
 DEPENDENCY_DIRS = {"site-packages", "dist-packages", "node_modules", ".nox", ".venv", ".tox"}
 _DRIVE = r"(?:[A-Za-z]:[\\/])?"
 _WINDOWS_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# A line number: at most 9 digits, not the start of a longer run (a number of thousands of
+# digits is no line, and int() refuses more than 4300 of them).
+_LINE = r"(?P<line>\d{1,9})(?!\d)"
 # pytest's traceback lines: "src/pkg/mod.py:80: KeyError" or "C:\src\mod.py:80: in func".
-_PYTEST_FRAME = re.compile(rf"^(?P<file>{_DRIVE}[^\s:][^:\n]*\.py):(?P<line>\d+): ", re.MULTILINE)
+_PYTEST_FRAME = re.compile(rf"^(?P<file>{_DRIVE}[^\s:][^:\n]*\.py):{_LINE}: ", re.MULTILINE)
 # Python's own frames: a SyntaxError's place ('File "src/pkg/mod.py", line 2'), --tb=native.
-_PYTHON_FRAME = re.compile(r'File "(?P<file>[^"\n]+\.py)", line (?P<line>\d+)')
+_PYTHON_FRAME = re.compile(rf'File "(?P<file>[^"\n]+\.py)", line {_LINE}')
 # Any other producer: "file.ext:LINE" (GoogleTest, Catch2's "at f.cpp:5", JavaScript stacks).
-_ANY_FRAME = re.compile(rf"(?P<file>{_DRIVE}[\w./\\@+~-]+\.[A-Za-z]\w{{0,5}}):(?P<line>\d+)")
+_ANY_FRAME = re.compile(rf"(?P<file>{_DRIVE}[\w./\\@+~-]+\.[A-Za-z]\w{{0,5}}):{_LINE}")
 # JVM stack lines: "at com.example.CalcTest.adds(CalcTest.java:31)" (Kotlin, Scala alike).
-_JVM_FRAME = re.compile(
-    r"\bat\s+(?P<cls>[\w$.]+)\.[\w$<>-]+\((?P<file>[^():\s]+\.\w+):(?P<line>\d+)\)"
-)
+_JVM_FRAME = re.compile(rf"\bat\s+(?P<cls>[\w$.]+)\.[\w$<>-]+\((?P<file>[^():\s]+\.\w+):{_LINE}\)")
 _FILE_URL = re.compile(r"file://(?:/(?=[A-Za-z]:))?")
 # Frames of the JVM, its test frameworks and assertion libraries: never the place to look.
 _JVM_LIBRARIES = (
@@ -59,8 +60,21 @@ def relative(file: str, root: Path) -> str:
     return file
 
 
+def _climbs_out(file: str) -> bool:
+    """The relative path, normalised, leaves the folder it is read from (``a/../../x.py``)."""
+    depth = 0
+    for part in parts(file):
+        depth += -1 if part == ".." else 0 if part == "." else 1
+        if depth < 0:
+            return True
+    return False
+
+
 def _in_repo(file: str, root: Path) -> bool:
-    return not os.path.isabs(relative(file, root)) and not in_dependency(file)
+    """The frame's file lies in the checkout: relative to it, never climbing out, and not in a
+    dependency."""
+    where = relative(file, root)
+    return not os.path.isabs(where) and not _climbs_out(where) and not in_dependency(file)
 
 
 def innermost_frame(text: str, root: Path | None = None) -> Location | None:

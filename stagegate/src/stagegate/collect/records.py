@@ -199,8 +199,12 @@ def _printable(text: str) -> str:
 def _scan(path: Path, expected: Collection[str]) -> Scanned:
     """(the record, its stage, None); (None, stage, why) for a file named after an expected
     stage, or holding a record (of :data:`UNATTRIBUTED` where it names no possible stage),
-    that cannot be used; (None, "", None) for some other stage output."""
+    that cannot be used; (None, "", None) for some other stage output. A link is never read
+    through: stagegate run writes each record as a file, so a link is its stage's problem (of
+    :data:`UNATTRIBUTED` where it is named after no expected stage)."""
     stage = path.stem if path.stem in expected else ""
+    if path.is_symlink():
+        return None, stage or UNATTRIBUTED, f"{path} is a link: a record is never read through one"
     try:
         data = load_json(path, "stage record", MAX_RECORD_BYTES)
     except InputError as exc:

@@ -60,13 +60,19 @@ class Context:
     raw_dir: str
     run_url: str = ""  # on GitHub: the run whose artifact holds the stage reports
     gate_files: tuple[str, ...] = ()  # the changed files that define the gate itself
+    # Whether a link to a stage's report (``static.md``) resolves where this is read: beside the
+    # reports, yes; in a pull-request comment, no (the stage names are then plain text).
+    reports_beside: bool = True
 
 
 def report_link(name: str, ctx: Context) -> str:
     """A link to a stage's report that works where the summary is read: the file beside it,
-    or on GitHub (job summary, pull-request comment) the run that holds the reports artifact."""
+    or on GitHub (job summary, pull-request comment) the run that holds the reports artifact;
+    the name alone where neither resolves (a comment without the run's address)."""
     shown = inline(name, 60)
-    return f"[{shown}]({ctx.run_url})" if ctx.run_url else f"[{shown}]({name}.md)"
+    if ctx.run_url:
+        return f"[{shown}]({ctx.run_url})"
+    return f"[{shown}]({name}.md)" if ctx.reports_beside else shown
 
 
 def tests_line(stage: StageVerdict) -> str:

@@ -31,6 +31,7 @@ class SummaryView:
     deductions: Table
     flaky: tuple[str, ...] = ()  # "stage: test (N attempts)", one per flaky test
     run_url: str = ""
+    reports_linked: bool = True  # the stage names link to their reports
     gate_files: tuple[str, ...] = ()  # shown first: the change edits the gate's own definition
 
 
@@ -109,5 +110,6 @@ def summary_view(verdict: Verdict, ctx: Context) -> SummaryView:
         deductions=table(("Stage", "Severity", "Points", "Finding"), deductions),
         flaky=flaky[:MAX_ROWS],
         run_url=ctx.run_url,
+        reports_linked=ctx.reports_beside,
         gate_files=tuple(code(f, 200) for f in ctx.gate_files[:MAX_ROWS]),
     )
