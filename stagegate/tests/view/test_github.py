@@ -57,3 +57,17 @@ def test_a_huge_summary_still_fits_a_comment(
 ) -> None:
     body = comment_body("| a |\n|---|\n" + "| row |\n" * 40000)
     assert len(body) < COMMENT_LIMIT and body.startswith(COMMENT_MARKER) and "cut" in body
+
+
+@pytest.mark.parametrize("where", ["/etc/shadow.py", "../../outside.py", "a/../../b.py", "C:/x.py"])
+def test_no_annotation_points_outside_the_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    failure = f'<failure message="boom">{where}:1: in helper\nE   boom</failure>'
+    case = f'<testcase classname="tests.test_x" name="test_a">{failure}</testcase>'
+    (tmp_path / "reports" / "raw" / "junit-execution.xml").write_text(
+        f'<testsuites><testsuite name="s" tests="1">{case}</testsuite></testsuites>'
+    )
+    verdict, _ = build_scenario("pass-cpu")
+    assert verdict.decision.value == "BLOCK" and annotations(verdict) == []

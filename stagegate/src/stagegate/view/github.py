@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -59,12 +61,19 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _in_checkout(file: str) -> bool:
+    """A relative path that stays below the checkout: the only kind GitHub can annotate."""
+    shown = posixpath.normpath(file.replace("\\", "/"))
+    return not (shown.startswith(("/", "../")) or shown == ".." or re.match(r"[A-Za-z]:", shown))
+
+
 def annotations(verdict: Verdict) -> list[str]:
-    """``::error`` workflow commands for the first blocking findings that have a location."""
+    """``::error`` workflow commands for the first blocking findings that have a location in
+    the checkout (one outside it, however a traceback names it, is no place to annotate)."""
     lines = []
     for stage in verdict.stages:
         for f in stage.blocking:
-            if f.location is None:
+            if f.location is None or not _in_checkout(f.location.file):
                 continue
             props = f"file={_escape_property(f.location.file)}"
             if f.location.line:
