@@ -2,8 +2,9 @@
 
 nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
 nox -s tests      the whole test suite (the README's test command)
-nox -s lint | unit | integration | benchmark | report    one stage or step on its own
-nox -s benchmark -- --against REF    and the regression stage: REF's step against this tree's
+nox -s static | execution | integration | performance    one stage on its own (session = stage)
+nox -s regression -- REF    the regression stage: REF's training step against this tree's, A/B
+nox -s report     judge the recorded stages and write the reports
 nox -s cuda       the cuda-marked tests as a stage (needs a CUDA device)
 nox -s mutation   mutation testing (slow; weekly in CI): -- "amptrain.precision*" runs some
 """
@@ -147,7 +148,7 @@ def stage(
     return True
 
 
-def run_lint(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+def run_static(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
     tools = ("ruff", "zizmor", "hadolint", "shellcheck", "check-jsonschema")
     files = [f"--lint={t}={RAW}/lint/{t}.json" for t in tools]
     files.append(f"--lint=generic={RAW}/lint/imports.json")
@@ -160,7 +161,7 @@ def run_lint(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
     )
 
 
-def run_unit(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+def run_execution(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
     junit, cov, warns = f"{RAW}/junit-unit.xml", f"{RAW}/coverage.json", f"{RAW}/warnings-unit.json"
     return stage(
         session,
@@ -217,7 +218,7 @@ def _cuda(session: nox.Session) -> bool:
     return str(out or "").strip().endswith("True")  # None under --install-only
 
 
-def run_benchmark(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+def run_performance(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
     cuda = _cuda(session)
     preset = "gpu" if cuda else "cpu-smoke"
     if not cuda:
@@ -261,21 +262,6 @@ def run_cuda(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
     return stage(session, "cuda", [f"--junit={junit}"], command, must_pass=must_pass)
 
 
-def split_against(args: list[str]) -> tuple[str | None, list[str]]:
-    """``--against REF`` (or ``--against=REF``) taken out of ``args``: the REF and the rest."""
-    rest, base = list(args), None
-    for i, arg in enumerate(rest):
-        if arg == "--against" and i + 1 < len(rest):
-            base = rest[i + 1]
-            del rest[i : i + 2]
-            break
-        if arg.startswith("--against="):
-            base = arg.partition("=")[2]
-            del rest[i]
-            break
-    return base, rest
-
-
 def run_report(session: nox.Session, *args: str) -> None:
     baseline = (
         [f"--baseline={ROOT / 'reports' / 'baseline'}"]
@@ -286,17 +272,17 @@ def run_report(session: nox.Session, *args: str) -> None:
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
-def lint(session: nox.Session) -> None:
+def static(session: nox.Session) -> None:
     """Stage 1: ruff, compile and import checks, zizmor, hadolint, shellcheck, check-jsonschema."""
     install(session, "test", "lint")  # the import check imports every module, extras' too
-    run_lint(session, session.posargs)
+    run_static(session, session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
-def unit(session: nox.Session) -> None:
+def execution(session: nox.Session) -> None:
     """Stage 2: the unit suite with coverage and captured warnings."""
     install(session, "test", "lint")
-    run_unit(session, session.posargs)
+    run_execution(session, session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
@@ -307,20 +293,19 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
-def benchmark(session: nox.Session) -> None:
-    """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset); with
-    ``-- --against REF`` the regression stage too: REF's step against this tree's, A/B."""
+def performance(session: nox.Session) -> None:
+    """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset)."""
     install(session)
-    base, rest = split_against(session.posargs)
-    if base is None:
-        run_benchmark(session, rest)
-        return
-    if not base:
-        session.error("--against needs a commit, branch or tag: --against origin/main")
-    ok = run_benchmark(session, rest, must_pass=False)
-    run_regression(session, base, [])
-    if not ok:
-        session.error(f"stage performance failed; its record is {RAW}/performance.json")
+    run_performance(session, session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
+def regression(session: nox.Session) -> None:
+    """The A/B stage: ``-- REF``'s training step against this tree's, interleaved."""
+    install(session)
+    if not session.posargs or session.posargs[0].startswith("-"):
+        session.error("name the base to compare with: nox -s regression -- origin/main")
+    run_regression(session, session.posargs[0], session.posargs[1:])
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
@@ -344,7 +329,7 @@ def verify(session: nox.Session) -> None:
     """Stages 1-4, then the reports (even when a stage fails); exits with the gate's code."""
     install(session, "test", "lint")
     shutil.rmtree(ROOT / RAW, ignore_errors=True)  # records of an earlier run must not leak in
-    for run in (run_lint, run_unit, run_integration, run_benchmark):
+    for run in (run_static, run_execution, run_integration, run_performance):
         run(session, [], must_pass=False)
     run_report(session, *session.posargs)
 

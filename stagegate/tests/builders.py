@@ -17,6 +17,7 @@ import pytest
 from stagegate.cli import main
 from stagegate.collect import load_record
 from stagegate.errors import InputError
+from stagegate.judge.policy import load_policy
 from stagegate.judge.stats import RatioDistribution, ratio_of_medians
 from stagegate.model import (
     Benchmark,
@@ -335,6 +336,8 @@ def tool(name: str) -> str:
 FIXTURES_ROOT = Path(__file__).resolve().parent / "fixtures"
 FIXTURES = FIXTURES_ROOT / "stagegate"
 POLICY_FILE = FIXTURES / "policy.toml"  # this repository's policy, as the gold files were made
+REPO_POLICY = load_policy(POLICY_FILE)  # its stages: static ... performance, regression, cuda
+CORE_STAGES = ("static", "execution", "integration", "performance")  # the ones it requires
 SCENARIOS: dict[str, dict[str, object]] = {
     "pass-cpu": {},
     "block": {

@@ -15,7 +15,6 @@ import pytest
 from markdown_it import MarkdownIt
 
 from stagegate.cli import main
-from stagegate.judge.policy import load_policy
 from stagegate.record.runner import run_stage
 from stagegate.view.github import COMMENT_MARKER
 from stagegate.view.parts import Context
@@ -25,7 +24,6 @@ from stagegate.view.summary import summary_view
 
 from .builders import (
     CPU_MACHINE,
-    POLICY_FILE,
     build_scenario,
     copy_scenario,
     junit_file,
@@ -150,7 +148,7 @@ def test_a_commit_shown_cannot_mention_forge_a_heading_or_break_its_code_span(
     ctx = Context("2026-01-01", hostile, "origin/main", (hostile,), "reports/raw")
     shown = {"summary.md": render_summary(summary_view(verdict, ctx))}
     for stage in verdict.stages:
-        shown[f"{stage.name}.md"] = render_stage(stage_view(stage, load_policy(POLICY_FILE), ctx))
+        shown[f"{stage.name}.md"] = render_stage(stage_view(stage, ctx))
     for name, text in shown.items():
         assert_nothing_forged(text, name)
 

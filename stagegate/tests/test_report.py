@@ -289,7 +289,7 @@ def test_a_file_removed_between_the_stage_and_the_report_is_said_to_be_gone(
     (gone,) = [f for f in integration.findings if f.kind == "output_missing"]
     assert "junit-integration.xml is gone" in gone.title and "not produced" not in gone.title
     assert integration.status is StageStatus.ERROR and verdict.decision is Decision.BLOCK
-    assert "did not run" not in files["summary.md"]
+    assert "integration did not run" not in files["summary.md"]
 
 
 def test_a_broken_collector_is_reported_against_its_file(

@@ -102,13 +102,13 @@ def test_sessions_in_the_image_reuse_its_torch_and_download_nothing(tmp_path: Pa
     # first process that imports each module (kept from being written, every process of the
     # session would compile torch anew).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # Each install of the sessions CI runs in the image (lint installs what unit does)...
-    sessions = ["unit", "integration", "benchmark"]
+    # Each install of the sessions CI runs in the image (static installs what execution does)...
+    sessions = ["execution", "integration", "performance"]
     _nox(python, work, env, "--install-only", "-s", *sessions)
     # ...and a pytest stage runs there: pytest on the session's interpreter, which has amptrain
     # (the image's own pytest script would run on the image's, which has not). One small test
     # file in one process; the host's own pytest plugins, which a stand-in sees, left out.
-    _nox(python, work, env, "-R", "-s", "unit", "--", "-n", "0", "-p", "no:benchmark", LAYERS)
+    _nox(python, work, env, "-R", "-s", "execution", "--", "-n", "0", "-p", "no:benchmark", LAYERS)
     record = json.loads((work / "reports" / "raw" / "execution.json").read_text())
     assert record["exit_code"] == 0, record
     for name in sessions:

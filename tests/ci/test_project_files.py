@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,8 @@ def test_dockerignore_keeps_local_state_out_of_the_image() -> None:
 
 
 def test_nox_sessions_exist_with_docstrings_and_tags() -> None:
-    names = ["lint", "unit", "integration", "benchmark", "report", "verify", "tests"]
+    stages = ["static", "execution", "integration", "performance", "regression", "cuda"]
+    names = [*stages, "report", "verify", "tests"]
     out = subprocess.run(
         [sys.executable, "-m", "nox", "--list", "--json", "-s", *names],
         capture_output=True,
@@ -63,9 +65,10 @@ def test_nox_sessions_exist_with_docstrings_and_tags() -> None:
     sessions = {s["name"]: s for s in json.loads(out.stdout)}
     assert set(sessions) == set(names)
     assert all(s["description"] for s in sessions.values())
-    assert {"cpu", "stage"} <= set(sessions["unit"]["tags"]) and "gpu" in sessions["benchmark"][
-        "tags"
-    ]
+    assert {"cpu", "stage"} <= set(sessions["execution"]["tags"])
+    assert "gpu" in sessions["performance"]["tags"]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["stagegate"]["stages"]
+    assert list(declared) == stages  # a stage's session is named after it
 
 
 def _readme_commands() -> list[str]:
@@ -112,8 +115,6 @@ def test_the_image_reads_its_requirements_from_the_pyproject_files() -> None:
 
 
 def test_linters_are_pinned_exactly_in_one_place() -> None:
-    import tomllib
-
     lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert lint["lint"] and all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in lint["lint"])
     noxfile = (ROOT / "noxfile.py").read_text()
@@ -174,3 +175,34 @@ def test_a_function_one_line_too_long_is_named(tmp_path: Path) -> None:
         "pkg/long.py:2 too_long",
         "top.py:1 also",
     ]
+
+
+def _import_name(path: Path) -> str:
+    """The module name pytest's default import mode gives a test file: its dotted path from the
+    first folder above it that is not a package."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").exists():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+def test_every_test_module_imports_under_a_name_of_its_own() -> None:
+    """Two test files that import under one name stop the whole run at collection."""
+    listed = subprocess.run(
+        ["git", "ls-files", "*test_*.py", "*_test.py", "*conftest.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    testpaths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"][
+        "ini_options"
+    ]["testpaths"]
+    names: dict[str, list[str]] = {}
+    for name in listed:
+        if any(name.startswith(f"{top}/") for top in testpaths) and "/fixtures/" not in name:
+            names.setdefault(_import_name(ROOT / name), []).append(name)
+    clashes = {n: p for n, p in names.items() if len(p) > 1 and not n.endswith("conftest")}
+    assert not clashes, f"rename one of each: {clashes}"

@@ -4,8 +4,8 @@ checkout of the default branch; nothing of the commit under test runs on the hos
     IMAGE=ghcr.io/OWNER/amptrain-verify@sha256:... SHA=<40 hex> STAGEGATE=/path/to/stagegate \\
         python3 tools/ci/cpu_stage.py PR_TREE WORK
 
-Each stage's command is the default branch's (its noxfile's ``run_lint``, ``run_unit``,
-``run_integration`` and ``run_benchmark``, read with a session that records instead of
+Each stage's command is the default branch's (its noxfile's ``run_STAGE`` for each of
+``STAGES``, read with a session that records instead of
 running). The default branch's stagegate, on the host, runs each stage around a container of
 the pinned image (by digest) and writes WORK/reports/raw/STAGE.json with the hashes of the
 files it took, so the change's code never writes a record. The container has no network, no
@@ -37,8 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the default branch's checkout
 RAW = "reports/raw"
-STAGES = {"static": "run_lint", "execution": "run_unit", "integration": "run_integration",
-          "performance": "run_benchmark"}  # fmt: skip
+STAGES = ("static", "execution", "integration", "performance")  # the noxfile's run_STAGE
 IMAGE = re.compile(r"ghcr\.io/[a-z0-9][a-z0-9._-]*/amptrain-verify@sha256:[0-9a-f]{64}")
 SHA = re.compile(r"[0-9a-f]{40}")
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -118,8 +117,8 @@ def definitions(noxfile: Path = ROOT / "noxfile.py") -> dict[str, Stage]:
 
 def _definitions_here(noxfile: Path) -> dict[str, Stage]:
     module, found = _noxfile(noxfile), {}
-    for name, function in STAGES.items():
-        session = _Recorder()
+    for name in STAGES:
+        function, session = f"run_{name}", _Recorder()
         getattr(module, function)(session, [], must_pass=False)
         ((args, env),) = session.calls
         split = args.index("--")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import traceback
@@ -49,66 +50,22 @@ def _report_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="judge the records and render the reports",
         description="Exit 0 for PASS, 1 for BLOCK, 2 for input that cannot be used.",
     )
-    rep.add_argument("raw_dir", type=Path)
-    rep.add_argument("--out", type=Path, default=Path("reports"))
-    rep.add_argument(
-        "--require",
-        action="append",
-        default=[],
-        metavar="STAGE",
-        help="make STAGE mandatory (no skipping), e.g. performance on the PR gate",
-    )
-    rep.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        metavar="STAGE",
-        help="judge only STAGE (repeatable); other stages are judged by another job",
-    )
-    rep.add_argument(
-        "--baseline", type=Path, help="baseline benchmark JSON, or a directory of them"
-    )
-    rep.add_argument(
-        "--github",
-        action="store_true",
-        help="job summary, PR comment body (comment.md) and ::error annotations",
-    )
-    rep.add_argument(
-        "--pyproject",
-        type=Path,
-        default=Path("pyproject.toml"),
-        help="where [tool.stagegate] is read from",
-    )
-    _change_options(rep)
+    for option in dataclasses.fields(ReportOptions):  # each option is declared there, once
+        settings = option.metadata["argparse"]
+        if option.metadata["positional"]:
+            rep.add_argument(option.name, help=option.metadata["help"], **settings)
+            continue
+        default = list(option.default) if isinstance(option.default, tuple) else option.default
+        flag = option.metadata["flag"] or "--" + option.name.replace("_", "-")
+        rep.add_argument(
+            flag, dest=option.name, default=default, help=option.metadata["help"], **settings
+        )
 
 
-def _change_options(rep: argparse.ArgumentParser) -> None:
-    """What the change is judged against: its base, its files, its A/B base, its GPU host."""
-    rep.add_argument("--base", help="git ref to list changed files against (default: the PR base)")
-    rep.add_argument(
-        "--changed-files",
-        type=Path,
-        metavar="FILE",
-        help="the paths the change touches, one a line (used instead of a git diff)",
-    )
-    rep.add_argument(
-        "--ab-base",
-        metavar="SHA",
-        help="the base commit an A/B file must have measured (the PR's merge base); "
-        "without it, an A/B of a commit against itself blocks",
-    )
-    rep.add_argument(
-        "--base-raw",
-        type=Path,
-        metavar="DIR",
-        help="the base branch's raw results: tests it ran that are skipped or gone here",
-    )
-    rep.add_argument(
-        "--host",
-        type=Path,
-        metavar="FILE",
-        help="the GPU job's host.json: the benchmark must name the GPU the host has",
-    )
+def _report(args: argparse.Namespace) -> ReportOptions:
+    """The options ``args`` gives, as :class:`ReportOptions` (lists become tuples)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(ReportOptions)}
+    return ReportOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -162,24 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                 timeout_s=args.timeout,
             )
             return code
-        options = ReportOptions(
-            raw_dir=args.raw_dir,
-            out_dir=args.out,
-            require=tuple(args.require),
-            only=tuple(args.only),
-            baseline=args.baseline,
-            github=args.github,
-            pyproject=args.pyproject,
-            base_ref=args.base,
-            changed_files=args.changed_files,
-            base_raw=args.base_raw,
-            host=args.host,
-            ab_base=args.ab_base,
-        )
+        options = _report(args)
         verdict = run_report(options, os.environ)
         print(
             f"stagegate: {verdict.decision.value} (score {verdict.score}/100); "
-            f"reports in {args.out}/summary.md",
+            f"reports in {options.out_dir}/summary.md",
             file=sys.stderr,
         )
         return EXIT_PASS if verdict.decision is Decision.PASS else EXIT_BLOCK

@@ -56,6 +56,7 @@ class Kind(StrEnum):
     OUTPUT_REFUSED = "output_refused"
     SIDE_FILE_MISSING = "side_file_missing"
     COMMIT_MISMATCH = "commit_mismatch"
+    UNCOMMITTED_CHANGES = "uncommitted_changes"
     RECORD_UNUSABLE = "record_unusable"
     INPUT_MALFORMED = "input_malformed"
     MACHINE_UNOBSERVED = "machine_unobserved"
@@ -107,6 +108,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.OUTPUT_REFUSED: About(C, "a file lies outside the raw folder or changed after the stage"),
     Kind.SIDE_FILE_MISSING: About(L, "an optional file of a stage that is not required is missing"),
     Kind.COMMIT_MISMATCH: About(C, "a record names another commit than the other records"),
+    Kind.UNCOMMITTED_CHANGES: About(INFO, "the stage ran on changes its commit does not hold"),
     Kind.RECORD_UNUSABLE: About(C, "a stage's record cannot be read, or it has two", floor=H),
     Kind.INPUT_MALFORMED: About(C, "a file is over its reader's bounds or not valid", floor=H),
     Kind.MACHINE_UNOBSERVED: About(C, "a record holds no observation of its machine", floor=H),

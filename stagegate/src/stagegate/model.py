@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-STAGES = ("static", "execution", "integration", "performance", "regression", "cuda")
-# The stages a policy requires unless it names its own (the A/B regression stage needs a base
-# commit and the cuda-marked tests a GPU, so only a workflow that has them requires them).
-CORE_STAGES = STAGES[:4]
 # 2: a record holds the folder it was written to and the sha256 of every file it names.
 RECORD_FORMAT_VERSION = 2
 RECORD_KIND = "stagegate-record"
@@ -146,6 +143,9 @@ class StageRecord:
     sha256: dict[str, str | None] = field(default_factory=dict)
     runner_error: str | None = None  # stagegate run failed after the command (the record is
     # then a fallback: its file hashes may be missing)
+    # What git showed changed or untracked (not ignored) when the command started: the commit
+    # does not hold everything that ran. None where it could not look (no git checkout).
+    uncommitted: list[str] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -562,6 +562,9 @@ class StageVerdict:
     ab: tuple[ABCheck, ...] = ()
     history: tuple[Benchmark, ...] = ()  # the trusted GPU baselines, oldest first: shown only
     note: str = ""  # why a stage is NOT VERIFIED, in words
+    title: str = ""  # the stage's title, as the policy declares it (else its name)
+    number: int = 0  # its place among the declared stages, from 1
+    limits: Mapping[str, str] = field(default_factory=dict)  # thresholds its report states
 
     def count(self, severity: Severity) -> int:
         """Number of findings of ``severity``."""

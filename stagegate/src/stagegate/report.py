@@ -1,66 +1,106 @@
-"""``stagegate report``: read records, collect, judge, render, write: a pipeline of small steps."""
+"""``stagegate report`` as a pipeline: read the records, collect every input once into typed
+values (:class:`Inputs`), judge every stage, build the views, render them, write the files."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect import collect_stage, find_records, read_baselines, read_run_log
+from stagegate.collect import collect_stage, find_records, read_baselines, read_host, read_run_log
 from stagegate.collect.changes import changed_files
-from stagegate.collect.jsonfile import load_json
 from stagegate.collect.records import UNATTRIBUTED, RecordScan
 from stagegate.errors import InputError, InternalError
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
 from stagegate.judge.policy import Policy, load_policy
-from stagegate.model import (
-    STAGES,
-    Benchmark,
-    StageData,
-    Verdict,
-    stage_name_problem,
-)
+from stagegate.model import Benchmark, StageData, Verdict, stage_name_problem
 from stagegate.view.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.view.parts import Context
 from stagegate.view.render import render_stage, render_summary, verdict_json
 from stagegate.view.stage import stage_view
 from stagegate.view.summary import summary_view
 
-__all__ = ["COMMENT_MARKER", "ReportOptions", "build_report", "run_report"]
+__all__ = ["COMMENT_MARKER", "Inputs", "ReportOptions", "build_report", "run_report"]
+
+
+def option(
+    help: str, *, flag: str = "", default: Any = None, positional: bool = False, **argparse: Any
+) -> Any:
+    """A report option, declared once: its field here, its command-line flag (``--name-dashed``
+    from the field's name unless ``flag``; ``positional``: a required argument) and its help."""
+    meta = {"flag": flag, "help": help, "positional": positional, "argparse": argparse}
+    return field(metadata=meta) if positional else field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReportOptions:
-    raw_dir: Path
-    out_dir: Path
-    require: tuple[str, ...] = ()
-    only: tuple[str, ...] = ()  # judge just these stages (another job judges the rest)
-    baseline: Path | None = None
-    github: bool = False
-    pyproject: Path | None = Path("pyproject.toml")
-    base_ref: str | None = None
-    changed_files: Path | None = None  # the change's paths, one a line (in place of a git diff)
-    base_raw: Path | None = None  # the base branch's raw results: its skipped tests
-    host: Path | None = None  # the GPU job's host.json: the GPU the benchmark must name
-    ab_base: str | None = None  # the commit an A/B file must have measured as its base
+    """What ``stagegate report`` is asked; the command line is built from these fields."""
+
+    raw_dir: Path = option("the folder the stages' records are in", type=Path, positional=True)
+    out_dir: Path = option(
+        "where the reports are written", flag="--out", default=Path("reports"), type=Path
+    )
+    require: tuple[str, ...] = option(
+        "make STAGE mandatory (no skipping), e.g. performance on the PR gate",
+        default=(), action="append", metavar="STAGE",
+    )  # fmt: skip
+    only: tuple[str, ...] = option(
+        "judge only STAGE (repeatable); other stages are judged by another job",
+        default=(), action="append", metavar="STAGE",
+    )  # fmt: skip
+    baseline: Path | None = option("baseline benchmark JSON, or a directory of them", type=Path)
+    github: bool = option(
+        "job summary, PR comment body (comment.md) and ::error annotations",
+        default=False, action="store_true",
+    )  # fmt: skip
+    pyproject: Path | None = option(
+        "where [tool.stagegate] is read from", default=Path("pyproject.toml"), type=Path
+    )
+    base_ref: str | None = option(
+        "git ref to list changed files against (default: the PR base)", flag="--base"
+    )
+    changed_files: Path | None = option(
+        "the paths the change touches, one a line (used instead of a git diff)",
+        type=Path, metavar="FILE",
+    )  # fmt: skip
+    base_raw: Path | None = option(
+        "the base branch's raw results: tests it ran that are skipped or gone here",
+        type=Path, metavar="DIR",
+    )  # fmt: skip
+    host: Path | None = option(
+        "the GPU job's host.json: the benchmark must name the GPU the host has",
+        type=Path, metavar="FILE",
+    )  # fmt: skip
+    ab_base: str | None = option(
+        "the base commit an A/B file must have measured (the PR's merge base); "
+        "without it, an A/B of a commit against itself blocks",
+        metavar="SHA",
+    )  # fmt: skip
 
 
-def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
-    """The GitHub Actions run page (where the reports artifact is), in --github mode."""
-    keys = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
-    if not options.github or not all(env.get(k) for k in keys):
-        return ""
-    server, repo, run = (env[k] for k in keys)
-    return f"{server}/{repo}/actions/runs/{run}"
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the judge and the views use, read once: the policy, the stages to judge
+    (collected, each with the base branch's tests), the baselines, the host, the change."""
+
+    policy: Policy
+    stages: dict[str, StageData]
+    commit: str | None  # the commit the judged records name (None: none; "": they disagree)
+    baselines: list[Benchmark]
+    baseline_problem: str
+    host: dict[str, Any] | None
+    base: str  # what the changed files are measured against, in words
+    changed: tuple[str, ...]
+    now: datetime
 
 
 def _records(options: ReportOptions, policy: Policy) -> RecordScan:
-    scan = find_records(options.raw_dir, {*STAGES, *policy.required})
+    scan = find_records(options.raw_dir, {*policy.stages, *policy.required})
     if not scan.records and not scan.problems:
         how = policy.rerun or "stagegate run STAGE -- COMMAND, for each stage"
         raise InputError(f"no stage records in {options.raw_dir}: run the stages first ({how})")
@@ -68,13 +108,13 @@ def _records(options: ReportOptions, policy: Policy) -> RecordScan:
 
 
 def _stage_names(scan: RecordScan, policy: Policy, only: bool) -> list[str]:
-    """The stages to judge: the known ones the policy names or that ran, then any others."""
+    """The stages to judge: every declared one (in the declared order), then any other that
+    left a record, then the raw folder's unattributed records (whatever is judged)."""
     ran = {*scan.records, *scan.problems}
-    wanted = [s for s in STAGES if s in ran or s in policy.required or s in policy.skippable]
     return [
-        *(s for s in wanted if s in policy.judged),
-        *(s for s in sorted(ran) if s not in STAGES and not only and s != UNATTRIBUTED),
-        *([UNATTRIBUTED] if UNATTRIBUTED in scan.problems else []),  # whatever is judged
+        *(s for s in policy.stages if policy.judges(s)),
+        *(s for s in sorted(ran) if s not in policy.stages and not only and s != UNATTRIBUTED),
+        *([UNATTRIBUTED] if UNATTRIBUTED in scan.problems else []),
     ]
 
 
@@ -96,18 +136,6 @@ def _baselines(path: Path | None) -> tuple[list[Benchmark], str]:
         return [], f"the baseline given cannot be used: {exc}"
 
 
-def _host(path: Path | None) -> dict[str, Any] | None:
-    """The GPU job's host facts (``--host``); one that cannot be read stops the report."""
-    if path is None:
-        return None
-    host = load_json(path, "host facts (--host)")
-    if not isinstance(host, dict):
-        raise InputError(
-            f"host facts (--host) {path} is not a JSON object: give gpu_stage's host.json"
-        )
-    return host
-
-
 def _base_results(base_raw: Path | None) -> tuple[dict[str, StageData], str]:
     """The base branch's collected stages (``--base-raw``), or why there are none."""
     if base_raw is None:
@@ -125,51 +153,68 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
-def _judge(options: ReportOptions, policy: Policy, scan: RecordScan, now: datetime) -> Verdict:
-    """Every stage judged, each with the base branch's tests and the baselines, at ``now``."""
-    baselines, baseline_problem = _baselines(options.baseline)
-    host = _host(options.host)
-    bases, note = _base_results(options.base_raw)
-    runs = read_run_log(options.raw_dir)
+def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
+    """Every input of the report, read and collected once."""
+    policy = load_policy(options.pyproject).require(options.require).only(options.only)
+    scan = _records(options, policy)
     names = _stage_names(scan, policy, bool(options.only))
+    runs = read_run_log(options.raw_dir)
+    bases, note = _base_results(options.base_raw)
+    stages = {
+        n: _with_base(_collect(scan, n, options.raw_dir, runs.get(n)), bases.get(n), note)
+        for n in names
+    }
+    baselines, baseline_problem = _baselines(options.baseline)
+    host = read_host(options.host) if options.host is not None else None
+    base, changed = changed_files(options.changed_files, options.base_ref, env)
     commit = run_commit({n: scan.records[n] for n in names if n in scan.records})
-    stages = []
-    for name in names:
-        data = _collect(scan, name, options.raw_dir, runs.get(name))
-        data = _with_base(data, bases.get(name), note)
-        stages.append(
-            judge_stage(
-                name,
-                data,
-                policy,
-                baselines,
-                baseline_problem,
-                host,
-                ab_base=options.ab_base,
-                commit=commit,
-                now=now,
-            )
-        )
-    return decide(stages)
-
-
-def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
-    """Read, collect, judge and render every output to text (nothing is written yet)."""
-    policy: Policy = load_policy(options.pyproject).require(options.require).only(options.only)
     now = datetime.now(UTC)
-    verdict = _judge(options, policy, _records(options, policy), now)
-    generated_at = now.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Inputs(policy, stages, commit, baselines, baseline_problem, host, base, changed, now)
+
+
+def judge_all(inputs: Inputs, ab_base: str | None = None) -> Verdict:
+    """Every stage judged against the policy, the baselines and the host, at one moment."""
+    judged = [
+        judge_stage(
+            name,
+            data,
+            inputs.policy,
+            inputs.baselines,
+            inputs.baseline_problem,
+            inputs.host,
+            ab_base=ab_base,
+            commit=inputs.commit,
+            now=inputs.now,
+        )
+        for name, data in inputs.stages.items()
+    ]
+    return decide(judged)
+
+
+def _run_url(options: ReportOptions, env: Mapping[str, str]) -> str:
+    """The GitHub Actions run page (where the reports artifact is), in --github mode."""
+    keys = ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
+    if not options.github or not all(env.get(k) for k in keys):
+        return ""
+    server, repo, run = (env[k] for k in keys)
+    return f"{server}/{repo}/actions/runs/{run}"
+
+
+def render_all(
+    verdict: Verdict, inputs: Inputs, options: ReportOptions, env: Mapping[str, str]
+) -> dict[str, str]:
+    """The views of the judged verdict, rendered to text by file name (nothing written yet)."""
+    generated_at = inputs.now.strftime("%Y-%m-%d %H:%M:%S UTC")
     judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
     commit = run_commit(judged) or "unknown"
-    base, changed = changed_files(options.changed_files, options.base_ref, env)
     ctx = Context(
         generated_at,
         commit[:12],
-        base,
-        changed,
+        inputs.base,
+        inputs.changed,
         str(options.raw_dir),
         _run_url(options, env),
-        policy.gate_files_in(changed),
+        inputs.policy.gate_files_in(inputs.changed),
     )
     summary = render_summary(summary_view(verdict, ctx))
     files = {"summary.md": summary, "verdict.json": verdict_json(verdict, generated_at, commit)}
@@ -179,8 +224,15 @@ def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdic
         name = f"{stage.name}.md"
         if name in files:  # stage names are refused before this: never write one over another
             raise InternalError(f"stage {stage.name!r} would overwrite the report's {name}")
-        files[name] = render_stage(stage_view(stage, policy, ctx))
-    return verdict, files
+        files[name] = render_stage(stage_view(stage, ctx))
+    return files
+
+
+def build_report(options: ReportOptions, env: Mapping[str, str]) -> tuple[Verdict, dict[str, str]]:
+    """Collect, judge and render every output to text (nothing is written yet)."""
+    inputs = collect_inputs(options, env)
+    verdict = judge_all(inputs, options.ab_base)
+    return verdict, render_all(verdict, inputs, options, env)
 
 
 def _target(out_dir: Path, name: str) -> Path:
@@ -194,7 +246,7 @@ def _target(out_dir: Path, name: str) -> Path:
 def _previous_outputs(out_dir: Path) -> set[str]:
     """The files an earlier report may have left in ``out_dir``: its summary, comment and
     verdict, and a report for each stage it (or any known stage) judged."""
-    names = {"summary.md", "comment.md", "verdict.json", *(f"{s}.md" for s in STAGES)}
+    names = {"summary.md", "comment.md", "verdict.json"}
     try:
         old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
         stages = [s.get("name") for s in old.get("stages", [])]

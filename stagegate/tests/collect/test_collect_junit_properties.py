@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from stagegate.errors import InputError
 from stagegate.report import ReportOptions, build_report
 
-POLICY = '[tool.stagegate]\nrequired = ["execution"]\nskippable = {}\n'
+POLICY = '[tool.stagegate]\nrequired = ["execution"]\n'
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20)
 ATTRS = st.one_of(NAMES, st.integers(-5, 10**6).map(str), st.just("nan"))
 OUTCOMES = st.sampled_from(["pass", "failure", "error", "skipped", "disabled", "flaky"])

@@ -217,8 +217,9 @@ def test_generic_findings_and_their_defaults(tmp_path: Path, tool: str) -> None:
 
 def test_ruff_json_from_a_real_run(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
     out = subprocess.run(
-        [_tool("ruff"), "check", "--isolated", "--output-format", "json", "bad.py"],
+        [_tool("ruff"), "check", "--isolated", "--output-format", "json", "bad.py", "broken.py"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -229,6 +230,8 @@ def test_ruff_json_from_a_real_run(tmp_path: Path) -> None:
     codes = {f.code: f for f in findings}
     assert {"F401", "F821"} <= codes.keys()
     assert codes["F821"].level == "error" and codes["F821"].location.line == 5
+    syntax = [f for f in findings if f.location.file.endswith("broken.py")]
+    assert syntax and all(f.level == "error" for f in syntax)  # a syntax error blocks by itself
 
 
 def test_hadolint_json_from_a_real_run(tmp_path: Path) -> None:

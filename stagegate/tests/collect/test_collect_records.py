@@ -10,9 +10,9 @@ import pytest
 
 from stagegate.collect import find_records, load_record
 from stagegate.errors import InputError
-from stagegate.model import CORE_STAGES, StageRecord
+from stagegate.model import StageRecord
 
-from ..builders import record
+from ..builders import CORE_STAGES, record
 
 
 @pytest.fixture
@@ -51,8 +51,8 @@ def test_a_broken_record_says_what_is_wrong(raw: Path, content: str, said: str) 
     with pytest.raises(InputError, match=said) as caught:
         load_record(raw / "static.json")
     assert "static.json" in str(caught.value)
-    if said == "not valid JSON":  # named after its stage: a broken record, not some other file
-        scan = find_records(raw)
+    if said == "not valid JSON":  # named after a declared stage: a broken record, not some file
+        scan = find_records(raw, ("static",))
         assert "static" not in scan.records and said in scan.problems["static"]
 
 

@@ -4,6 +4,9 @@ part for part, not by a file name alone), never at ``node:internal`` or a depend
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +123,20 @@ def test_an_absolute_frame_inside_the_checkout_is_made_relative(tmp_path: Path) 
     assert first_frame(stack, tmp_path, "c", []) == Location("test/a.spec.js", 9)
     url = f"at Context.fn (file://{tmp_path}/test/a.spec.js:9:3)"
     assert first_frame(url, tmp_path, "c", []) == Location("test/a.spec.js", 9)
+
+
+def test_a_collection_error_in_the_code_under_test_points_at_that_code(tmp_path: Path) -> None:
+    """pytest writes a SyntaxError met while importing a test module in Python's own form,
+    below the test file's frame: the place is the broken module's line, not the test file."""
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "src" / "pkg" / "mod.py").write_text("x = 1\ndef broken(:\n    pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("from pkg import mod\n\n\ndef test_a(): ...\n")
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:stagegate",
+         "--junitxml=junit.xml", "tests"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": "src"}, capture_output=True, check=False,
+    )  # fmt: skip
+    (case,) = read_junit(tmp_path / "junit.xml", root=tmp_path).cases
+    assert case.location == Location("src/pkg/mod.py", 2)

@@ -11,14 +11,13 @@ import pytest
 from stagegate.collect import collect_stage, read_baselines
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.baseline import compare_to_baseline, pick_baseline
-from stagegate.judge.policy import Policy
 from stagegate.model import NOT_VERIFIED, Benchmark, Decision, StageData
 from stagegate.view.parts import Context
 from stagegate.view.summary import summary_view
 
-from ..builders import bench, performance, record, sealed, with_precisions
+from ..builders import REPO_POLICY, bench, performance, record, sealed, with_precisions
 
-POLICY = Policy()
+POLICY = REPO_POLICY
 
 
 def test_a_regression_beyond_the_noise_is_high() -> None:

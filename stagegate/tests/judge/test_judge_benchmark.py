@@ -21,6 +21,7 @@ from stagegate.model import (
 )
 
 from ..builders import (
+    REPO_POLICY,
     bench,
     compare_all,
     compared,
@@ -30,7 +31,7 @@ from ..builders import (
     with_precisions,
 )
 
-POLICY = Policy()
+POLICY = REPO_POLICY
 GPU_TARGETS = ("speedup", "peak_memory_reduction_pct", "activation_memory_reduction_pct")
 
 

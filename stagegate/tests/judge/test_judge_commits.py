@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
-from stagegate.judge.policy import Policy
+from stagegate.judge.policy import Policy, policy_from_mapping
 from stagegate.model import Decision, StageData, StageStatus
+from stagegate.view.parts import Context
+from stagegate.view.summary import summary_view
 
 from ..builders import case, record, suite
 
 A, B = "a" * 40, "b" * 40
+CTX = Context("2026-01-01 00:00:00 UTC", A[:12], "main", (), "reports/raw")
 
 
 def _records(*commits: str | None) -> dict:
@@ -51,3 +54,19 @@ def test_the_same_commit_or_none_checked_is_no_finding() -> None:
     assert judge_stage("execution", data, Policy()).findings == ()
     none = StageData(record(commit=None), suite=suite(case("a")))
     assert judge_stage("execution", none, Policy(), commit="").findings == ()
+
+
+def test_uncommitted_changes_are_said_and_block_only_where_the_policy_asks() -> None:
+    data = StageData(record(commit=A, uncommitted=["src/a.py", "new.py"]), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A)
+    assert v.status is StageStatus.PASS and [(f.kind, f.severity.value) for f in v.findings] == [
+        ("uncommitted_changes", "INFO")
+    ]
+    assert "src/a.py" in v.findings[0].detail
+    banners = summary_view(decide([v]), CTX).banners
+    assert len(banners) == 1 and "execution" in banners[0]
+    strict = policy_from_mapping({"severity": {"uncommitted_changes": "HIGH"}})
+    assert decide([judge_stage("execution", data, strict, commit=A)]).decision is Decision.BLOCK
+    for unknown in (None, []):  # no checkout to ask, or a clean one: nothing to say
+        data = StageData(record(commit=A, uncommitted=unknown), suite=suite(case("a")))
+        assert judge_stage("execution", data, Policy(), commit=A).findings == ()

@@ -13,7 +13,9 @@ from ..builders import case, record, suite
 from .test_judge_ab import POLICY
 
 GPU_POLICY = POLICY.require(("cuda",))
-CPU_POLICY = replace(POLICY, skippable={**POLICY.skippable, "cuda": "no-cuda"})
+CPU_POLICY = replace(
+    POLICY, stages={**POLICY.stages, "cuda": replace(POLICY.stages["cuda"], skippable="no-cuda")}
+)
 
 
 def cuda_stage(*cases: object) -> StageData:

@@ -1,5 +1,6 @@
-"""The files the policy requires of each stage (``[tool.stagegate.outputs]``): a stage whose
-record declares none of them verified nothing, and blocks naming each one it left out."""
+"""The files each declared stage must produce (``[tool.stagegate.stages.NAME] outputs``): a
+stage whose record declares none of them verified nothing, and blocks naming each one it left
+out."""
 
 from __future__ import annotations
 
@@ -7,17 +8,17 @@ import pytest
 
 from stagegate.errors import ConfigError
 from stagegate.judge import decide, judge_stage
-from stagegate.judge.policy import DEFAULT_OUTPUTS, Policy, policy_from_mapping
+from stagegate.judge.policy import Policy, policy_from_mapping
 from stagegate.model import Decision, StageData, StageStatus
 
-from ..builders import bench, case, performance, record, suite
+from ..builders import REPO_POLICY, bench, case, performance, record, suite
 
 REPO = policy_from_mapping(
     {
-        "outputs": {
-            "static": ["lint:ruff", "lint:zizmor"],
-            "execution": ["junit", "coverage", "warnings"],
-            "integration": ["junit", "metrics"],
+        "stages": {
+            "static": {"outputs": ["lint:ruff", "lint:zizmor"]},
+            "execution": {"outputs": ["junit", "coverage", "warnings"]},
+            "integration": {"outputs": ["junit", "metrics"]},
         }
     }
 )
@@ -30,16 +31,17 @@ def _missing(verdict) -> list[str]:
 @pytest.mark.parametrize(
     "stage", ["static", "execution", "integration", "performance", "cuda", "regression"]
 )
-def test_a_stage_that_declares_nothing_blocks_under_the_default_policy(stage: str) -> None:
-    v = judge_stage(stage, StageData(record(stage, files={})), Policy())
+def test_a_stage_that_declares_nothing_blocks_naming_the_first_output(stage: str) -> None:
+    v = judge_stage(stage, StageData(record(stage, files={})), REPO_POLICY)
     assert v.status is StageStatus.FAIL and decide([v]).decision is Decision.BLOCK
-    (missing,) = [f for f in v.findings if f.kind == "output_missing"]
-    assert stage in missing.title and DEFAULT_OUTPUTS[stage][0] in missing.title
-    assert f"--{DEFAULT_OUTPUTS[stage][0]}" in missing.fix
+    first = REPO_POLICY.outputs[stage][0].partition(":")[0]
+    missing = [f for f in v.findings if f.kind == "output_missing"]
+    assert stage in missing[0].title and first in missing[0].title
+    assert f"--{first}" in missing[0].fix
 
 
 def test_a_performance_stage_without_a_benchmark_is_not_read_as_skipped() -> None:
-    v = judge_stage("performance", StageData(record("performance", files={})), Policy())
+    v = judge_stage("performance", StageData(record("performance", files={})), REPO_POLICY)
     assert v.status is StageStatus.FAIL and "NOT VERIFIED" not in v.note
 
 
@@ -74,7 +76,7 @@ def test_a_stage_that_declares_what_the_policy_requires_passes() -> None:
     data = StageData(record("integration", files=declared), suite=suite(case("a")))
     assert judge_stage("integration", data, REPO).status is StageStatus.PASS
     clean = performance(bench(gpu=True))
-    assert judge_stage("performance", clean, Policy()).status is StageStatus.PASS
+    assert judge_stage("performance", clean, REPO_POLICY).status is StageStatus.PASS
 
 
 def test_a_stage_the_policy_names_no_outputs_for_needs_none() -> None:
@@ -83,21 +85,29 @@ def test_a_stage_the_policy_names_no_outputs_for_needs_none() -> None:
 
 
 @pytest.mark.parametrize(
-    "outputs",
+    "stage",
     [
-        {"static": ["lint:"]},
-        {"static": ["sarif"]},
-        {"static": ["junit:ruff"]},
-        {"static": "lint"},
-        {"Static Checks": ["lint"]},
+        {"outputs": ["lint:"]},
+        {"outputs": ["sarif"]},
+        {"outputs": ["junit:ruff"]},
+        {"outputs": "lint"},
+        {"skippable": "always"},
+        {"colour": "blue"},
     ],
 )
-def test_a_bad_outputs_table_names_its_key(outputs: dict) -> None:
-    with pytest.raises(ConfigError, match="outputs"):
-        policy_from_mapping({"outputs": outputs})
+def test_a_bad_stage_declaration_names_its_key(stage: dict) -> None:
+    with pytest.raises(ConfigError, match=r"stages\.static"):
+        policy_from_mapping({"stages": {"static": stage}})
 
 
-def test_the_table_replaces_the_stages_it_names_and_keeps_the_others() -> None:
-    p = policy_from_mapping({"outputs": {"execution": ["junit", "coverage"]}})
-    assert p.outputs["execution"] == ("junit", "coverage")
-    assert p.outputs["static"] == DEFAULT_OUTPUTS["static"]
+def test_a_stage_name_that_is_no_identifier_is_refused() -> None:
+    with pytest.raises(ConfigError, match="Static Checks"):
+        policy_from_mapping({"stages": {"Static Checks": {"outputs": ["lint"]}}})
+
+
+def test_declared_stages_replace_the_default_ones_in_their_order() -> None:
+    p = policy_from_mapping({"stages": {"docs": {"title": "Docs", "outputs": ["junit"]},
+                                        "tests": {"order": 0}}})  # fmt: skip
+    assert list(p.stages) == ["tests", "docs"] and p.required == ("tests", "docs")
+    assert p.outputs == {"docs": ("junit",), "tests": ()} and p.title("docs") == "Docs"
+    assert Policy().outputs == {"static": ("lint",), "execution": ("junit",)}

@@ -181,12 +181,12 @@ def test_the_new_policy_keys_refuse_bad_values_by_name(table: dict, key: str) ->
 def test_the_new_policy_keys_are_read() -> None:
     policy = policy_from_mapping(
         {
-            "required_tests": {"integration": ["tests/a.py::*"]},
+            "required_tests": {"execution": ["tests/a.py::*"]},
             "gate_files": ["noxfile.py", ".github/*"],
             "skip_jump_pct": 5,
         }
     )
-    assert policy.required_tests == {"integration": ("tests/a.py::*",)}
+    assert policy.required_tests == {"execution": ("tests/a.py::*",)}
     assert policy.gate_files == ("noxfile.py", ".github/*") and policy.skip_jump_pct == 5.0
 
 

@@ -11,7 +11,7 @@ from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy
 from stagegate.model import Decision, MissingFile, StageData, StageStatus
 
-from ..builders import bench, case, performance, record, suite
+from ..builders import REPO_POLICY, bench, case, performance, record, suite
 
 POLICY = Policy()
 TAIL = "".join(f"{i % 10}" for i in range(1000))
@@ -111,32 +111,32 @@ def test_a_file_gone_since_the_stage_is_said_to_be_gone_not_unwritten() -> None:
 
 
 def test_a_stage_that_did_not_run_blocks_and_the_fix_comes_from_the_policy() -> None:
-    missing = judge_stage("integration", StageData(None), Policy(rerun="make check-all"))
+    missing = judge_stage("execution", StageData(None), Policy(rerun="make check-all"))
     assert missing.status is StageStatus.MISSING and kinds(missing) == [
         ("CRITICAL", "stage_failed")
     ]
-    assert "integration" in missing.findings[0].title
+    assert "execution" in missing.findings[0].title
     assert "make check-all" in missing.findings[0].fix
-    bare = judge_stage("integration", StageData(None), POLICY)
-    assert "stagegate run integration" in bare.findings[0].fix and "nox" not in bare.findings[0].fix
+    bare = judge_stage("execution", StageData(None), POLICY)
+    assert "stagegate run execution" in bare.findings[0].fix and "nox" not in bare.findings[0].fix
     assert decide([missing]).decision is Decision.BLOCK
 
 
-def test_a_skippable_stage_that_did_not_run_is_not_verified_only_when_not_required() -> None:
-    optional = replace(POLICY, required=("static",))
+def test_a_declared_stage_that_did_not_run_is_not_verified_only_when_not_required() -> None:
+    optional = replace(REPO_POLICY, required=("static",))
     skipped = judge_stage("performance", StageData(None), optional)
     assert skipped.status is StageStatus.NOT_VERIFIED and skipped.findings == ()
     assert skipped.name == "performance"
     assert not skipped.required and "performance" in skipped.note
     assert "NOT VERIFIED" in skipped.note
-    missing = judge_stage("integration", StageData(None), POLICY)
+    missing = judge_stage("integration", StageData(None), REPO_POLICY)
     assert decide([skipped]).decision is Decision.PASS
     assert decide([skipped, missing]).decision is Decision.BLOCK
 
 
 def test_a_required_skippable_stage_that_did_not_run_blocks() -> None:
     """Skippable covers a run without CUDA; the checks the stage makes on a CPU still count."""
-    v = judge_stage("performance", StageData(None), POLICY.only(("static", "performance")))
+    v = judge_stage("performance", StageData(None), REPO_POLICY.only(("static", "performance")))
     assert v.status is StageStatus.MISSING and kinds(v) == [("CRITICAL", "stage_failed")]
     assert "did not run" in v.findings[0].title and "CUDA" in v.findings[0].detail
     assert decide([v]).decision is Decision.BLOCK
@@ -144,7 +144,7 @@ def test_a_required_skippable_stage_that_did_not_run_blocks() -> None:
 
 def test_a_skippable_stage_whose_record_was_removed_blocks_as_removed() -> None:
     gone = StageData(None, record_gone="2026-01-01T00:00:00Z")
-    for policy in (POLICY, replace(POLICY, required=("static",))):
+    for policy in (REPO_POLICY, replace(REPO_POLICY, required=("static",))):
         v = judge_stage("performance", gone, policy)
         assert v.status is StageStatus.MISSING and decide([v]).decision is Decision.BLOCK
         assert "removed" in v.findings[0].title and "2026-01-01" in v.findings[0].title
@@ -153,10 +153,10 @@ def test_a_skippable_stage_whose_record_was_removed_blocks_as_removed() -> None:
 
 def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> None:
     data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
-    local = judge_stage("performance", data, POLICY)
+    local = judge_stage("performance", data, REPO_POLICY)
     assert local.status is StageStatus.NOT_VERIFIED and "NOT VERIFIED" in local.note
     assert "cpu-smoke" in local.note and not local.blocking
-    gate = judge_stage("performance", data, POLICY.require(("performance",)))
+    gate = judge_stage("performance", data, REPO_POLICY.require(("performance",)))
     assert gate.status is StageStatus.FAIL and ("CRITICAL", "stage_failed") in kinds(gate)
     required = next(f for f in gate.findings if f.kind == "stage_failed")
     assert "cpu-smoke" in required.detail and "cpu" in required.detail
@@ -165,10 +165,10 @@ def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> N
 
 def test_the_not_verified_note_names_only_what_the_preset_measured() -> None:
     data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
-    assert "host syncs" in judge_stage("performance", data, POLICY).note
-    cpu = POLICY.benchmark.presets["cpu-smoke"]
+    assert "host syncs" in judge_stage("performance", data, REPO_POLICY).note
+    cpu = REPO_POLICY.benchmark.presets["cpu-smoke"]
     no_syncs = replace(cpu, measures=tuple(m for m in cpu.measures if m != "syncs"))
-    presets = {**POLICY.benchmark.presets, "cpu-smoke": no_syncs}
-    policy = replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
+    presets = {**REPO_POLICY.benchmark.presets, "cpu-smoke": no_syncs}
+    policy = replace(REPO_POLICY, benchmark=replace(REPO_POLICY.benchmark, presets=presets))
     note = judge_stage("performance", data, policy).note
     assert "NOT VERIFIED" in note and "host syncs" not in note and "finite losses" in note

@@ -9,13 +9,14 @@ import pytest
 
 from stagegate.errors import ConfigError
 from stagegate.judge.policy import (
+    DEFAULT_STAGES,
     DEFAULT_THRESHOLDS,
     Policy,
     check_threshold,
     load_policy,
     policy_from_mapping,
 )
-from stagegate.model import STAGES, Severity
+from stagegate.model import Severity
 
 T = DEFAULT_THRESHOLDS
 
@@ -61,8 +62,8 @@ def test_defaults_are_the_seed_targets() -> None:
         str(p.thresholds["peak_memory_reduction_pct"]),
         str(p.thresholds["accuracy_diff"]),
     ) == (">= 1.5x", ">= 40%", "< 0.01")
-    assert p.required == ("static", "execution", "integration", "performance")
-    assert p.skippable == {"performance": "no-cuda"}
+    assert p.required == tuple(p.stages) == ("static", "execution")  # a plain project's two
+    assert p.outputs == {"static": ("lint",), "execution": ("junit",)} and p.skippable == {}
     assert p.deduction[Severity.CRITICAL] > p.deduction[Severity.HIGH] > p.deduction[Severity.LOW]
 
 
@@ -101,12 +102,18 @@ def test_a_custom_table_overrides_what_it_names() -> None:
         ({"regression_margin_pct": math.inf}, "regression_margin_pct"),
         ({"slow_test_s": -1}, "slow_test_s"),
         ({"required": ["static", "docs"]}, "required"),
-        ({"skippable": {"performance": "always"}}, "skippable"),
+        ({"stages": {"gpu": {"skippable": "always"}}}, "stages.gpu.skippable"),
+        ({"stages": {"gpu": {"outputs": "junit"}}}, "stages.gpu.outputs"),
+        ({"stages": {"gpu": {"outputs": ["xunit"]}}}, "stages.gpu.outputs"),
+        ({"stages": {"gpu": {"titel": "GPU"}}}, "stages.gpu"),
+        ({"stages": {"gpu": {"order": -1}}}, "stages.gpu.order"),
+        ({"stages": {}}, "stages"),
+        ({"skippable": {"performance": "no-cuda"}}, "'skippable'"),  # now a stage's own key
         ({"ab_min_windows": 1}, "ab_min_windows"),
         ({"ab_min_windows": 2.5}, "ab_min_windows"),
         ({"ab_min_windows": 501}, "ab_min_windows"),
         ({"history_runs": -1}, "history_runs"),
-        ({"outputs": [1]}, "outputs"),
+        ({"outputs": {"execution": ["junit"]}}, "'outputs'"),  # now a stage's own key
     ],
 )
 def test_a_bad_value_names_its_key(table: dict, key: str) -> None:
@@ -114,11 +121,35 @@ def test_a_bad_value_names_its_key(table: dict, key: str) -> None:
         policy_from_mapping(table)
 
 
+GPU = {"stages": {"static": {}, "gpu": {"title": "GPU", "skippable": "no-cuda"}}}
+
+
+def test_a_declared_stage_takes_its_title_outputs_and_order() -> None:
+    p = policy_from_mapping(
+        {
+            "stages": {
+                "docs": {"title": "Documentation", "outputs": ["junit", "lint:vale"]},
+                "gpu": {"skippable": "no-cuda", "order": 1},
+                "unit": {},
+            }
+        }
+    )
+    assert list(p.stages) == ["docs", "gpu", "unit"]  # order 1, 1 (by position), then 3
+    assert p.title("docs") == "Documentation" and p.title("unit") == "unit"
+    assert p.outputs["docs"] == ("junit", "lint:vale") and p.outputs["unit"] == ()
+    assert p.skippable == {"gpu": "no-cuda"} and p.required == ("docs", "gpu", "unit")
+    assert list(policy_from_mapping({"stages": {"b": {"order": 9}, "a": {}}}).stages) == [
+        "a",
+        "b",
+    ]
+
+
 def test_require_makes_a_stage_mandatory_and_unskippable() -> None:
-    p = Policy().require(("performance",))
-    assert "performance" in p.required and "performance" not in p.skippable
-    with pytest.raises(ConfigError, match="--require 'gpu'"):
-        Policy().require(("gpu",))
+    p = policy_from_mapping({**GPU, "required": ["static"]}).require(("gpu",))
+    assert "gpu" in p.required and "gpu" not in p.skippable
+    assert p.stages["gpu"].title == "GPU"  # the rest of its declaration stays
+    with pytest.raises(ConfigError, match="--require 'cuda'"):
+        p.require(("cuda",))
 
 
 def test_a_real_policy_file_loads(policy_file: Path) -> None:
@@ -146,12 +177,20 @@ def test_slow_tests_can_never_cost_points(severity: str) -> None:
     )
 
 
-def test_allow_no_tests_names_known_stages() -> None:
-    assert policy_from_mapping({"allow_no_tests": ["integration"]}).allow_no_tests == (
-        "integration",
-    )
-    with pytest.raises(ConfigError, match="allow_no_tests"):
-        policy_from_mapping({"allow_no_tests": ["nightly"]})
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"allow_no_tests": ["nightly"]},
+        {"required": ["nightly"]},
+        {"required_tests": {"nightly": ["t.py::*"]}},
+    ],
+)
+def test_a_key_naming_an_undeclared_stage_says_how_to_declare_it(table: dict) -> None:
+    (key,) = table
+    with pytest.raises(ConfigError, match=key) as caught:
+        policy_from_mapping(table)
+    assert "[tool.stagegate.stages.nightly]" in str(caught.value)
+    assert policy_from_mapping({**table, "stages": {"nightly": {}}}).stages.keys() == {"nightly"}
 
 
 def test_an_unknown_severity_lists_the_ones_there_are() -> None:
@@ -161,30 +200,26 @@ def test_an_unknown_severity_lists_the_ones_there_are() -> None:
     assert all(s.value in str(caught.value) for s in Severity)
 
 
-def test_unknown_stages_list_the_four_there_are() -> None:
-    for call, flag in ((Policy().only, "--only"), (Policy().require, "--require")):
+def test_unknown_stages_list_the_declared_ones() -> None:
+    p = policy_from_mapping(GPU)
+    for call, flag in ((p.only, "--only"), (p.require, "--require")):
         with pytest.raises(ConfigError) as caught:
-            call(("static", "gpu", "cpu"))
+            call(("static", "cuda", "cpu"))
         message = str(caught.value)
-        assert flag in message and "'gpu'" in message and all(s in message for s in STAGES)
-    with pytest.raises(ConfigError) as caught:
-        policy_from_mapping({"required": ["gpu"]})
-    message = str(caught.value)
-    assert "required" in message and "'gpu'" in message and all(s in message for s in STAGES)
+        assert flag in message and "'cuda'" in message and "static, gpu" in message
 
 
-def test_only_narrows_what_is_required_skippable_and_judged() -> None:
-    narrowed = Policy().only(("static", "performance"))
-    assert narrowed.required == ("static", "performance")
-    assert dict(narrowed.skippable) == {"performance": "no-cuda"}
-    assert narrowed.judged == ("static", "performance")
-    assert dict(Policy().only(("static",)).skippable) == {}
-    assert Policy().only(()) == Policy()
+def test_only_narrows_what_is_required_and_judged() -> None:
+    p = policy_from_mapping(GPU)
+    narrowed = p.only(("gpu",))
+    assert narrowed.required == ("gpu",) and narrowed.judged == ("gpu",)
+    assert narrowed.judges("gpu") and not narrowed.judges("static") and p.judges("static")
+    assert p.only(()) == p
 
 
 def test_require_adds_a_stage_the_policy_did_not_require() -> None:
-    p = policy_from_mapping({"required": ["static"]}).require(("performance",))
-    assert p.required == ("static", "performance") and "performance" not in p.skippable
+    p = policy_from_mapping({**GPU, "required": ["static"]}).require(("gpu",))
+    assert p.required == ("static", "gpu") and "gpu" not in p.skippable
 
 
 def test_a_pyproject_without_a_stagegate_table_is_the_default_policy(tmp_path: Path) -> None:
@@ -258,7 +293,7 @@ def test_an_unknown_name_is_answered_with_the_list_of_known_ones(call, known: st
     lists = {
         # every field of the policy is a key of the table, but the one --only sets
         "required": ", ".join(sorted(set(Policy.__dataclass_fields__) - {"judged"})),
-        "static": ", ".join(STAGES),
+        "static": ", ".join(DEFAULT_STAGES),
         "speedup": ", ".join(DEFAULT_THRESHOLDS),
         "test_failed": ", ".join(Policy().severity),
         "CRITICAL": ", ".join(s.value for s in Severity),

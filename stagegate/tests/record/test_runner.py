@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -204,3 +205,41 @@ def test_a_file_outside_the_out_dir_is_refused_before_anything_runs(tmp_path: Pa
             "static", [PY, "-c", "pass"], out_dir=out, files={"lint": {"ruff": str(tmp_path)}}
         )
     assert not out.exists()
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@b",
+        "GIT_COMMITTER_NAME": "a",
+    }
+    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
+def test_the_record_lists_what_the_commit_does_not_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changed, staged, renamed and untracked paths when the command starts; not the stage's
+    own output folder, nor what .gitignore ignores; none at all on a clean checkout."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("x = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    monkeypatch.chdir(tmp_path)
+    raw = tmp_path / "reports" / "raw"
+    clean, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert clean.uncommitted == [] and clean.commit
+    (tmp_path / "a.py").write_text("x = 2\n")
+    _git(tmp_path, "mv", "b.py", "c.py")
+    (tmp_path / "new.py").write_text("")
+    (tmp_path / "run.log").write_text("")
+    record, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert sorted(record.uncommitted or []) == ["a.py", "c.py", "new.py"]
+    assert load_record(raw / "static.json").uncommitted == record.uncommitted
+    monkeypatch.setenv("GIT_DIR", "/nonexistent")  # as the CI host runs a stage: no checkout
+    outside, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert outside.uncommitted is None  # git could not say: not known, not clean

@@ -31,6 +31,8 @@ def test_github_outputs(
     assert "Summary cut to fit" in summary.read_text()
     comment = (tmp_path / "reports" / "comment.md").read_text()
     assert comment.startswith(COMMENT_MARKER) and len(comment) < COMMENT_LIMIT
+    assert "| execution | **FAIL** |" in comment  # no link to execution.md: not in a comment
+    assert not re.search(r"\]\((?!https://)", comment)  # every link left resolves anywhere
     errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::error ")]
     assert all(re.match(r"::error file=[^,:]+(,line=\d+)?,title=[^:]+::", e) for e in errors)
     assert any(

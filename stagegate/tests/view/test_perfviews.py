@@ -6,20 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stagegate.judge import judge_stage
-from stagegate.judge.policy import Policy
 from stagegate.model import CheckOutcome, MetricCheck, StageData, StageStatus, StageVerdict
-from stagegate.view.performance import NOT_MEASURED, performance_sections
+from stagegate.view.performance import performance_sections
 
-from ..builders import bench, comparison, cpu_bench, performance, record
+from ..builders import REPO_POLICY, bench, comparison, cpu_bench, performance, record
 
-POLICY = Policy()
+POLICY = REPO_POLICY
 
 
 def rows(stage: StageVerdict) -> list[tuple[str, ...]]:
     """The rows of the targets table (Comparison, Metric, Value, Target, Status)."""
-    metrics = next(
-        s for s in performance_sections(stage, POLICY) if s.title == "Performance Metrics"
-    )
+    metrics = next(s for s in performance_sections(stage) if s.title == "Performance Metrics")
     (targets,) = [t for t in metrics.tables if t.header[-1] == "Status"]
     return list(targets.rows)
 
@@ -63,6 +60,6 @@ def test_every_miss_shown_is_a_blocking_finding_of_the_stage() -> None:
         assert [m + " misses its target" for m in missed] == blocking
 
 
-def test_a_stage_without_a_benchmark_says_so_in_one_line() -> None:
+def test_a_stage_without_a_benchmark_shows_no_performance_section() -> None:
     stage = judge_stage("execution", StageData(record()), POLICY)
-    assert performance_sections(stage, POLICY) == [NOT_MEASURED]
+    assert performance_sections(stage) == []

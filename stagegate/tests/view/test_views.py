@@ -12,7 +12,7 @@ from stagegate.view.parts import Context
 from stagegate.view.stage import stage_view
 from stagegate.view.summary import summary_view
 
-from ..builders import case, cpu_bench, performance, record, suite
+from ..builders import REPO_POLICY, case, cpu_bench, performance, record, suite
 
 POLICY = Policy()
 CTX = Context("2026-01-01 00:00:00 UTC", "0123456789ab", "main", ("M a.py",), "reports/raw")
@@ -40,18 +40,18 @@ def test_the_summary_shows_the_judges_decision_score_and_reasons() -> None:
 
 def test_the_recommendation_lists_the_findings_the_judge_said_block() -> None:
     stage = judge_stage("execution", _failing(), POLICY)
-    shown = "\n".join(_section(stage_view(stage, POLICY, CTX), "Recommendation").paragraphs)
+    shown = "\n".join(_section(stage_view(stage, CTX), "Recommendation").paragraphs)
     assert "BLOCK" in shown and "t.py:3" in shown
     # the same findings, none of them blocking by the judge's word: no fix is listed
     unblocked = "\n".join(
-        _section(stage_view(replace(stage, blocking=()), POLICY, CTX), "Recommendation").paragraphs
+        _section(stage_view(replace(stage, blocking=()), CTX), "Recommendation").paragraphs
     )
     assert "t.py:3" not in unblocked
 
 
 def test_a_not_verified_stage_carries_the_judges_note_as_its_banner() -> None:
-    stage = judge_stage("performance", performance(cpu_bench()), POLICY)
-    view = stage_view(stage, POLICY, CTX)
+    stage = judge_stage("performance", performance(cpu_bench()), REPO_POLICY)
+    view = stage_view(stage, CTX)
     assert (
         view.summary.rows[0] == ("Decision", "**NOT VERIFIED**") and "NOT VERIFIED" in view.banner
     )
@@ -61,7 +61,7 @@ def test_a_not_verified_stage_carries_the_judges_note_as_its_banner() -> None:
 def test_the_score_breakdown_is_the_judges_deductions() -> None:
     flaky = StageData(record(), suite=suite(case("a"), case("b", "flaky", attempts=2)))
     stage = judge_stage("execution", flaky, POLICY)
-    breakdown = _section(stage_view(stage, POLICY, CTX), "Score Breakdown")
+    breakdown = _section(stage_view(stage, CTX), "Score Breakdown")
     (table,) = breakdown.tables
     assert [r[1] for r in table.rows] == [f"-{d.points}" for d in stage.deductions] == ["-5"]
     assert "95/100" in breakdown.paragraphs[0]

@@ -5,7 +5,7 @@ from stagegate.collect.files import read_coverage, read_curves, read_warnings
 from stagegate.collect.junit import read_junit
 from stagegate.collect.lint import LINT_TOOLS, read_lint
 from stagegate.collect.records import find_records, load_record, read_run_log
-from stagegate.collect.stage import collect_stage, read_baselines
+from stagegate.collect.stage import collect_stage, read_baselines, read_host
 
 __all__ = [
     "LINT_TOOLS",
@@ -16,6 +16,7 @@ __all__ = [
     "read_benchmark",
     "read_coverage",
     "read_curves",
+    "read_host",
     "read_junit",
     "read_lint",
     "read_run_log",

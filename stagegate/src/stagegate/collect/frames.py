@@ -21,6 +21,8 @@ _DRIVE = r"(?:[A-Za-z]:[\\/])?"
 _WINDOWS_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
 # pytest's traceback lines: "src/pkg/mod.py:80: KeyError" or "C:\src\mod.py:80: in func".
 _PYTEST_FRAME = re.compile(rf"^(?P<file>{_DRIVE}[^\s:][^:\n]*\.py):(?P<line>\d+): ", re.MULTILINE)
+# Python's own frames: a SyntaxError's place ('File "src/pkg/mod.py", line 2'), --tb=native.
+_PYTHON_FRAME = re.compile(r'File "(?P<file>[^"\n]+\.py)", line (?P<line>\d+)')
 # Any other producer: "file.ext:LINE" (GoogleTest, Catch2's "at f.cpp:5", JavaScript stacks).
 _ANY_FRAME = re.compile(rf"(?P<file>{_DRIVE}[\w./\\@+~-]+\.[A-Za-z]\w{{0,5}}):(?P<line>\d+)")
 # JVM stack lines: "at com.example.CalcTest.adds(CalcTest.java:31)" (Kotlin, Scala alike).
@@ -65,9 +67,9 @@ def innermost_frame(text: str, root: Path | None = None) -> Location | None:
     """The innermost frame of a pytest traceback that lies in the checkout (not in a
     dependency); the innermost frame of all when none does."""
     root = root or Path.cwd()
-    frames = [
-        Location(relative(m["file"], root), int(m["line"])) for m in _PYTEST_FRAME.finditer(text)
-    ]
+    found = [*_PYTEST_FRAME.finditer(text), *_PYTHON_FRAME.finditer(text)]
+    found.sort(key=re.Match.start)
+    frames = [Location(relative(m["file"], root), int(m["line"])) for m in found]
     ours = [f for f in frames if _in_repo(f.file, root)]
     return (ours or frames or [None])[-1]
 

@@ -22,13 +22,14 @@ def _rel(path: str) -> str:
 # Syntax errors, undefined names, invalid comparisons and misplaced statements: the codes
 # flake8's own documentation suggests failing a build on. Everything else is style.
 _RUFF_ERRORS = ("E9", "F63", "F7", "F82")
+_RUFF_SYNTAX = ("syntax", "invalid-syntax")  # no code (older ruff), or invalid-syntax
 
 
 def _ruff(items: Any) -> list[LintFinding]:
     out = []
     for f in items:
         code = f.get("code") or "syntax"  # ruff gives syntax errors no code
-        level = "error" if code.startswith(_RUFF_ERRORS) or code == "syntax" else "style"
+        level = "error" if code.startswith(_RUFF_ERRORS) or code in _RUFF_SYNTAX else "style"
         loc = f.get("location") or {}
         out.append(
             LintFinding(

@@ -16,7 +16,6 @@ from stagegate.model import (
     RECORD_FORMAT_VERSION,
     RECORD_KIND,
     RUN_LOG,
-    STAGES,
     StageRecord,
     stage_name_problem,
 )
@@ -42,6 +41,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "out_dir": (_TEXT, False),
     "sha256": ((dict,), False),
     "runner_error": (_TEXT, True),
+    "uncommitted": ((list,), True),
 }
 
 
@@ -63,6 +63,8 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             return f"{key} holds {type(value).__name__}"
     if not all(isinstance(c, str) for c in data.get("command", [])):
         return "command holds something that is not text"
+    if not all(isinstance(p, str) for p in data.get("uncommitted") or []):
+        return "uncommitted holds something that is not a path"
     if not _is_text_map(data.get("files", {}), nested=True):
         return "files maps a kind to something that is not a path"
     sha = data.get("sha256", {})
@@ -148,7 +150,7 @@ def _scan(path: Path, expected: Collection[str]) -> Scanned:
     return record, record.stage, None
 
 
-def find_records(raw_dir: Path, expected: Collection[str] = STAGES) -> RecordScan:
+def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     """Every stage record in ``raw_dir``, by stage. A file named after one of the ``expected``
     stages that is no usable record, and a stage recorded twice, are problems of that stage
     (the judge blocks it); a directory that does not exist is an InputError."""

@@ -15,6 +15,7 @@ from typing import Any
 from stagegate.collect.ab import read_ab
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
+from stagegate.collect.jsonfile import load_json
 from stagegate.collect.junit import read_junit, read_pytest_counts
 from stagegate.collect.lint import read_lint
 from stagegate.collect.locate import locate
@@ -120,6 +121,16 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
         missing_files=tuple(missing),
         refused_files=tuple(refused),
     )
+
+
+def read_host(path: Path) -> dict[str, Any]:
+    """The GPU job's host facts (``host.json``); a file that cannot be read stops the report."""
+    host = load_json(path, "host facts (--host)")
+    if not isinstance(host, dict):
+        raise InputError(
+            f"host facts (--host) {path} is not a JSON object: give gpu_stage's host.json"
+        )
+    return host
 
 
 def read_baselines(path: Path) -> list[Benchmark]:

@@ -26,7 +26,19 @@ def run_commit(records: Mapping[str, StageRecord]) -> str:
 
 
 def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
-    """A finding when ``record`` names another commit than the run's ``commit`` ("": none)."""
+    """A finding when ``record`` names another commit than the run's ``commit`` ("": none),
+    and one when the stage ran on a tree with changes its commit does not hold."""
+    if record.uncommitted:
+        shown = ", ".join(record.uncommitted[:10])
+        more = len(record.uncommitted) - 10
+        f.add(
+            Kind.UNCOMMITTED_CHANGES,
+            f"{f.stage} ran on uncommitted changes ({len(record.uncommitted)} paths): its "
+            "commit does not hold everything that ran",
+            detail=shown + (f"; and {more} more" if more > 0 else ""),
+            fix="commit (or stash) the changes and run the stages again; a gate that must "
+            'refuse such runs sets [tool.stagegate.severity] uncommitted_changes = "HIGH"',
+        )
     if (record.commit or "") == commit:
         return
     this, run = record.commit or "no commit", commit or "no commit"

@@ -99,7 +99,7 @@ def _undeclared(f: Findings, data: StageData, stage: str, policy: Policy) -> Non
             Kind.OUTPUT_MISSING,
             f"{stage} produced no {kind} file: the policy requires one",
             detail=f"the record declares {', '.join(sorted(record.files)) or 'no file'}; "
-            f"[tool.stagegate.outputs] {stage} requires {', '.join(policy.outputs[stage])}. "
+            f"[tool.stagegate.stages.{stage}] outputs: {', '.join(policy.outputs[stage])}. "
             "What it would hold goes unchecked without it",
             fix=f"run the stage as stagegate run {stage} {flag} -- COMMAND; the file is "
             f"written by {PRODUCERS.get(kind.partition(':')[0], 'the stage command')}",

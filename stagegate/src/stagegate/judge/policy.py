@@ -14,9 +14,16 @@ from typing import Any
 from stagegate.errors import ConfigError
 from stagegate.judge.benchpolicy import BenchmarkPolicy, benchmark_policy
 from stagegate.kinds import DEFAULT_SEVERITY, Kind
-from stagegate.model import CORE_STAGES, STAGES, Severity, stage_name_problem
+from stagegate.model import Severity, stage_name_problem
 
-__all__ = ["STAGES", "BenchmarkPolicy", "Policy", "Threshold", "check_threshold", "load_policy"]
+__all__ = [
+    "BenchmarkPolicy",
+    "Policy",
+    "StageSpec",
+    "Threshold",
+    "check_threshold",
+    "load_policy",
+]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
@@ -68,13 +75,24 @@ DEFAULT_THRESHOLDS = {
 # "lint" asks for at least one linter's file, "lint:TOOL" for that tool's. By default, the one
 # file without which the stage cannot be judged at all; a repository's policy adds the rest.
 OUTPUT_KINDS = ("junit", "coverage", "warnings", "benchmark", "metrics", "ab", "lint")
-DEFAULT_OUTPUTS = {
-    "static": ("lint",),
-    "execution": ("junit",),
-    "integration": ("junit",),
-    "performance": ("benchmark",),
-    "cuda": ("junit",),
-    "regression": ("ab",),
+SKIP_REASONS = ("no-cuda",)  # when a declared stage may go unverified: it ran without a GPU
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage the repository declares (``[tool.stagegate.stages.NAME]``): its title, the
+    files it must produce (kinds of evidence: ``junit``, ``lint:ruff``, ...), and when it may
+    go unverified."""
+
+    title: str
+    outputs: tuple[str, ...] = ()
+    skippable: str | None = None  # "no-cuda": it ran on a machine without a GPU
+
+
+# With no policy: a plain Python project's two stages, both required
+DEFAULT_STAGES = {
+    "static": StageSpec("Static analysis", ("lint",)),
+    "execution": StageSpec("Tests", ("junit",)),
 }
 
 DEFAULT_DEDUCTION = {
@@ -90,15 +108,15 @@ DEFAULT_DEDUCTION = {
 class Policy:
     """Everything the judge needs to decide; defaults come from the seed reports."""
 
-    required: tuple[str, ...] = CORE_STAGES
-    # stage -> when it may be skipped; "no-cuda": the benchmark ran without a GPU.
-    skippable: Mapping[str, str] = field(default_factory=lambda: {"performance": "no-cuda"})
+    # The declared stages, in their order; what each must produce and when it may be skipped
+    stages: Mapping[str, StageSpec] = field(default_factory=lambda: dict(DEFAULT_STAGES))
+    required: tuple[str, ...] = tuple(DEFAULT_STAGES)
     thresholds: Mapping[str, Threshold] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     severity: Mapping[str, Severity] = field(default_factory=lambda: dict(DEFAULT_SEVERITY))
     deduction: Mapping[Severity, int] = field(default_factory=lambda: dict(DEFAULT_DEDUCTION))
     regression_margin_pct: float = 10.0
     slow_test_s: float = 5.0
-    judged: tuple[str, ...] = STAGES  # --only narrows it; records of other stages are ignored
+    judged: tuple[str, ...] | None = None  # --only: just these; None: every stage
     # Stages that may execute no test (all skipped or disabled) and still pass.
     allow_no_tests: tuple[str, ...] = ()
     judged_baseline: str = "32-true"  # thresholds apply to comparisons against this precision
@@ -111,8 +129,6 @@ class Policy:
     # A finding when a stage's skipped share rises more than this (percentage points) over the
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
-    # stage -> the files it must produce (see DEFAULT_OUTPUTS); one it leaves out blocks.
-    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_OUTPUTS))
     benchmark: BenchmarkPolicy = field(default_factory=BenchmarkPolicy)
     # A/B (the regression stage): the largest slowdown of the head's step over the base's, and
     # the largest growth of its peak CUDA memory, in percent; the fewest windows a side.
@@ -127,26 +143,51 @@ class Policy:
             p for p in changed if any(fnmatch.fnmatchcase(p, glob) for glob in self.gate_files)
         )
 
+    @property
+    def outputs(self) -> Mapping[str, tuple[str, ...]]:
+        """stage -> the files it must produce; one it leaves out blocks."""
+        return {name: spec.outputs for name, spec in self.stages.items()}
+
+    @property
+    def skippable(self) -> Mapping[str, str]:
+        """stage -> when it may go unverified (``--require`` takes it away)."""
+        return {name: spec.skippable for name, spec in self.stages.items() if spec.skippable}
+
+    def title(self, stage: str) -> str:
+        """The stage's title: its declaration's, else its name."""
+        spec = self.stages.get(stage)
+        return spec.title if spec is not None else stage
+
+    def judges(self, stage: str) -> bool:
+        """Whether this report judges ``stage`` (``--only`` narrows it)."""
+        return self.judged is None or stage in self.judged
+
+    def _declared(self, option: str, stages: tuple[str, ...]) -> None:
+        unknown = [s for s in stages if s not in self.stages]
+        if unknown:
+            raise ConfigError(
+                f"{option} {unknown[0]!r}: not a declared stage; declared: "
+                f"{', '.join(self.stages)} (declare it under [tool.stagegate.stages.{unknown[0]}])"
+            )
+
     def require(self, stages: tuple[str, ...]) -> Policy:
         """The same policy with ``stages`` required and no longer skippable."""
-        unknown = [s for s in stages if s not in STAGES]
-        if unknown:
-            raise ConfigError(f"--require {unknown[0]!r}: stages are {', '.join(STAGES)}")
-        skippable = {k: v for k, v in self.skippable.items() if k not in stages}
+        self._declared("--require", stages)
+        declared = {
+            name: replace(spec, skippable=None) if name in stages else spec
+            for name, spec in self.stages.items()
+        }
         required = tuple(dict.fromkeys((*self.required, *stages)))
-        return replace(self, required=required, skippable=skippable)
+        return replace(self, stages=declared, required=required)
 
     def only(self, stages: tuple[str, ...]) -> Policy:
         """The same policy restricted to ``stages`` (none given: every stage)."""
         if not stages:
             return self
-        unknown = [s for s in stages if s not in STAGES]
-        if unknown:
-            raise ConfigError(f"--only {unknown[0]!r}: stages are {', '.join(STAGES)}")
+        self._declared("--only", stages)
         return replace(
             self,
             required=tuple(s for s in self.required if s in stages),
-            skippable={k: v for k, v in self.skippable.items() if k in stages},
             judged=stages,
         )
 
@@ -181,8 +222,9 @@ def _text(key: str, value: Any) -> str:
 
 
 def _stage_list(key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or any(s not in STAGES for s in value):
-        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a list from {', '.join(STAGES)}")
+    """Stage names (each checked against the declared stages once all keys are read)."""
+    if not isinstance(value, list) or any(stage_name_problem(s) for s in value):
+        raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a list of stage names")
     return tuple(value)
 
 
@@ -190,14 +232,6 @@ def _table(key: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"[tool.stagegate] {key} = {value!r}: a table is needed")
     return value
-
-
-def _skippable(key: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict) or any(
-        s not in STAGES or c != "no-cuda" for s, c in value.items()
-    ):
-        raise ConfigError(f'[tool.stagegate] {key} = {value!r}: map a stage to "no-cuda"')
-    return dict(value)
 
 
 def _thresholds(key: str, value: Any) -> dict[str, Threshold]:
@@ -284,23 +318,52 @@ def _output_kind(key: str, kind: str) -> str:
     return kind
 
 
-def _outputs(key: str, value: Any) -> dict[str, tuple[str, ...]]:
-    outputs = dict(DEFAULT_OUTPUTS)
-    for stage, kinds in _table(key, value).items():
-        problem = stage_name_problem(stage)
+_STAGE_KEYS = {"title", "order", "outputs", "skippable"}
+
+
+def _stage(key: str, value: Any) -> tuple[int | None, StageSpec]:
+    table = _table(key, value)
+    unknown = set(table) - _STAGE_KEYS
+    if unknown:
+        raise ConfigError(
+            f"[tool.stagegate] {key}: unknown key {sorted(unknown)[0]!r}; known: "
+            f"{', '.join(sorted(_STAGE_KEYS))}"
+        )
+    outputs = table.get("outputs", [])
+    if not isinstance(outputs, list):
+        raise ConfigError(f"[tool.stagegate] {key}.outputs = {outputs!r}: a list of file kinds")
+    skippable = table.get("skippable")
+    if skippable is not None and skippable not in SKIP_REASONS:
+        raise ConfigError(
+            f"[tool.stagegate] {key}.skippable = {skippable!r}: {' or '.join(SKIP_REASONS)}"
+        )
+    order = table.get("order")
+    if order is not None:
+        order = _whole(f"{key}.order", order, minimum=0)
+    title = _text(f"{key}.title", table.get("title", key.rpartition(".")[2]))
+    kinds = tuple(_output_kind(f"{key}.outputs", str(k)) for k in outputs)
+    return order, StageSpec(title, kinds, skippable)
+
+
+def _stages(key: str, value: Any) -> dict[str, StageSpec]:
+    """The declared stages, by their ``order``; one without takes its place in the table
+    (the first 1, the next 2, ...)."""
+    declared = []
+    for i, (name, spec) in enumerate(_table(key, value).items()):
+        problem = stage_name_problem(name)
         if problem:
             raise ConfigError(f"[tool.stagegate] {key}: {problem}")
-        where = f"{key}.{stage}"
-        if not isinstance(kinds, list):
-            raise ConfigError(f"[tool.stagegate] {where} = {kinds!r}: a list of file kinds")
-        outputs[stage] = tuple(_output_kind(where, str(k)) for k in kinds)
-    return outputs
+        order, parsed = _stage(f"{key}.{name}", spec)
+        declared.append((order if order is not None else i + 1, i, name, parsed))
+    if not declared:
+        raise ConfigError(f"[tool.stagegate] {key}: declare at least one stage")
+    return {name: spec for _, _, name, spec in sorted(declared)}
 
 
 # Each key of [tool.stagegate] and the function that checks and converts its value.
 _KEYS: dict[str, Callable[[str, Any], Any]] = {
+    "stages": _stages,
     "required": _stage_list,
-    "skippable": _skippable,
     "thresholds": _thresholds,
     "severity": _severities,
     "deduction": _deductions,
@@ -312,13 +375,29 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required_tests": _required_tests,
     "gate_files": _texts,
     "skip_jump_pct": _number,
-    "outputs": _outputs,
     "benchmark": benchmark_policy,
     "ab_step_time_limit_pct": _number,
     "ab_memory_limit_pct": _number,
     "ab_min_windows": lambda key, value: _whole(key, value, minimum=2),
     "history_runs": lambda key, value: _whole(key, value, minimum=0),
 }
+
+
+def _declared_names(values: dict[str, Any], stages: Mapping[str, StageSpec]) -> None:
+    """Every stage a key names is one the policy declares."""
+    named = {
+        "required": values.get("required", ()),
+        "allow_no_tests": values.get("allow_no_tests", ()),
+        "required_tests": tuple(values.get("required_tests", {})),
+    }
+    for key, names in named.items():
+        unknown = [n for n in names if n not in stages]
+        if unknown:
+            raise ConfigError(
+                f"[tool.stagegate] {key} names {unknown[0]!r}, which is not a declared stage; "
+                f"declared: {', '.join(stages)} (declare it under "
+                f"[tool.stagegate.stages.{unknown[0]}])"
+            )
 
 
 def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
@@ -328,7 +407,11 @@ def policy_from_mapping(table: Mapping[str, Any]) -> Policy:
             raise ConfigError(
                 f"[tool.stagegate] has an unknown key {key!r}; known: {', '.join(sorted(_KEYS))}"
             )
-    return Policy(**{key: _KEYS[key](key, value) for key, value in table.items()})
+    values = {key: _KEYS[key](key, value) for key, value in table.items()}
+    stages = values.setdefault("stages", dict(DEFAULT_STAGES))
+    values.setdefault("required", tuple(stages))
+    _declared_names(values, stages)
+    return Policy(**values)
 
 
 def load_policy(pyproject: Path | None) -> Policy:

@@ -75,9 +75,10 @@ def _record_findings(f: Findings, record: StageRecord) -> bool:
 
 
 def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
-    """A stage without a record: removed since it ran, or never run. Either blocks a required
-    stage: ``skippable`` lets a stage that ran without CUDA go unverified, never one that did
-    not run (what the CPU can check, the CPU checks)."""
+    """A declared stage without a record: removed since it ran (that blocks, required or
+    not), or never run: NOT VERIFIED where the stage is not required, MISSING (it blocks)
+    where it is. ``skippable`` lets a stage that ran without CUDA go unverified, never one that
+    did not run (what the CPU can check, the CPU checks)."""
     f = Findings(name, policy)
     how = (
         f"{policy.rerun} runs every stage"
@@ -102,8 +103,8 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
             fix="find what deletes files under the raw directory between the stage and the "
             f"report, then run the {name} stage again ({how})",
         )
-    elif name not in policy.required and policy.skippable.get(name) == "no-cuda":
-        note = f"{name} did not run here and is allowed to be skipped: NOT VERIFIED"
+    elif name not in policy.required:
+        note = f"{name} did not run here; it is not required: NOT VERIFIED"
         return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     else:
         skippable = policy.skippable.get(name) == "no-cuda"

@@ -18,6 +18,13 @@ from stagegate.model import (
     Verdict,
 )
 
+# The limits a stage report states beside the figures they bound (the memory table's)
+SHOWN_LIMITS = (
+    "memory_growth_mb_per_window",
+    "live_tensor_growth_pct_per_window",
+    "live_graph_tensors",
+)
+
 
 def stage_verdict(
     name: str,
@@ -39,8 +46,12 @@ def stage_verdict(
         for x in findings
         if policy.deduction[x.severity]
     )
+    declared = list(policy.stages)
     return StageVerdict(
         name=name,
+        title=policy.title(name),
+        number=declared.index(name) + 1 if name in declared else len(declared) + 1,
+        limits={k: str(t) for k, t in policy.thresholds.items() if k in SHOWN_LIMITS},
         status=status,
         required=name in policy.required,
         skippable=policy.skippable.get(name) == "no-cuda",

@@ -82,6 +82,34 @@ def _git_commit(env: Mapping[str, str]) -> str | None:
         return env.get("GITHUB_SHA")
 
 
+MAX_UNCOMMITTED = 200  # paths kept in a record; past that, a last entry counts the rest
+
+
+def _git_uncommitted(out_dir: Path) -> list[str] | None:
+    """The paths git shows changed, staged or untracked (not ignored) in the checkout, the
+    stages' own output folder left out; None where git cannot say (no checkout, no git)."""
+    command = ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ":/"]
+    try:
+        out = subprocess.run(
+            [*command, f":(exclude){out_dir.resolve()}"],
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields, paths = iter(out.stdout.decode("utf-8", "replace").split("\0")), []
+    for entry in fields:  # "XY path"; a rename or copy is followed by its source path
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if "R" in entry[:2] or "C" in entry[:2]:
+                next(fields, None)
+    if len(paths) > MAX_UNCOMMITTED:
+        rest = len(paths) - MAX_UNCOMMITTED + 1
+        paths = [*paths[: MAX_UNCOMMITTED - 1], f"... and {rest} more"]
+    return paths
+
+
 def environment(env: Mapping[str, str]) -> dict[str, Any]:
     """Where the stage ran, as observed here (:func:`stagegate.record.machine.observe`)."""
     return observe(env, _ENV_KEYS)
@@ -271,6 +299,7 @@ def run_stage(
     env = dict(os.environ if env is None else env)
     err = stderr or sys.stderr
     start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    uncommitted = _git_uncommitted(out_dir)  # the tree the command is about to run
     began = time.monotonic()
     with subreaper():
         out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
@@ -283,6 +312,7 @@ def run_stage(
         duration_s=round(time.monotonic() - began, 3),
         files=files,
         out_dir=str(out_dir),
+        uncommitted=uncommitted,
     )
     if record.runner_error:
         err.write(f"stagegate: {record.runner_error}\n")

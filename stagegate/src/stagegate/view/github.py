@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,8 +41,15 @@ def append_step_summary(summary_md: str, env: Mapping[str, str]) -> Path | None:
     return path
 
 
+# A link to a report beside the summary ("[static](static.md)"): it resolves in the reports
+# folder, never in a pull-request comment.
+_REPORT_LINK = re.compile(r"\[([^\]\n]*)\]\([\w.-]+\.md\)")
+
+
 def comment_body(summary_md: str) -> str:
-    """A PR comment: the hidden marker (so one sticky comment is updated) and the summary."""
+    """A PR comment: the hidden marker (so one sticky comment is updated) and the summary, its
+    links to the reports beside it plain text (they are in the run's artifact)."""
+    summary_md = _REPORT_LINK.sub(r"\1", summary_md)
     room = COMMENT_LIMIT - 1000  # the marker and the truncation note
     truncated = len(summary_md) > room
     body = render(

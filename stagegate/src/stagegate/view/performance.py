@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from stagegate.judge.policy import Policy
+from collections.abc import Mapping
+
 from stagegate.model import (
     BaselineComparison,
     Benchmark,
@@ -14,10 +15,6 @@ from stagegate.model import (
 from stagegate.view.charts import bar_chart, line_chart
 from stagegate.view.parts import Section, chart, table
 from stagegate.view.text import code, inline, number
-
-NOT_MEASURED = Section(
-    "", ("Performance, memory and concurrency: not measured in this stage (no benchmark).",)
-)
 
 
 def _shown(check: MetricCheck) -> str:
@@ -143,9 +140,17 @@ MEMORY_HEADER = (
 )
 
 
-def memory_section(bench: Benchmark, policy: Policy) -> Section:
-    """Peak, static and activation memory, and growth across windows, per precision."""
-    t = policy.thresholds
+MEMORY_LIMITS = (
+    "memory_growth_mb_per_window",
+    "live_tensor_growth_pct_per_window",
+    "live_graph_tensors",
+)
+
+
+def memory_section(bench: Benchmark, limits: Mapping[str, str]) -> Section:
+    """Peak, static and activation memory, and growth across windows, per precision, with the
+    limits the judge held them to."""
+    t = {k: limits.get(k, "-") for k in MEMORY_LIMITS}
     return Section(
         "Memory",
         (
@@ -240,15 +245,15 @@ def baseline_section(cmp: BaselineComparison) -> Section:
     )
 
 
-def performance_sections(stage: StageVerdict, policy: Policy) -> list[Section]:
-    """Performance Metrics, Memory, Concurrency and Baseline; one line when nothing was
+def performance_sections(stage: StageVerdict) -> list[Section]:
+    """Performance Metrics, Memory, Concurrency and Baseline; none where nothing was
     measured."""
     bench = stage.data.benchmark
     if bench is None:
-        return [] if stage.data.ab is not None else [NOT_MEASURED]
+        return []  # a stage that must measure and did not has an output_missing finding
     sections = [
         metrics_section(bench, stage.checks),
-        memory_section(bench, policy),
+        memory_section(bench, stage.limits),
         concurrency_section(bench),
     ]
     if stage.baseline is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stagegate.judge.policy import Policy
 from stagegate.model import (
     Failure,
     Severity,
@@ -29,16 +28,7 @@ from stagegate.view.parts import (
     tests_line,
 )
 from stagegate.view.performance import performance_sections
-from stagegate.view.text import code, code_block, inline
-
-STAGE_TITLES = {
-    "static": (1, "Static Verification Report"),
-    "execution": (2, "Execution Verification Report"),
-    "integration": (3, "Integration Verification Report"),
-    "performance": (4, "Performance Verification Report"),
-    "regression": (5, "Regression Verification Report"),
-    "cuda": (6, "CUDA Tests Verification Report"),
-}
+from stagegate.view.text import code, code_block, inline, without_progress
 
 
 @dataclass(frozen=True)
@@ -240,7 +230,7 @@ def _recommendation(stage: StageVerdict) -> Section:
     if stage.status is StageStatus.PASS:
         text = "**PASS**: every check of this stage met the policy."
     elif stage.status is StageStatus.NOT_VERIFIED:
-        text = f"**NOT VERIFIED**: {inline(stage.note, 400)}."
+        text = "**NOT VERIFIED**: nothing here blocks; what was not checked is named above."
     else:
         text = f"**BLOCK**: this stage is {stage.status.value}."
     fixes = [
@@ -285,20 +275,18 @@ def _audit(stage: StageVerdict, ctx: Context) -> Section:
         ]
         tables.append(table(("Environment", "Value"), env))
         pointer = _record_pointer(stage, ctx)
-        if r.stdout_tail:
-            blocks.append("Standard output (tail):\n\n" + code_block(r.stdout_tail, 3000, pointer))
-        if r.stderr_tail:
-            blocks.append("Standard error (tail):\n\n" + code_block(r.stderr_tail, 3000, pointer))
+        for name, tail in (("Standard output", r.stdout_tail), ("Standard error", r.stderr_tail)):
+            if tail:
+                shown = code_block(without_progress(tail), 3000, pointer)
+                blocks.append(f"{name} (tail):\n\n{shown}")
     return Section(
         "Audit Trail", tuple(p for p in paragraphs if p), tuple(tables), (), tuple(blocks)
     )
 
 
-def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
+def stage_view(stage: StageVerdict, ctx: Context) -> StageView:
     """The view of one stage's report."""
-    number_, title = STAGE_TITLES.get(
-        stage.name, (0, f"{inline(stage.name.title(), 60)} Verification Report")
-    )
+    number_, title = stage.number, f"{inline(stage.title or stage.name, 80)} Verification Report"
     critical = stage.count(Severity.CRITICAL)
     summary = Table(
         ("", ""),
@@ -314,7 +302,7 @@ def stage_view(stage: StageVerdict, policy: Policy, ctx: Context) -> StageView:
     sections = [
         _test_results(stage, ctx),
         _issues(stage, ctx),
-        *performance_sections(stage, policy),
+        *performance_sections(stage),
     ]
     sections += [s for s in (history_section(stage.history), ab_section(stage)) if s is not None]
     charts = _curves(stage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stagegate.kinds import Kind
 from stagegate.model import Severity, StageStatus, Verdict
 from stagegate.view.parts import (
     MAX_ROWS,
@@ -62,8 +63,18 @@ def _stage_rows(verdict: Verdict, ctx: Context) -> list[tuple[str, ...]]:
 
 def _banners(verdict: Verdict) -> tuple[str, ...]:
     """What was not verified, in words a reader cannot miss: skipped stages, baselines
-    that could not be compared."""
+    that could not be compared, stages run on changes their commit does not hold."""
     skipped = [inline(s.note, 400) for s in verdict.stages if s.status is StageStatus.NOT_VERIFIED]
+    dirty = [
+        inline(s.name, 60)
+        for s in verdict.stages
+        if any(f.kind == Kind.UNCOMMITTED_CHANGES for f in s.findings)
+    ]
+    if dirty:
+        skipped.append(
+            f"Uncommitted changes: {', '.join(dirty)} ran on a tree with changes the commit "
+            "shown does not hold; this report is of that tree, not of the commit alone"
+        )
     baselines = [
         f"Regression comparison of {inline(s.name, 60)} NOT VERIFIED: "
         f"{inline(s.baseline.not_verified, 400)}"

@@ -56,6 +56,18 @@ def inline(text: str, limit: int = 300, pointer: str = "") -> str:
     return _UNLINK.sub(lambda m: m[1] + _ZWSP, text)
 
 
+# A test runner's progress line: pytest's "tests/a.py ..F.s  [ 46%]" or "........ [100%]".
+_PROGRESS = re.compile(r"^(?:\S+ )?[.sFEXxp]+ *\[ *\d+%\]$", re.MULTILINE)
+
+
+def without_progress(text: str) -> str:
+    """``text`` without a test runner's progress lines, counted where they were."""
+    lines = text.splitlines()
+    kept = [line for line in lines if not _PROGRESS.match(line.rstrip())]
+    dropped = len(lines) - len(kept)
+    return "\n".join([f"({dropped} progress lines left out)", *kept]) if dropped else text
+
+
 def code_block(text: str, limit: int = 4000, pointer: str = "", lang: str = "text") -> str:
     """A fenced block whose fence is longer than any backtick run inside (it cannot be closed)."""
     body = cut(clean(text).rstrip("\n"), limit, pointer) if text else "(empty)"
