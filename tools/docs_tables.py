@@ -168,13 +168,13 @@ def benchmark_findings(data: dict[str, Any]) -> str:
 
 def benchmark_run(data: dict[str, Any]) -> str:
     """Where and how a benchmark file was measured, as one table row."""
-    m, p, c = data["machine_info"], data["preset"], data["commit_info"]
+    m, p = data["machine_info"], data["preset"]
     windows = {arm["stats"]["n"] for arm in data["precisions"].values()}
     return (
-        "| GPU | driver | torch | CUDA | commit | preset | model | windows x steps | warm-up |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| GPU | driver | torch | CUDA | preset | model | windows x steps | warm-up |\n"
+        "|---|---|---|---|---|---|---|---|\n"
         f"| {m['gpu_name']} | {m['driver']} | {m['torch']} | {m['cuda']} "
-        f"| `{c['id'][:7]}`{' (dirty)' if c['dirty'] else ''} | `{p['name']}` "
+        f"| `{p['name']}` "
         f"| {p['n_layers']} layers, d_model {p['d_model']}, {p['n_heads']} heads, context "
         f"{p['seq_len']}, batch {p['batch_size']}, vocabulary {p['vocab_size']} "
         f"| {'/'.join(str(n) for n in sorted(windows))} x {p['window_steps']} "
@@ -223,7 +223,7 @@ def ab_runs(data: dict[str, Any]) -> str:
         s = doc["summary"]
         low, high = s["step_time_ratio_ci95"]
         rows.append(
-            f"| {label}: `{doc['head']['sha'][:7]}` against `{doc['base']['sha'][:7]}` "
+            f"| {label} "
             f"| {s['windows']} x {doc['steps_per_window']} "
             f"| {s['step_time_ratio']:.3f}x ({low:.3f}-{high:.3f}) "
             f"| +-{s['half_width_pct']:.1f}% | {s['peak_memory_ratio']:.3f}x |"

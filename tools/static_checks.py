@@ -34,7 +34,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("src", "stagegate/src")  # amptrain's and stagegate's distributions
-WORKFLOWS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+# This repository's workflows and the examples' (an adopter copies those: linted the same way).
+WORKFLOWS = sorted(
+    str(p.relative_to(ROOT))
+    for p in [
+        *ROOT.glob(".github/workflows/*.yml"),
+        *ROOT.glob("examples/*/.github/workflows/*.yml"),
+    ]
+)
 
 
 def _bin(name: str) -> str:

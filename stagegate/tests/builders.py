@@ -87,6 +87,7 @@ def record(stage: str = "execution", **kw: object) -> StageRecord:
         "duration_s": 1.0,
         "files": DECLARED.get(stage, {}),
         "environment": CPU_MACHINE,
+        "uncommitted": [],  # run on a clean checkout of its commit
     }
     return StageRecord(**{**base, **kw})  # type: ignore[arg-type]
 

@@ -94,7 +94,7 @@ def test_whichever_record_is_first_the_mismatch_blocks(run: Path) -> None:
     assert _status("performance") == "FAIL" and _verdict()["commit"] == "1234567"
 
 
-@pytest.mark.parametrize("name", RESERVED_STAGE_NAMES)
+@pytest.mark.parametrize("name", [*RESERVED_STAGE_NAMES, "raw_inputs"])
 def test_a_stage_named_after_a_report_file_is_refused_by_run(tmp_path: Path, name: str) -> None:
     marker = tmp_path / "ran"
     with pytest.raises(UsageError, match=name):
@@ -115,6 +115,14 @@ def test_a_record_named_after_a_report_file_blocks_and_writes_no_such_stage(
     (finding,) = stages["raw_inputs"]["findings"]
     assert finding["kind"] == "record_unusable" and f"{name}.json" in finding["detail"]
     assert "report file" in finding["detail"]
+
+
+def test_a_stage_required_but_left_out_by_only_is_a_usage_error(run: Path) -> None:
+    """--require static with --only performance would judge performance alone and PASS
+    without static's record: the command line is refused instead."""
+    (RAW / "static.json").unlink()
+    assert report_cli(run, "--only", "performance", "--require", "static") == 2
+    assert report_cli(run, "--only", "static", "--require", "static") == 1  # judged: MISSING
 
 
 def test_a_policy_naming_a_report_file_as_a_stage_is_refused() -> None:

@@ -3,6 +3,7 @@ plugin; stagegate's needs no torch and works in an environment of its own."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -83,8 +84,11 @@ def test_stagegate_installs_alone_and_judges(tmp_path: Path, wheels: dict) -> No
     venv.create(env, with_pip=True)
     python = env / "bin" / "python"
     wheel = wheels["stagegate"].filename
-    subprocess.run([python, "-m", "pip", "install", "-q", wheel], check=True, timeout=300)
-    no_torch = subprocess.run([python, "-c", "import torch"], capture_output=True)
+    # Alone: a PYTHONPATH naming a source tree (its egg-info) would make pip skip the wheel.
+    env_vars = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = [python, "-m", "pip", "install", "-q", wheel]
+    subprocess.run(install, check=True, timeout=300, env=env_vars)
+    no_torch = subprocess.run([python, "-c", "import torch"], capture_output=True, env=env_vars)
     assert no_torch.returncode != 0
     raw = tmp_path / "raw"
     shutil.copytree(ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu", raw)
@@ -101,6 +105,7 @@ def test_stagegate_installs_alone_and_judges(tmp_path: Path, wheels: dict) -> No
         capture_output=True,
         text=True,
         timeout=120,
+        env=env_vars,
     )
     assert report.returncode == 0, report.stderr
     assert (

@@ -1,6 +1,7 @@
 """The docs cannot go stale unnoticed: their measured tables equal what tools/docs_tables.py makes
-of the committed result files, every relative link and anchor resolves, and the README stays a
-short entry point that links every doc."""
+of the committed result files, every relative link and anchor resolves, the README stays a
+short entry point that links every doc, and the user docs stay short and hold no commit hashes
+or times of day."""
 
 from __future__ import annotations
 
@@ -180,3 +181,49 @@ def test_the_readme_is_short_and_links_every_doc() -> None:
     linked = {_name(path) for _, path, _ in _local_links(ROOT / "README.md")}
     docs = {_name(p) for p in (ROOT / "docs").glob("*.md")} | PENDING
     assert docs <= linked, f"not linked from README.md: {sorted(docs - linked)}"
+
+
+# The user docs, whose size and content the rules below bound (the README is bounded above).
+USER_DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "stagegate" / "README.md"]
+WORD_LIMIT = 12_000
+# A commit: 7 to 40 lowercase hex characters standing alone, with a digit and a letter among
+# them. A sha256 digest (64 characters) is a longer run, so it never matches.
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+# A time of day: H:MM or HH:MM, optionally :SS (with or without UTC after it).
+TIME_OF_DAY = re.compile(r"\b(?:[01]?[0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9])?\b")
+
+
+def _dated(text: str) -> list[str]:
+    """The commit hashes and times of day a text holds."""
+    return COMMIT.findall(text) + TIME_OF_DAY.findall(text)
+
+
+def test_the_user_docs_stay_short() -> None:
+    words = {_name(doc): len(doc.read_text().split()) for doc in USER_DOCS}
+    assert sum(words.values()) < WORD_LIMIT, f"{sum(words.values())} words: {words}"
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=_name)
+def test_the_user_docs_hold_no_commit_or_time_of_day(doc: Path) -> None:
+    found = _dated(doc.read_text())
+    assert not found, (
+        f"{_name(doc)} holds {found}: say how to reproduce a figure, not when or at which commit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("measured at `3d34359`", ["3d34359"]),
+        (
+            "commit 8ec0703a1b2c3d4e5f60718293a4b5c6d7e8f901 today",
+            ["8ec0703a1b2c3d4e5f60718293a4b5c6d7e8f901"],
+        ),
+        ("at 15:14 UTC", ["15:14"]),
+        ("from 07:22:05", ["07:22:05"]),
+        ("sha256 " + "ab12" * 16, []),
+        ("633019392 FLOPs, a deadbeef, 2:4 sparsity, test.py::Class, 1.5x", []),
+    ],
+)
+def test_commits_and_times_of_day_are_found(text: str, found: list[str]) -> None:
+    assert _dated(text) == found

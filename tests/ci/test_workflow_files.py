@@ -15,7 +15,8 @@ from .ci_tools import WORKFLOWS, load_workflow
 
 DOCS = {p.name: load_workflow(p.name) for p in sorted(WORKFLOWS.glob("*.yml"))}
 # The workflows that hold write permissions or the gate App's key; none runs for a pull request.
-TRUSTED = ("judge.yml", "gpu.yml", "image.yml", "sweep.yml")
+# stagegate.yml is called for one, but its job in the environment runs only on workflow_run.
+TRUSTED = ("judge.yml", "gpu.yml", "image.yml", "sweep.yml", "stagegate.yml")
 
 
 def _checkouts(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -149,6 +150,9 @@ ALLOWED = {
         "contents": "read", "packages": "write", "id-token": "write", "attestations": "write",
     },
     ("mutation.yml", "mutation"): {"contents": "read"},
+    ("stagegate.yml", "stages"): {"contents": "read"},
+    ("stagegate.yml", "judge"): {"contents": "read", "actions": "read"},
+    ("stagegate.yml", "report"): {},
 }  # fmt: skip
 
 

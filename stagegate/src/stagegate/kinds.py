@@ -57,6 +57,7 @@ class Kind(StrEnum):
     SIDE_FILE_MISSING = "side_file_missing"
     COMMIT_MISMATCH = "commit_mismatch"
     UNCOMMITTED_CHANGES = "uncommitted_changes"
+    RESULTS_ALTERED = "results_altered"
     RECORD_UNUSABLE = "record_unusable"
     INPUT_MALFORMED = "input_malformed"
     MACHINE_UNOBSERVED = "machine_unobserved"
@@ -109,6 +110,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.SIDE_FILE_MISSING: About(L, "an optional file of a stage that is not required is missing"),
     Kind.COMMIT_MISMATCH: About(C, "a record names another commit than the other records"),
     Kind.UNCOMMITTED_CHANGES: About(INFO, "the stage ran on changes its commit does not hold"),
+    Kind.RESULTS_ALTERED: About(C, "a stage's command changed another stage's results", floor=H),
     Kind.RECORD_UNUSABLE: About(C, "a stage's record cannot be read, or it has two", floor=H),
     Kind.INPUT_MALFORMED: About(C, "a file is over its reader's bounds or not valid", floor=H),
     Kind.MACHINE_UNOBSERVED: About(C, "a record holds no observation of its machine", floor=H),

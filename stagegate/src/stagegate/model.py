@@ -23,11 +23,15 @@ _STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # The report's own files (summary.md, comment.md, verdict.json, an index or readme beside
 # them): a stage of one of these names would write its report over them.
 RESERVED_STAGE_NAMES = ("summary", "comment", "verdict", "index", "readme")
+# Where the report lists records that claim no stage they may name: never a stage's own name.
+UNATTRIBUTED = "raw_inputs"
 
 
 def stage_name_problem(name: object) -> str | None:
     """Why ``name`` cannot name a stage, or None: 1-32 of a-z, 0-9, ``_`` and ``-``, starting
     with a letter, and none of the report's own file names."""
+    if name == UNATTRIBUTED:
+        return f"stage name {name!r} is where the report lists unattributed records: choose another"
     if name in RESERVED_STAGE_NAMES:
         return (
             f"stage name {name!r} is the name of a report file ({name}.md); a stage may not "
@@ -146,6 +150,9 @@ class StageRecord:
     # What git showed changed or untracked (not ignored) when the command started: the commit
     # does not hold everything that ran. None where it could not look (no git checkout).
     uncommitted: list[str] | None = None
+    # Other stages' records (and the files they seal, and the run log) that were changed or
+    # removed while this stage's command ran: one stage's command rewrote another's results.
+    altered: list[str] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:

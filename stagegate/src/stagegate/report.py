@@ -12,13 +12,13 @@ from typing import Any
 
 from stagegate.collect import collect_stage, find_records, read_baselines, read_host, read_run_log
 from stagegate.collect.changes import changed_files
-from stagegate.collect.records import UNATTRIBUTED, RecordScan
-from stagegate.errors import InputError, InternalError
+from stagegate.collect.records import RecordScan
+from stagegate.errors import InputError, InternalError, UsageError
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
 from stagegate.judge.policy import Policy, load_policy
-from stagegate.model import Benchmark, StageData, Verdict, stage_name_problem
+from stagegate.model import UNATTRIBUTED, Benchmark, StageData, Verdict, stage_name_problem
 from stagegate.view.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.view.parts import Context
 from stagegate.view.render import render_stage, render_summary, verdict_json
@@ -153,9 +153,21 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
+def _policy(options: ReportOptions) -> Policy:
+    """The policy, with the stages ``--require`` adds and ``--only`` keeps; a required stage
+    that ``--only`` leaves out would never be judged: that is a usage error, not a PASS."""
+    dropped = [s for s in options.require if options.only and s not in options.only]
+    if dropped:
+        raise UsageError(
+            f"--require {' '.join(dropped)}: not among the stages --only judges "
+            f"({', '.join(options.only)}); add --only {dropped[0]} or leave out --require"
+        )
+    return load_policy(options.pyproject).require(options.require).only(options.only)
+
+
 def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
     """Every input of the report, read and collected once."""
-    policy = load_policy(options.pyproject).require(options.require).only(options.only)
+    policy = _policy(options)
     scan = _records(options, policy)
     names = _stage_names(scan, policy, bool(options.only))
     runs = read_run_log(options.raw_dir)
@@ -246,11 +258,14 @@ def _target(out_dir: Path, name: str) -> Path:
 def _previous_outputs(out_dir: Path) -> set[str]:
     """The files an earlier report may have left in ``out_dir``: its summary, comment and
     verdict, and a report for each stage it (or any known stage) judged."""
+    from stagegate.io import read_regular
+
     names = {"summary.md", "comment.md", "verdict.json"}
-    try:
-        old = json.loads((out_dir / "verdict.json").read_text(encoding="utf-8"))
+    limit = 16 * 2**20  # a verdict of thousands of findings is a few MB
+    try:  # only a regular file of a report's size: a FIFO or a link to /dev/zero is not read
+        old = json.loads(read_regular(out_dir / "verdict.json", limit) or "")
         stages = [s.get("name") for s in old.get("stages", [])]
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return names
     return names | {f"{n}.md" for n in stages if stage_name_problem(n) is None}
 

@@ -218,8 +218,21 @@ def test_generic_findings_and_their_defaults(tmp_path: Path, tool: str) -> None:
 def test_ruff_json_from_a_real_run(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
     (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "raises.py").write_text(  # each line raises, or loses a value, when it runs
+        'a = 1\nb = "%s %s" % (a,)\nc = "{} {}".format(a)\nd = {"k": 1, "k": 2}\n'
+    )
+    names = ["bad.py", "broken.py", "raises.py"]
     out = subprocess.run(
-        [_tool("ruff"), "check", "--isolated", "--output-format", "json", "bad.py", "broken.py"],
+        [
+            _tool("ruff"),
+            "check",
+            "--isolated",
+            "--select",
+            "E,F",
+            "--output-format",
+            "json",
+            *names,
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -232,6 +245,9 @@ def test_ruff_json_from_a_real_run(tmp_path: Path) -> None:
     assert codes["F821"].level == "error" and codes["F821"].location.line == 5
     syntax = [f for f in findings if f.location.file.endswith("broken.py")]
     assert syntax and all(f.level == "error" for f in syntax)  # a syntax error blocks by itself
+    raises = {f.code: f.level for f in findings if f.location.file.endswith("raises.py")}
+    assert raises == {"F507": "error", "F524": "error", "F601": "error"}
+    assert codes["F401"].level == "style"
 
 
 def test_hadolint_json_from_a_real_run(tmp_path: Path) -> None:

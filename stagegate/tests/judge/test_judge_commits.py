@@ -67,6 +67,17 @@ def test_uncommitted_changes_are_said_and_block_only_where_the_policy_asks() -> 
     assert len(banners) == 1 and "execution" in banners[0]
     strict = policy_from_mapping({"severity": {"uncommitted_changes": "HIGH"}})
     assert decide([judge_stage("execution", data, strict, commit=A)]).decision is Decision.BLOCK
-    for unknown in (None, []):  # no checkout to ask, or a clean one: nothing to say
-        data = StageData(record(commit=A, uncommitted=unknown), suite=suite(case("a")))
-        assert judge_stage("execution", data, Policy(), commit=A).findings == ()
+    clean = StageData(record(commit=A, uncommitted=[]), suite=suite(case("a")))
+    assert judge_stage("execution", clean, Policy(), commit=A).findings == ()
+    unknown = StageData(record(commit=A, uncommitted=None), suite=suite(case("a")))  # no git
+    (said,) = judge_stage("execution", unknown, Policy(), commit=A).findings
+    assert (said.kind, said.severity.value) == ("uncommitted_changes", "INFO")
+    assert decide([judge_stage("execution", unknown, strict, commit=A)]).decision is Decision.BLOCK
+
+
+def test_a_command_that_changed_another_stages_results_blocks() -> None:
+    altered = ["reports/raw/static.json", "reports/raw/ruff.json"]
+    data = StageData(record(commit=A, altered=altered), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A)
+    assert [(f.kind, f.severity.value) for f in v.findings] == [("results_altered", "CRITICAL")]
+    assert "static.json" in v.findings[0].detail and decide([v]).decision is Decision.BLOCK

@@ -240,6 +240,49 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     record, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert sorted(record.uncommitted or []) == ["a.py", "c.py", "new.py"]
     assert load_record(raw / "static.json").uncommitted == record.uncommitted
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-raw"  # outside the checkout (or a link out)
+    away, _ = run_stage("static", [PY, "-c", "pass"], out_dir=elsewhere, stdout=io.StringIO())
+    ran = ["reports/raw/stagegate-runs.jsonl", "reports/raw/static.json"]  # now seen as changes
+    assert sorted(away.uncommitted or []) == ["a.py", "c.py", "new.py", *ran]
     monkeypatch.setenv("GIT_DIR", "/nonexistent")  # as the CI host runs a stage: no checkout
     outside, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert outside.uncommitted is None  # git could not say: not known, not clean
+
+
+def test_a_command_that_rewrites_another_stages_results_is_recorded(tmp_path: Path) -> None:
+    """A later stage's command that rewrites an earlier stage's record and file (as a conftest
+    could) is named in its own record; rerunning a stage over its own results is not, nor is
+    a file it creates, nor a line another stage appends to the run log."""
+    raw = tmp_path / "raw"
+    lint = raw / "ruff.json"
+    write = f"open({str(lint)!r}, 'w').write('[1]')"
+    run_stage("static", [PY, "-c", write], out_dir=raw, files={"lint": {"ruff": str(lint)}},
+              stdout=io.StringIO())  # fmt: skip
+    again, _ = run_stage("static", [PY, "-c", write.replace("[1]", "[2]")], out_dir=raw,
+                         files={"lint": {"ruff": str(lint)}}, stdout=io.StringIO())  # fmt: skip
+    assert again.altered == []  # its own results, run again
+    forge = (
+        f"import json; p = {str(raw / 'static.json')!r}; r = json.load(open(p)); "
+        f"r['exit_code'] = 0; json.dump(r, open(p, 'w')); open({str(lint)!r}, 'w').write('[]');"
+        f"open({str(raw / 'mine.txt')!r}, 'w').write('new')"
+    )
+    forged, _ = run_stage("docs", [PY, "-c", forge], out_dir=raw, stdout=io.StringIO())
+    assert sorted(forged.altered) == sorted([str(raw / "static.json"), str(lint)])
+    assert load_record(raw / "docs.json").altered == forged.altered
+    log = f"open({str(raw / 'stagegate-runs.jsonl')!r}, 'a').write('{{}}\\n')"
+    appended, _ = run_stage("other", [PY, "-c", log], out_dir=raw, stdout=io.StringIO())
+    assert appended.altered == []
+    cut = f"open({str(raw / 'stagegate-runs.jsonl')!r}, 'w').write('')"
+    truncated, _ = run_stage("last", [PY, "-c", cut], out_dir=raw, stdout=io.StringIO())
+    assert truncated.altered == [str(raw / "stagegate-runs.jsonl")]
+
+
+def test_a_pipe_among_another_stages_files_is_watched_without_opening_it(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    junit = raw / "junit.xml"
+    make = f"import os; os.makedirs({str(raw)!r}, exist_ok=True); os.mkfifo({str(junit)!r})"
+    first, _ = run_stage("execution", [PY, "-c", make], out_dir=raw, files={"junit": str(junit)},
+                         stdout=io.StringIO())  # fmt: skip
+    assert junit.is_fifo() and "not a regular file" in (first.runner_error or "")
+    record, code = run_stage("docs", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
+    assert code == 0 and record.altered == []

@@ -6,12 +6,15 @@ deeper than :data:`MAX_DEPTH`, holds a key twice (which value a reader would see
 the parser), an integer longer than :data:`MAX_INT_DIGITS` digits, or a ``NaN``/``Infinity``
 literal (not JSON; the producers write ``null`` for "not measured"). Where the problem sits
 inside the document, the message names its path (``$.precisions["bf16-mixed"].window_s[3]``).
+A lone surrogate escape (``"\\ud800"``, valid JSON, no character) reaches no reader: it is read
+as U+FFFD, the replacement character, so every string read can be written as UTF-8.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +105,23 @@ def _problem(document: Any) -> str | None:
     return None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in the JSON text: \ud800 to \udfff
+
+
+def _mended(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings and keys read as U+FFFD (a pair
+    escaped as two is one character already). Called on a checked document: its depth is
+    bounded."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    return value
+
+
 def parse_json(text: str) -> Any:
     """Parse ``text`` strictly; a ValueError says what is wrong and where."""
     try:
@@ -115,7 +135,7 @@ def parse_json(text: str) -> Any:
     problem = _problem(document)
     if problem:
         raise ValueError(problem)
-    return document
+    return _mended(document) if _SURROGATE_ESCAPE.search(text) else document
 
 
 def _read_text(path: Path, what: str, max_bytes: int) -> str:

@@ -54,8 +54,10 @@ _FLAKY = ("flakyFailure", "flakyError")  # Surefire/nextest: a failed run, later
 
 
 # A count a suite declares, and the element of the file that holds each one. Every producer's
-# totals are checked, at every level: one that claims more than its elements hold lost tests.
-_DECLARED = {"tests": "testcase", "failures": "failure", "errors": "error"}
+# totals are checked, at every level: one that claims more than its elements hold lost tests
+# (a test that lost its <skipped> reads as passed). A count that is no whole number is no claim
+# that can be checked: it is reported as such.
+_DECLARED = {"tests": "testcase", "failures": "failure", "errors": "error", "skipped": "skipped"}
 
 
 @dataclass
@@ -67,7 +69,7 @@ class _Suite:
     name: str
     ordinal: int
     file: str = ""
-    declared: dict[str, int | None] = field(default_factory=dict)
+    declared: dict[str, int | str | None] = field(default_factory=dict)  # str: no count
     held: Counter[str] = field(default_factory=Counter)
 
 
@@ -93,6 +95,18 @@ def _int(value: str | None) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number >= 0 else None
+
+
+def _count(value: str | None) -> int | str | None:
+    """A declared total: a whole number (``"3"``, or ``"3.0"``), None where the attribute is
+    absent, and the text itself where it is no count (``"1.5"``, ``"one"``, ``"-1"``)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() and number >= 0 else value
 
 
 def _case_location(case: ET.Element, ctx: _Context) -> Location | None:
@@ -365,7 +379,7 @@ def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: 
     if elem.tag in _SUITES:
         ctx.suites += elem.tag == "testsuite"
         name, file = elem.get("name") or "", elem.get("file") or ""
-        declared = {a: _int(elem.get(a)) for a in _DECLARED}
+        declared = {a: _count(elem.get(a)) for a in _DECLARED}
         suites.append(_Suite(elem.tag, name, ctx.suites, file, declared))
     open_.append(elem)
 
@@ -374,12 +388,17 @@ def _close_suite(suite: _Suite, ctx: _Context) -> None:
     """A count the suite (or the file's ``<testsuites>``) declares that is larger than what it
     holds: the file lost tests, failures or errors. pytest's tests= also counts each subtest's
     report, which adds no test case: those its plugin counted are allowed for."""
+    level = "the file's <testsuites>" if suite.tag == "testsuites" else "suite"
+    name = f" {suite.name or '(unnamed)'}" if suite.tag == "testsuite" else ""
     for attribute, element in _DECLARED.items():
         declared, held = suite.declared.get(attribute), suite.held[element]
         allowed = held + (ctx.subtest_reports if element == "testcase" else 0)
-        if declared is not None and allowed < declared:
-            level = "the file's <testsuites>" if suite.tag == "testsuites" else "suite"
-            name = f" {suite.name or '(unnamed)'}" if suite.tag == "testsuite" else ""
+        if isinstance(declared, str):
+            ctx.mismatches.append(
+                f"{level}{name} declares {attribute}={declared[:40]!r}, which is no count; "
+                f"the file holds {held}"
+            )
+        elif declared is not None and allowed < declared:
             ctx.mismatches.append(
                 f"{level}{name} declares {declared} {attribute}; the file holds {held}"
                 + (f" (and {ctx.subtest_reports} subtest reports)" if allowed != held else "")
@@ -388,9 +407,11 @@ def _close_suite(suite: _Suite, ctx: _Context) -> None:
 
 def _suite_failure(elem: ET.Element, suite: _Suite, ctx: _Context) -> TestCase:
     """A ``<failure>`` or ``<error>`` of the suite itself, outside any test (a test class that
-    could not start: none of its tests ran): a failed test of that suite."""
+    could not start: none of its tests ran), or of the file's ``<testsuites>``, outside any
+    suite: a failed test of that suite, or of the file."""
     failure = _failure(elem, elem, ctx, suite)
-    name = f"{suite.name or '(unnamed suite)'} ({elem.tag} outside any test case)"
+    owner = suite.name or ("(unnamed suite)" if suite.ordinal else "(outside any suite)")
+    name = f"{owner} ({elem.tag} outside any test case)"
     return TestCase(
         nodeid=name,
         file=suite.file,
@@ -409,8 +430,13 @@ _COUNTED = frozenset(_DECLARED.values())
 
 
 def _held(elem: ET.Element, suites: list[_Suite]) -> None:
-    """What one test case (or a suite-level failure) adds to every suite it lies in."""
-    tags = [c.tag for c in elem if c.tag in _COUNTED] if elem.tag == "testcase" else [elem.tag]
+    """What one test case (or a suite-level failure) adds to every suite it lies in: a case
+    that a status marks not run (GoogleTest's ``notrun``) is held as skipped, as its element."""
+    tags = [elem.tag]
+    if elem.tag == "testcase":
+        tags = [c.tag for c in elem if c.tag in _COUNTED]
+        if "skipped" not in tags and _status(elem)[0] == "skipped":
+            tags.append("skipped")
     for open_suite in suites:
         held = open_suite.held
         held["testcase"] += 1
@@ -444,7 +470,7 @@ def _stream(ctx: _Context) -> Grouped:
             case = _case(elem, ctx, testsuite)
             _add(grouped, _place(elem, case, testsuite, ctx), case)
             _held(elem, suites)
-        elif elem.tag in _FINAL and parent is not None and parent.tag == "testsuite":
+        elif elem.tag in _FINAL and parent is not None and parent.tag in _SUITES:
             ctx.cases += 1
             failed = _suite_failure(elem, testsuite, ctx)
             grouped[("suite", ctx.cases)] = {failed.nodeid: failed}

@@ -19,9 +19,15 @@ def _rel(path: str) -> str:
         return path
 
 
-# Syntax errors, undefined names, invalid comparisons and misplaced statements: the codes
-# flake8's own documentation suggests failing a build on. Everything else is style.
-_RUFF_ERRORS = ("E9", "F63", "F7", "F82")
+# Syntax errors, undefined names, invalid comparisons and misplaced statements (the codes
+# flake8's own documentation suggests failing a build on), and pyflakes' findings of code that
+# raises or silently loses a value when it runs: a % or str.format() whose arguments do not fit
+# its format (F50x, F52x but unused arguments), a dict key given twice with another value
+# (F601, F602), two starred targets (F622). Everything else is style.
+_RUFF_ERRORS = (
+    "E9", "F63", "F7", "F82", "F501", "F502", "F503", "F505", "F506", "F507", "F508", "F509",
+    "F521", "F524", "F525", "F601", "F602", "F622",
+)  # fmt: skip
 _RUFF_SYNTAX = ("syntax", "invalid-syntax")  # no code (older ruff), or invalid-syntax
 
 
@@ -152,14 +158,27 @@ LINT_TOOLS: dict[str, Callable[[Any], list[LintFinding]]] = {
 }
 
 
+def _typed(found: LintFinding) -> LintFinding:
+    """``found``, if each field holds what the judge takes (text, and a line that is a whole
+    number or unknown); else a TypeError that names the field."""
+    fields = {"code": found.code, "message": found.message, "level": found.level}
+    for name, value in {"tool": found.tool, **fields, "file": found.location.file}.items():
+        if not isinstance(value, str):
+            raise TypeError(f"its {name} holds {type(value).__name__}, not text")
+    line = found.location.line
+    if line is not None and (isinstance(line, bool) or not isinstance(line, int)):
+        raise TypeError(f"its line holds {type(line).__name__}, not a line number")
+    return found
+
+
 def read_lint(tool: str, path: Path) -> list[LintFinding]:
-    """Findings of ``tool`` from its JSON output at ``path``."""
+    """Findings of ``tool`` from its JSON output at ``path``; a finding with a field missing
+    or of the wrong type makes the file an InputError."""
     if tool not in LINT_TOOLS:
         raise InputError(f"unknown lint tool {tool!r}; known: {', '.join(LINT_TOOLS)}")
     data = load_json(path, f"{tool} output")
     try:
-        return LINT_TOOLS[tool](data)
+        return [_typed(found) for found in LINT_TOOLS[tool](data)]
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise InputError(
-            f"{tool} output {path} is not in {tool}'s JSON format (missing {exc})"
-        ) from None
+        why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{tool} output {path} is not in {tool}'s JSON format ({why})") from None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from stagegate.model import (
     RECORD_FORMAT_VERSION,
     RECORD_KIND,
     RUN_LOG,
+    UNATTRIBUTED,
     StageRecord,
     stage_name_problem,
 )
@@ -42,7 +44,60 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "sha256": ((dict,), False),
     "runner_error": (_TEXT, True),
     "uncommitted": ((list,), True),
+    "altered": ((list,), False),
 }
+
+
+# What stagegate run observes of the machine (record/machine.py): each fact's JSON types. A fact
+# may be null or absent (the judge finds it unobserved); of another type, the record is refused.
+_FACTS: dict[str, tuple[type, ...]] = {
+    "python": _TEXT,
+    "platform": _TEXT,
+    "machine": _TEXT,
+    "cpu_count": _INT,
+    "accelerators": (dict,),
+}
+_ACCELERATORS: dict[str, tuple[type, ...]] = {
+    "probe": _TEXT,
+    "found": (bool,),
+    "devices": (list,),
+    "error": _TEXT,
+}
+_DEVICE: dict[str, tuple[type, ...]] = {
+    "name": _TEXT,
+    "driver": _TEXT,
+    "memory_mb": _INT,
+    "compute_capability": _TEXT,
+}
+
+
+def _wrong_types(where: str, values: dict[str, Any], types: dict[str, tuple[type, ...]]) -> str:
+    """The first of ``values`` (null aside) whose JSON type is not the one ``types`` names."""
+    for key, allowed in types.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            return f"{where}.{key} holds {type(value).__name__}"
+    return ""
+
+
+def _environment_problem(env: dict[str, Any]) -> str | None:
+    """Why the machine the record observed cannot be stagegate run's observation, or None."""
+    problem = _wrong_types("environment", env, _FACTS)
+    if problem:
+        return problem
+    cpus = env.get("cpu_count")
+    if cpus is not None and cpus < 1:
+        return f"environment.cpu_count {cpus} is no machine's CPU count"
+    seen = env.get("accelerators") or {}
+    problem = _wrong_types("environment.accelerators", seen, _ACCELERATORS)
+    for i, device in enumerate([] if problem else seen.get("devices") or []):
+        where = f"environment.accelerators.devices[{i}]"
+        if not isinstance(device, dict):
+            return f"{where} holds {type(device).__name__}"
+        problem = problem or _wrong_types(where, device, _DEVICE)
+    return problem or None
 
 
 def _is_text_map(value: Any, nested: bool) -> bool:
@@ -63,13 +118,17 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             return f"{key} holds {type(value).__name__}"
     if not all(isinstance(c, str) for c in data.get("command", [])):
         return "command holds something that is not text"
-    if not all(isinstance(p, str) for p in data.get("uncommitted") or []):
-        return "uncommitted holds something that is not a path"
+    for key in ("uncommitted", "altered"):
+        if not all(isinstance(p, str) for p in data.get(key) or []):
+            return f"{key} holds something that is not a path"
     if not _is_text_map(data.get("files", {}), nested=True):
         return "files maps a kind to something that is not a path"
     sha = data.get("sha256", {})
     if not all(isinstance(v, str | None) for v in sha.values()):
         return "sha256 holds something that is not a hash"
+    environment = _environment_problem(data.get("environment", {}))
+    if environment:
+        return environment
     commit = data.get("commit")
     if commit is not None and not _COMMIT.fullmatch(commit):
         return f"commit {commit[:80]!r} is not a commit id (7 to 64 hex digits)"
@@ -114,8 +173,6 @@ def load_record(path: Path) -> StageRecord:
 
 
 MAX_RECORD_BYTES = 4 * 2**20  # two 8,000-character tails, the command and the environment
-# Where a file that claims to be a record, of no stage it may name, is reported: it blocks
-UNATTRIBUTED = "raw_inputs"
 
 
 @dataclass(frozen=True)
@@ -128,6 +185,15 @@ class RecordScan:
 
 
 Scanned = tuple[StageRecord | None, str, str | None]
+
+
+def _printable(text: str) -> str:
+    """``text`` with the bytes of a file name that is not UTF-8 (held as lone surrogates, as
+    Python reads such names) written as their escapes: ``\\xff``."""
+    try:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name holds
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _scan(path: Path, expected: Collection[str]) -> Scanned:
@@ -153,7 +219,8 @@ def _scan(path: Path, expected: Collection[str]) -> Scanned:
 def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     """Every stage record in ``raw_dir``, by stage. A file named after one of the ``expected``
     stages that is no usable record, and a stage recorded twice, are problems of that stage
-    (the judge blocks it); a directory that does not exist is an InputError."""
+    (the judge blocks it); a directory that does not exist is an InputError. A file name that
+    is not UTF-8 is named by its escapes (``\\xff``)."""
     if not raw_dir.is_dir():
         raise InputError(
             f"{raw_dir} is not a directory: run the stages first "
@@ -164,13 +231,13 @@ def find_records(raw_dir: Path, expected: Collection[str] = ()) -> RecordScan:
     for path in sorted(raw_dir.glob("*.json")):
         record, stage, problem = _scan(path, expected)
         if problem is not None:
-            problems.setdefault(stage, problem)
+            problems.setdefault(stage, _printable(problem))
         if record is not None:
             found.setdefault(stage, []).append((path, record))
     records = {}
     for stage, entries in found.items():
         if len(entries) > 1:
-            paths = " and ".join(str(p) for p, _ in entries)
+            paths = " and ".join(_printable(str(p)) for p, _ in entries)
             problems.setdefault(stage, f"two records for stage {stage!r}: {paths}")
         elif stage not in problems:
             records[stage] = entries[0][1]

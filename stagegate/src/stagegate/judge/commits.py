@@ -27,17 +27,17 @@ def run_commit(records: Mapping[str, StageRecord]) -> str:
 
 def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
     """A finding when ``record`` names another commit than the run's ``commit`` ("": none),
-    and one when the stage ran on a tree with changes its commit does not hold."""
-    if record.uncommitted:
-        shown = ", ".join(record.uncommitted[:10])
-        more = len(record.uncommitted) - 10
+    one when the stage ran on a tree with changes its commit does not hold (or git could not
+    say), and one when its command changed another stage's results."""
+    _uncommitted(f, record)
+    if record.altered:
         f.add(
-            Kind.UNCOMMITTED_CHANGES,
-            f"{f.stage} ran on uncommitted changes ({len(record.uncommitted)} paths): its "
-            "commit does not hold everything that ran",
-            detail=shown + (f"; and {more} more" if more > 0 else ""),
-            fix="commit (or stash) the changes and run the stages again; a gate that must "
-            'refuse such runs sets [tool.stagegate.severity] uncommitted_changes = "HIGH"',
+            Kind.RESULTS_ALTERED,
+            f"{f.stage}'s command changed what another stage left ({len(record.altered)} files)",
+            detail=", ".join(record.altered[:10]),
+            fix="a stage's command must not write to another stage's records or files: find "
+            "what in the change writes there (a conftest, a fixture, a script), remove it, and "
+            "run every stage again into an emptied raw folder",
         )
     if (record.commit or "") == commit:
         return
@@ -49,3 +49,26 @@ def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
         "another commit say nothing about this one",
         fix="run every stage again on one checkout, into an emptied raw directory",
     )
+
+
+def _uncommitted(f: Findings, record: StageRecord) -> None:
+    fix = (
+        "commit (or stash) the changes and run the stages again; a gate that must refuse such "
+        'runs sets [tool.stagegate.severity] uncommitted_changes = "HIGH"'
+    )
+    if record.uncommitted is None:
+        f.add(
+            Kind.UNCOMMITTED_CHANGES,
+            f"{f.stage}'s record does not say whether its tree held uncommitted changes",
+            detail="git could not list the checkout's changes when the stage started",
+            fix="run the stage in a git checkout of the commit, with git on the PATH",
+        )
+    elif record.uncommitted:
+        shown, more = ", ".join(record.uncommitted[:10]), len(record.uncommitted) - 10
+        f.add(
+            Kind.UNCOMMITTED_CHANGES,
+            f"{f.stage} ran on uncommitted changes ({len(record.uncommitted)} paths): its "
+            "commit does not hold everything that ran",
+            detail=shown + (f"; and {more} more" if more > 0 else ""),
+            fix=fix,
+        )

@@ -3,9 +3,11 @@ started, and always write its record, with the sha256 of each file it names."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from typing import IO, Any
 
 from stagegate.errors import UsageError
 from stagegate.io import sha256_file, write_atomic
-from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
+from stagegate.model import RECORD_KIND, RUN_LOG, StageRecord, counts_path, stage_name_problem
 from stagegate.record.machine import observe
 from stagegate.record.proctree import children, end_tree, subreaper
 
@@ -85,20 +87,27 @@ def _git_commit(env: Mapping[str, str]) -> str | None:
 MAX_UNCOMMITTED = 200  # paths kept in a record; past that, a last entry counts the rest
 
 
-def _git_uncommitted(out_dir: Path) -> list[str] | None:
-    """The paths git shows changed, staged or untracked (not ignored) in the checkout, the
-    stages' own output folder left out; None where git cannot say (no checkout, no git)."""
-    command = ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ":/"]
+def _git(*args: str) -> bytes | None:
     try:
-        out = subprocess.run(
-            [*command, f":(exclude){out_dir.resolve()}"],
-            capture_output=True,
-            timeout=30,
-            check=True,
-        )
+        return subprocess.run(["git", *args], capture_output=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    fields, paths = iter(out.stdout.decode("utf-8", "replace").split("\0")), []
+
+
+def _git_uncommitted(out_dir: Path) -> list[str] | None:
+    """The paths git shows changed, staged or untracked (not ignored) in the checkout, the
+    stages' own output folder left out where it lies inside it; None where git cannot say (no
+    checkout, no git)."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top is None:
+        return None
+    root, folder = Path(top.decode("utf-8", "surrogateescape").strip()), out_dir.resolve()
+    inside = folder != root and folder.is_relative_to(root)
+    exclude = [f":(exclude){folder}"] if inside else []
+    out = _git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ":/", *exclude)
+    if out is None:
+        return None
+    fields, paths = iter(out.decode("utf-8", "replace").split("\0")), []
     for entry in fields:  # "XY path"; a rename or copy is followed by its source path
         if len(entry) > 3:
             paths.append(entry[3:])
@@ -108,6 +117,82 @@ def _git_uncommitted(out_dir: Path) -> list[str] | None:
         rest = len(paths) - MAX_UNCOMMITTED + 1
         paths = [*paths[: MAX_UNCOMMITTED - 1], f"... and {rest} more"]
     return paths
+
+
+MAX_WATCHED = 200  # other stages' records watched while a command runs
+MAX_WATCHED_BYTES = 256 * 2**20  # a larger file is watched by its size and time, not its hash
+
+
+def _digest(path: Path) -> str | None:
+    """What a watched file is now: its sha256 (a large one: its size and time), "" for what is
+    not a regular file, None for nothing there. Never opens a pipe or a device."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return ""
+    if st.st_size > MAX_WATCHED_BYTES:
+        return f"{st.st_size}:{st.st_mtime_ns}"
+    try:
+        return sha256_file(path)
+    except OSError:
+        return ""
+
+
+def _record_of(path: Path) -> dict[str, Any] | None:
+    """The record in ``path`` (a regular file of at most 4 MiB), or None."""
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * 2**20:
+            return None
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == RECORD_KIND else None
+
+
+def _others(out_dir: Path, stage: str) -> list[Path]:
+    """The other stages' records in ``out_dir`` and the files they seal."""
+    paths = []
+    for path in sorted(out_dir.glob("*.json"))[:MAX_WATCHED]:
+        data = _record_of(path)
+        if data is None or data.get("stage") == stage:
+            continue
+        sealed = data.get("sha256")
+        paths.append(path)
+        paths += [Path(p) for p in sealed if isinstance(p, str)] if isinstance(sealed, dict) else []
+    return paths
+
+
+def _log_digest(path: Path, size: int | None = None) -> str | None:
+    """The run log's first ``size`` bytes (all of it: None) as a sha256 and their count: other
+    stages running beside this one may append to it, never change what was there."""
+    try:
+        with path.open("rb") as log:
+            head = log.read() if size is None else log.read(size)
+    except OSError:
+        return None
+    return f"{len(head)}:{hashlib.sha256(head).hexdigest()}"
+
+
+def _watch(out_dir: Path, stage: str) -> dict[Path, str | None]:
+    """What the other stages left in ``out_dir``, as it is before this stage's command runs."""
+    watched = {path: _digest(path) for path in _others(out_dir, stage)}
+    return {**watched, out_dir / RUN_LOG: _log_digest(out_dir / RUN_LOG)}
+
+
+def _now(path: Path, before: str) -> str | None:
+    if path.name == RUN_LOG:
+        return _log_digest(path, int(before.split(":", 1)[0]))
+    return _digest(path)
+
+
+def _altered(before: Mapping[Path, str | None]) -> list[str]:
+    """The watched files the command changed or removed (one it created is not watched)."""
+    return [
+        str(p) for p, digest in before.items() if digest is not None and _now(p, digest) != digest
+    ]
 
 
 def environment(env: Mapping[str, str]) -> dict[str, Any]:
@@ -236,11 +321,21 @@ def _sealed(record: StageRecord) -> list[str]:
     return [path for _, path, _ in named] + [counts_path(p) for k, p, _ in named if k == "junit"]
 
 
+def _sealed_hash(path: Path) -> str | None:
+    """The sha256 of a regular file, None for one that is not there; anything else (a folder,
+    a pipe, a device) is never opened: an OSError that the record states."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{path} is not a regular file: a stage's outputs are files")
+    return sha256_file(path)
+
+
 def _hashes(record: StageRecord) -> dict[str, str | None]:
     """The sha256 of every file the record seals, None for one that is not there."""
-    return {
-        path: sha256_file(Path(path)) if Path(path).exists() else None for path in _sealed(record)
-    }
+    return {path: _sealed_hash(Path(path)) for path in _sealed(record)}
 
 
 def _record(
@@ -300,6 +395,7 @@ def run_stage(
     err = stderr or sys.stderr
     start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     uncommitted = _git_uncommitted(out_dir)  # the tree the command is about to run
+    watched = _watch(out_dir, stage)  # what the earlier stages left: the command must not touch it
     began = time.monotonic()
     with subreaper():
         out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
@@ -313,6 +409,7 @@ def run_stage(
         files=files,
         out_dir=str(out_dir),
         uncommitted=uncommitted,
+        altered=_altered(watched),
     )
     if record.runner_error:
         err.write(f"stagegate: {record.runner_error}\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stagegate.kinds import Kind
 from stagegate.model import Severity, StageStatus, Verdict
 from stagegate.view.parts import (
     MAX_ROWS,
@@ -68,7 +67,7 @@ def _banners(verdict: Verdict) -> tuple[str, ...]:
     dirty = [
         inline(s.name, 60)
         for s in verdict.stages
-        if any(f.kind == Kind.UNCOMMITTED_CHANGES for f in s.findings)
+        if s.data.record is not None and s.data.record.uncommitted  # listed, not unknown
     ]
     if dirty:
         skipped.append(

@@ -12,6 +12,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # marks, zero-width spaces and joiners, the word joiner and the byte order mark. Each is shown
 # by its code point instead, so a cut can leave none of them open.
 _INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# Half of a UTF-16 pair, alone (from a file name that is not UTF-8): no encoder writes it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Markdown punctuation that could start emphasis, code, links, strike-through or math, or split
 # a cell.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
@@ -34,9 +36,10 @@ def cut(text: str, limit: int, pointer: str = "") -> str:
 
 def clean(text: str) -> str:
     """Drop ANSI colour codes and control characters (tabs and newlines stay), and show
-    invisible direction and width characters by their code points."""
+    invisible direction and width characters, and lone surrogates, by their code points."""
     text = _CONTROL.sub("", _ANSI.sub("", text or ""))
-    return _INVISIBLE.sub(lambda m: f"[U+{ord(m[0]):04X}]", text)
+    text = _INVISIBLE.sub(lambda m: f"[U+{ord(m[0]):04X}]", text)
+    return _SURROGATE.sub(lambda m: f"[U+{ord(m[0]):04X}]", text)
 
 
 def inline(text: str, limit: int = 300, pointer: str = "") -> str:
