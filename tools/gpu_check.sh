@@ -12,6 +12,8 @@
 #            (must BLOCK with its ratio and interval)
 #   profile  benchmarks/step_profile.py on the gpu preset: eager and compiled, top kernels
 #   bench    the judged benchmark, compiled: python -m amptrain.benchmark --preset "$PRESET" --compile
+#            (its fp8 arm needs torchao 0.18.0, amptrain[fp8]: put its wheel in WHEELS where the
+#            machine lacks it; without it the arm fails, and the judge blocks)
 # SHA is the commit of this tree (the records name it; git need not exist here). Wheels that
 # the machine lacks (stagegate's defusedxml, the tests' jsonschema) are taken from WHEELS
 # (default .whl/). PRESET (default gpu) sizes ab and bench: cpu-smoke tries the script on a CPU.
@@ -71,9 +73,11 @@ EOF
 facts() {
     nvidia-smi >"$OUT/machine.txt" 2>&1
     "$PY" - >>"$OUT/machine.txt" 2>&1 <<'EOF'
-import platform, torch
+import importlib.util, platform, torch
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
-      "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.get_device_name())
+      "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.get_device_name(),
+      "capability", torch.cuda.get_device_capability(), "torchao (fp8 arm)",
+      bool(importlib.util.find_spec("torchao")))
 EOF
     tail -n 1 "$OUT/machine.txt"
 }

@@ -9,6 +9,7 @@ a pyproject.toml changes. torch is left out: the image's base brings it.
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -25,7 +26,12 @@ def requirements(root: Path = ROOT) -> list[str]:
         project = tomllib.loads((root / name).read_text(encoding="utf-8"))["project"]
         extras = project.get("optional-dependencies", {})
         found.update(project["dependencies"], *(extras.get(e, []) for e in EXTRAS))
-    return sorted(r for r in found if not r.lower().startswith("torch"))
+    return sorted(r for r in found if _name(r) != "torch")  # torchao is not torch
+
+
+def _name(requirement: str) -> str:
+    """The distribution a requirement names ("torchao==0.18.0": torchao)."""
+    return re.split(r"[\s<>=!~\[;@]", requirement, maxsplit=1)[0].lower()
 
 
 if __name__ == "__main__":

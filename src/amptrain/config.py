@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,16 @@ def check_types(cfg: Any) -> None:
 class TrainConfig:
     """Every option of :func:`fine_tune`; invalid values raise ``ValueError`` naming the field."""
 
-    precision: str | int = "32-true"  # Lightning's names: 32, 16, "16-mixed", "bf16", ...
+    precision: str | int = "32-true"  # Lightning's names: 32, 16, "16-mixed", "bf16", ...; "fp8"
+    # precision="fp8" (torchao): how the float8 casts are scaled ("tensorwise": a scale a
+    # tensor; "rowwise": a scale a row), which of the eligible layers train in float8
+    # (fp8_filter(module, name) -> bool; None: all of them), the float8 matmuls emulated in
+    # fp32 (tests, CPUs: numerically fp8, never chosen for you), and, with FSDP on GPUs, the
+    # weights all-gathered in float8
+    fp8_recipe: str = "tensorwise"
+    fp8_filter: Callable[[nn.Module, str], bool] | None = None
+    fp8_emulate: bool = False
+    fp8_all_gather: bool = False
     epochs: int = 3
     batch_size: int = 8
     learning_rate: float = 3e-4
@@ -159,6 +168,34 @@ class TrainConfig:
             check_backend(self.compile)
         self._check_best()
         self._check_strategy()
+        self._check_fp8()
+
+    def _check_fp8(self) -> None:
+        """A known recipe and a callable filter; fp8's options only with fp8, the float8
+        all-gather only with FSDP and tensorwise scaling (torchao's only one for it)."""
+        if self.fp8_recipe not in ("tensorwise", "rowwise"):
+            raise ValueError(
+                f"TrainConfig.fp8_recipe must be 'tensorwise' or 'rowwise', got {self.fp8_recipe!r}"
+            )
+        if self.fp8_filter is not None and not callable(self.fp8_filter):
+            raise ValueError(
+                "TrainConfig.fp8_filter must be a function (module, name) -> bool, got "
+                f"{type(self.fp8_filter).__name__}"
+            )
+        asked = {
+            "fp8_recipe": self.fp8_recipe != "tensorwise",
+            "fp8_filter": self.fp8_filter is not None,
+            "fp8_emulate": self.fp8_emulate,
+            "fp8_all_gather": self.fp8_all_gather,
+        }
+        for name, given in asked.items():
+            if given and canonical_precision(self.precision) != "fp8":
+                raise ValueError(f"TrainConfig.{name} is an fp8 option: it needs precision='fp8'")
+        if self.fp8_all_gather and (self.strategy != "fsdp" or self.fp8_recipe != "tensorwise"):
+            raise ValueError(
+                "TrainConfig.fp8_all_gather all-gathers FSDP's weights in float8: it needs "
+                "strategy='fsdp' and fp8_recipe='tensorwise'"
+            )
 
     def _check_strategy(self) -> None:
         """A known strategy, and FSDP's options only with FSDP."""

@@ -109,7 +109,7 @@ def test_fine_tuning(
         "train_loss_history": result.train_loss_history,
         "val_loss_history": result.val_loss_history,
         "val_accuracy_history": result.val_accuracy_history,
-        "amp_enabled": result.precision in ("16-mixed", "bf16-mixed"),
+        "amp_enabled": result.precision in ("16-mixed", "bf16-mixed", "fp8"),
         "precision": result.precision,
         "final_loss_scale": result.final_loss_scale,
         "train_samples": result.train_samples,

@@ -2,6 +2,8 @@
 
 The training loop never branches on precision. It asks a :class:`PrecisionPlan` for a
 context (a no-op or an autocast) and a scaler (always present, enabled only for fp16).
+``"fp8"`` is bf16 autocast whose blocks' linear layers also compute in float8
+(:mod:`amptrain.fp8` converts them before the run).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ _CANONICAL = {
     "bf16": "bf16-mixed",
     "16-true": "16-true",
     "bf16-true": "bf16-true",
+    "fp8": "fp8",  # Accelerate's name: float8 matmuls (torchao) inside bf16 autocast
 }
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "fp8")
+# The first GPUs with float8 tensor cores: Ada (8.9) and Hopper (9.0)
+FP8_CAPABILITY = (8, 9)
 
 
 class PrecisionFallbackWarning(UserWarning):
@@ -51,6 +56,13 @@ def bf16_supported(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def fp8_supported(device: torch.device) -> bool:
+    """Whether ``device`` has float8 tensor cores (CUDA compute capability 8.9 or newer)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= FP8_CAPABILITY
+
+
 @dataclass(frozen=True)
 class PrecisionPlan:
     """The precision actually used on a device, and the objects that implement it."""
@@ -61,10 +73,13 @@ class PrecisionPlan:
     autocast_dtype: torch.dtype | None
     param_dtype: torch.dtype | None
     scaler_enabled: bool
+    # fp8 only: the float8 matmuls emulated in fp32 (asked for: tests and CPUs), not run on
+    # float8 tensor cores
+    fp8_emulated: bool = False
 
     @property
     def is_mixed(self) -> bool:
-        """True when an autocast context is active (``16-mixed`` or ``bf16-mixed``)."""
+        """True when an autocast context is active (``16-mixed``, ``bf16-mixed``, ``fp8``)."""
         return self.autocast_dtype is not None
 
     @property
@@ -86,27 +101,26 @@ class PrecisionPlan:
         return torch.amp.GradScaler(self.device_type, enabled=self.scaler_enabled)
 
 
-def resolve_precision(precision: str | int, device: torch.device | str) -> PrecisionPlan:
+def resolve_precision(
+    precision: str | int, device: torch.device | str, *, fp8_emulate: bool = False
+) -> PrecisionPlan:
     """Choose the precision to use on ``device``, warning once when it must fall back.
 
     fp16 (mixed or true) needs CUDA; without it, fp32 is used. bf16 needs CPU autocast or an
-    Ampere-or-newer GPU; without it, fp32 is used.
+    Ampere-or-newer GPU; without it, fp32 is used. fp8 needs float8 tensor cores (compute
+    capability 8.9 or newer); without them, bf16-mixed is used, unless ``fp8_emulate`` asks
+    for its matmuls emulated in fp32 (for tests: numerically fp8, at no speed).
     """
     device = torch.device(device)
     requested = canonical_precision(precision)
-    name = requested
-    reason = ""
-    if requested in ("16-mixed", "16-true") and device.type != "cuda":
-        name, reason = "32-true", f"fp16 needs a CUDA device and this run is on {device.type}"
-    elif requested in ("bf16-mixed", "bf16-true") and not bf16_supported(device):
-        name, reason = "32-true", f"bf16 is not supported on {device}"
+    name, reason = _fallback(requested, device, fp8_emulate)
     if name != requested:
         warnings.warn(
             f"precision {requested!r} requested but {reason}; training in {name!r} instead",
             PrecisionFallbackWarning,
             stacklevel=outside_stacklevel(),
         )
-    dtypes = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+    dtypes = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16, "fp8": torch.bfloat16}
     params = {"16-true": torch.float16, "bf16-true": torch.bfloat16}
     return PrecisionPlan(
         requested=requested,
@@ -115,7 +129,31 @@ def resolve_precision(precision: str | int, device: torch.device | str) -> Preci
         autocast_dtype=dtypes.get(name),
         param_dtype=params.get(name),
         scaler_enabled=name == "16-mixed",
+        fp8_emulated=name == "fp8" and fp8_emulate,
     )
+
+
+def _fallback(requested: str, device: torch.device, fp8_emulate: bool) -> tuple[str, str]:
+    """The precision that runs on ``device`` in place of ``requested``, and why it differs."""
+    if requested in ("16-mixed", "16-true") and device.type != "cuda":
+        return "32-true", f"fp16 needs a CUDA device and this run is on {device.type}"
+    if requested in ("bf16-mixed", "bf16-true") and not bf16_supported(device):
+        return "32-true", f"bf16 is not supported on {device}"
+    if requested == "fp8" and not (fp8_emulate or fp8_supported(device)):
+        name = "bf16-mixed" if bf16_supported(device) else "32-true"
+        return name, (
+            f"fp8 needs float8 tensor cores (a GPU of compute capability 8.9 or newer: Ada, "
+            f"Hopper) and this run is on {_described(device)}"
+        )
+    return requested, ""
+
+
+def _described(device: torch.device) -> str:
+    """The device as the fp8 fallback names it: a GPU with its compute capability."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"a {device.type.upper()}" if device.type == "cpu" else str(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
 
 
 def compute_effective_precision(

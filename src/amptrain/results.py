@@ -44,7 +44,7 @@ class EpochMetrics:
             "val/accuracy": self.val_accuracy,
             "amp/loss_scale": self.loss_scale,
             "amp/overflow_steps": self.overflow_steps,
-            "amp/enabled": int(precision in ("16-mixed", "bf16-mixed")),
+            "amp/enabled": int(precision in ("16-mixed", "bf16-mixed", "fp8")),
             "amp/precision": precision,
             "system/peak_memory_mb": self.peak_memory_mb,
             "system/gpu_utilization": self.gpu_utilization,
@@ -73,6 +73,7 @@ class FineTuneResult:
     resumed_from: str | None = None
     world_size: int = 1  # processes that trained (torchrun)
     strategy: str | None = None  # how they trained: "ddp" or "fsdp" (None: one process)
+    fp8_layers: int = 0  # layers that trained in float8 (precision "fp8")
 
     @property
     def train_loss_history(self) -> list[float]:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from amptrain import adapters, checkpoint
+from amptrain import adapters, checkpoint, fp8
 from amptrain.adapters import LossFn, lm_loss
 from amptrain.best import check_metric
 from amptrain.callbacks import Callback, TrainState, check_validation, checked
@@ -85,6 +85,8 @@ def fine_tune(
     :class:`TrainConfig` fields and override ``config``; a ``tokenizer`` gives its
     ``pad_token_id`` and ``padding_side`` unless ``options`` set them. The precision falls
     back (with one warning) where the device cannot run it; the result records the one used.
+    ``precision="fp8"`` trains the linear layers of the model's blocks in float8 (torchao:
+    :mod:`amptrain.fp8`) and gives them back as the model's own layers at the end.
 
     ``loss_fn(logits, labels)`` replaces the next-token cross-entropy for training (validation
     keeps it, so perplexity means what it says); ``optimizer_factory(model)`` and
@@ -112,6 +114,7 @@ def fine_tune(
         try:
             return _train(model, (train_data, val_data), cfg, tracker, parts)
         finally:
+            fp8.restore(model)  # its own layers back, holding the weights fp8 trained
             model.to(dtype=dtype)  # 16-true and bf16-true cast the caller's model to train
 
 
@@ -159,10 +162,11 @@ def _train(
     device, world, strategy = _place(cfg)
     writes = world.is_main  # the one place a rank is asked: rank 0 writes, shows and saves
     seed_everything(cfg.seed)
-    plan = resolve_precision(cfg.precision, device)
+    plan = resolve_precision(cfg.precision, device, fp8_emulate=cfg.fp8_emulate)
     # FSDP moves each block's shards to the device as it shards them: never the whole model
     model.to(device=None if strategy == "fsdp" else device, dtype=plan.param_dtype)
     model.train()
+    _to_fp8(model, cfg, plan, device)
     loaders = _loaders(*data, cfg, device, world)
     shape = layout(cfg, _length(loaders[0]))
     _check_data(model, *loaders)
@@ -193,6 +197,16 @@ def _train(
     finally:
         log.close()
     return _result(loop, loaders, time.perf_counter() - start, resumed, strategy)
+
+
+def _to_fp8(model: nn.Module, cfg: TrainConfig, plan: PrecisionPlan, device: torch.device) -> None:
+    """With fp8, the model's eligible layers made float8 ones, before any wrapping."""
+    if plan.name != "fp8":
+        return
+    fp8.check_all_gather(cfg.fp8_all_gather, device)
+    fp8.advise(plan, cfg.compile)
+    options = fp8.Fp8Options(cfg.fp8_recipe, cfg.fp8_filter, cfg.fp8_all_gather)
+    fp8.convert(model, plan, options)
 
 
 class _StopAt(Callback):
@@ -227,7 +241,9 @@ def _sinks(cfg: TrainConfig, plan_name: str) -> list[Sink]:
         sinks.append(TensorBoardSink(cfg.tensorboard_dir))
     if cfg.wandb:
         wrap = [c if isinstance(c, str) else c.__name__ for c in cfg.auto_wrap or ()]
-        config = {**dataclasses.asdict(cfg), "auto_wrap": wrap, "precision_used": plan_name}
+        keep = getattr(cfg.fp8_filter, "__name__", None) if cfg.fp8_filter else None
+        config = {**dataclasses.asdict(cfg), "auto_wrap": wrap, "fp8_filter": keep}
+        config["precision_used"] = plan_name
         sinks.append(
             WandbSink(cfg.wandb_project, config=config, mode=cfg.wandb_mode, dir=cfg.wandb_dir)
         )
@@ -339,6 +355,7 @@ def _result(
         resumed_from=str(resumed) if resumed else None,
         world_size=loop.world.size,
         strategy=strategy,
+        fp8_layers=fp8.count(step.model),
     )
 
 

@@ -230,16 +230,22 @@ def compared(arm: PrecisionResult, base: PrecisionResult) -> Comparison:
 
 
 def compare_all(precisions: tuple[PrecisionResult, ...]) -> tuple[Comparison, ...]:
-    """Each clean precision against IEEE fp32, and the others against TF32 where it ran: the
-    comparisons the benchmark writes."""
+    """Each clean precision against IEEE fp32, the others against TF32 where it ran, and fp8
+    against bf16-mixed: the comparisons the benchmark writes."""
     by_name = {p.name: p for p in precisions if p.status == "ok"}
     return tuple(
         compared(arm, by_name[base])
-        for base in ("32-true", "32-tf32")
+        for base in ("32-true", "32-tf32", "bf16-mixed")
         if base in by_name
         for arm in by_name.values()
-        if arm.name != base and not (base == "32-tf32" and arm.name == "32-true")
+        if _compared(arm.name, base)
     )
+
+
+def _compared(name: str, base: str) -> bool:
+    if base == "bf16-mixed":
+        return name == "fp8"
+    return name != base and not (base == "32-tf32" and name == "32-true")
 
 
 def bench(

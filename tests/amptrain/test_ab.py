@@ -19,6 +19,14 @@ from amptrain.benchmark import ab
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGEGATE = Path(sys.executable).with_name("stagegate")
+
+
+def this_stagegate() -> str:
+    """PYTHONPATH with this checkout's stagegate first (the interpreter's installed one may be
+    another checkout's)."""
+    return os.pathsep.join([str(ROOT / "stagegate" / "src"), os.environ.get("PYTHONPATH", "")])
+
+
 # Appended to engine.py: every training step spends 30% more CPU time than its own work took
 # (busy, on the step's thread, so the A/B's thread-time clock sees it as the step's cost).
 PLANT = """
@@ -117,6 +125,7 @@ def _judged(repo: Path, head: str, base: str, out: Path) -> tuple[int, dict, str
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHONPATH": this_stagegate()},
     )
     doc = json.loads((raw / "ab.json").read_text())
     return report.returncode, doc, (out / "reports" / "regression.md").read_text()

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import torch
 
+from amptrain import PrecisionFallbackWarning
 from amptrain.benchmark import PRESETS, parse_precisions, run_benchmark
 from amptrain.benchmark.__main__ import main
 from amptrain.benchmark.environment import commit_info
@@ -69,11 +70,30 @@ def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str
             >= result["health"]["inference_latency_ms"]["p50"]
             > 0
         )
-    (comparison,) = doc["comparisons"]
-    assert comparison["precision"] == "bf16-mixed" and comparison["baseline"] == "32-true"
-    lo, hi = comparison["speedup_ci95"]
-    assert lo <= comparison["speedup"] <= hi
+    pairs = [(c["precision"], c["baseline"]) for c in doc["comparisons"]]
+    assert pairs == [("bf16-mixed", "32-true"), ("fp8", "32-true"), ("fp8", "bf16-mixed")]
+    for comparison in doc["comparisons"]:
+        lo, hi = comparison["speedup_ci95"]
+        assert lo <= comparison["speedup"] <= hi
     assert "bf16-mixed" in printed and "speedup" in printed
+
+
+def test_the_cpu_smoke_fp8_arm_is_emulated_and_says_what_trained_in_float8(
+    smoke_run: tuple[int, dict, str],
+) -> None:
+    arm = smoke_run[1]["precisions"]["fp8"]
+    assert arm["precision_used"] == "fp8" and arm["fp8_emulated"] is True
+    assert arm["fp8_layers"] == 4 * SMOKE.n_layers  # every linear layer of each block
+    assert "fp8_layers" not in smoke_run[1]["precisions"]["bf16-mixed"]
+
+
+def test_an_fp8_arm_without_float8_tensor_cores_falls_back_and_says_so() -> None:
+    preset = dataclasses.replace(SMOKE, windows=5, window_steps=1, num_workers=0, fp8_emulate=False)
+    with pytest.warns(PrecisionFallbackWarning, match="compute capability 8.9"):
+        doc = run_benchmark(preset, ["32-true", "fp8"], CPU)
+    arm = doc["precisions"]["fp8"]  # the judge holds precision_used against the arm's name
+    assert arm["status"] == "ok" and arm["precision_used"] == "bf16-mixed"
+    assert arm["fp8_layers"] == 0 and arm["fp8_emulated"] is False
 
 
 def test_the_file_states_the_models_facts_not_a_share_of_any_peak(
@@ -233,8 +253,9 @@ def test_sync_counter_catches_a_planted_item_in_a_step() -> None:
 
 def test_precision_list_parsing() -> None:
     assert parse_precisions("32, tf32 ,bf16,bf16-mixed") == ["32-true", "32-tf32", "bf16-mixed"]
+    assert parse_precisions("fp8,bf16") == ["fp8", "bf16-mixed"]
     with pytest.raises(ValueError):
-        parse_precisions("fp8")
+        parse_precisions("fp4")
 
 
 def test_gpu_preset_without_cuda_is_a_usage_error(

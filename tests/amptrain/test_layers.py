@@ -33,6 +33,7 @@ RANK = {
     "fsdp": 2,
     "sharded": 2,
     "adapters": 3,
+    "fp8": 3,  # the fp8 layers: the precision plan and the blocks FSDP shards
     "optim": 3,
     "engine": 4,
     "pretrained": 4,

@@ -377,7 +377,7 @@ def test_fp16_calibration_skips_do_not_count_until_a_step_succeeds() -> None:
 def test_skips_while_an_fp16_scaler_calibrates_neither_warn_nor_stop_the_run(
     monkeypatch: pytest.MonkeyPatch, model: TinyGPT, tokens: Tokens
 ) -> None:
-    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args: SCALED)
+    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args, **kw: SCALED)
     calls = iter(range(1, 1000))
 
     def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -584,7 +584,7 @@ def test_the_loss_scalers_state_is_resumed(
 ) -> None:
     """fp16's scaler on CPU (its protocol with fp32 compute): resolve_precision gives fp16 a
     CPU fallback, so the run is handed the plan with an enabled scaler."""
-    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args: SCALED)
+    monkeypatch.setattr("amptrain.trainer.resolve_precision", lambda *args, **kw: SCALED)
     full, resumed, whole, again = resume_pair(loss_fn=_poisoned_loss)
     assert full.final_loss_scale < 65536.0 and full.overflow_steps > 0
     assert (resumed.final_loss_scale, resumed.overflow_steps) == (

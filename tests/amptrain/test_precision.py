@@ -32,13 +32,15 @@ from amptrain import (
         ("16-true", "16-true"),
         ("bf16-true", "bf16-true"),
         (" BF16 ", "bf16-mixed"),
+        ("fp8", "fp8"),
+        ("FP8", "fp8"),
     ],
 )
 def test_canonical_names(given: object, expected: str) -> None:
     assert canonical_precision(given) == expected
 
 
-@pytest.mark.parametrize("bad", ["8", "fp8", "", "64-true"])
+@pytest.mark.parametrize("bad", ["8", "fp4", "", "64-true"])
 def test_unknown_precision_is_an_error_that_lists_the_names(bad: str) -> None:
     with pytest.raises(ValueError, match="bf16-mixed"):
         canonical_precision(bad)
@@ -184,7 +186,7 @@ def test_use_amp_asks_the_gpu_whether_it_has_bf16(
 
 def test_the_unknown_precision_message_lists_the_names() -> None:
     with pytest.raises(ValueError, match="use one of: 16, 16-mixed, 16-true, 32, 32-true, bf16"):
-        canonical_precision("fp8")
+        canonical_precision("fp4")
 
 
 def test_the_fallback_warning_points_at_the_callers_line(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -102,4 +103,10 @@ def stagegate_for_judge(tmp: Path) -> tuple[str, Path, dict[str, str]]:
     wrapper, log = tmp / "stagegate_wrapper.py", tmp / "changed-files.log"
     wrapper.write_text(_WRAPPER)
     env = {"CHANGED_FILES_LOG": str(log), "STRIP_CHANGED_FILES": "0" if HAS_CHANGED_FILES else "1"}
-    return f"{sys.executable} {wrapper}", log, env
+    return f"{sys.executable} {wrapper}", log, {**env, "PYTHONPATH": this_stagegate()}
+
+
+def this_stagegate() -> str:
+    """PYTHONPATH with this checkout's stagegate first: an interpreter whose installed stagegate
+    is another checkout's (an editable install elsewhere) judges with this one."""
+    return os.pathsep.join([str(ROOT / "stagegate" / "src"), os.environ.get("PYTHONPATH", "")])

@@ -5,6 +5,7 @@ promise (a bf16-vs-fp32 speedup interval no wider than 3% either side)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from amptrain.benchmark.run import preset_model
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
-from stagegate.judge.policy import load_policy
+from stagegate.judge.policy import Policy, load_policy
 from stagegate.model import StageData, StageRecord, StageStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,24 @@ SCHEMA = json.loads(
 FILES = sorted(BASELINES.glob("*.json"))
 
 
+def _preset_as_measured(doc: dict) -> dict:
+    """The gpu preset as ``doc`` ran it: a baseline measured before the preset's fp8 arm holds
+    every other arm (no GPU has measured fp8 yet: the gate requires it of every new run)."""
+    preset = PRESETS["gpu"].to_dict()
+    if "fp8" not in doc["precisions"]:
+        preset["precisions"] = [p for p in preset["precisions"] if p != "fp8"]
+        preset.pop("fp8_emulate")
+    return preset
+
+
+def _policy_as_measured(doc: dict) -> Policy:
+    """The repository's policy, its gpu preset as ``doc`` ran it (see _preset_as_measured)."""
+    gpu = POLICY.benchmark.presets["gpu"]
+    ran = replace(gpu, precisions=tuple(_preset_as_measured(doc)["precisions"]))
+    presets = {**POLICY.benchmark.presets, "gpu": ran}
+    return replace(POLICY, benchmark=replace(POLICY.benchmark, presets=presets))
+
+
 def test_there_is_a_baseline() -> None:
     assert FILES, f"no benchmark JSON in {BASELINES}"
 
@@ -45,13 +64,13 @@ def test_a_baseline_is_a_clean_gpu_run_of_the_gpu_preset(path: Path) -> None:
     for key in ("gpu_name", "driver", "torch", "cuda"):
         assert machine[key], f"{path.name} does not name its {key}"
     assert doc["gpu_verified"] and doc["device"] == "cuda"
-    assert doc["preset"] == PRESETS["gpu"].to_dict(), "measured with another gpu preset"
+    assert doc["preset"] == _preset_as_measured(doc), "measured with another gpu preset"
     # A run without git (the GPU job's container, a lent machine's copy of the tree) names the
     # commit it was given and cannot tell whether the tree was clean (dirty null); with git, the
     # tree must have been clean.
     assert doc["commit_info"]["id"] and doc["commit_info"]["dirty"] is not True
     assert all(r["status"] == "ok" for r in doc["precisions"].values())
-    assert set(doc["precisions"]) == set(PRESETS["gpu"].precisions)
+    assert set(doc["precisions"]) == set(_preset_as_measured(doc)["precisions"])
     slug = machine["gpu_name"].removeprefix("NVIDIA ").lower().replace(" ", "-")
     assert path.name == f"benchmark-{slug}.json"
 
@@ -95,9 +114,15 @@ def test_a_baseline_is_sound_evidence_that_the_gate_passes_as_a_gpu_run(
             "accelerators": {"probe": "nvidia-smi", "found": True, "devices": [seen]},
         },
     )
-    bench = read_benchmark(tmp_path / path.name)
-    stage = judge_stage("performance", StageData(record, benchmark=bench), POLICY)
+    data = StageData(record, benchmark=read_benchmark(tmp_path / path.name))
+    stage = judge_stage("performance", data, _policy_as_measured(doc))
     assert stage.status is StageStatus.PASS and stage.findings == (), stage.findings
+    if "fp8" not in doc["precisions"]:  # the repository's policy requires the fp8 arm now
+        blocked = judge_stage("performance", data, POLICY)
+        assert [f.title for f in blocked.findings] == [
+            "benchmark precisions.fp8: absent; preset gpu measures 32-true, 32-tf32, 16-mixed, "
+            "bf16-mixed, fp8"
+        ]
 
 
 def test_stagegates_copy_of_the_h100_baseline_is_the_committed_one() -> None:

@@ -245,13 +245,21 @@ def judge_gpu(host: dict, artifact: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in outputs.read_text().splitlines())
 
 
-def test_the_gpu_judge_passes_a_real_h100_result_and_says_regression_is_not_verified(
+def test_the_gpu_judge_holds_a_real_h100_result_to_the_gpu_preset_and_regression_unverified(
     host: dict,
 ) -> None:
+    """The stored H100 run predates the preset's fp8 arm: the arm's absence is all that blocks
+    it (no GPU has measured fp8 yet; the GPU job's next run measures it)."""
     assert stage(host).returncode == 0
     out = judge_gpu(host, host["work"] / "reports" / "raw")
-    assert out["state"] == "success", out
+    assert out["state"] == "failure", out
     assert "regression NOT VERIFIED" in out["description"]
+    verdict = json.loads((host["tmp"] / "gpu-reports" / "verdict.json").read_text())
+    assert verdict["blocking_reasons"] == [
+        "required stage performance is FAIL",
+        "CRITICAL in performance: benchmark precisions.fp8: absent; preset gpu measures "
+        "32-true, 32-tf32, 16-mixed, bf16-mixed, fp8",
+    ]
 
 
 def test_the_gpu_judge_blocks_a_cpu_result_claimed_for_the_gpu_stage(host: dict) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .ci_tools import ROOT, WORKFLOWS, load_workflow
+from .ci_tools import ROOT, WORKFLOWS, load_workflow, this_stagegate
 from .gha_expressions import job_runs
 
 DOC = load_workflow("stagegate.yml")
@@ -143,6 +143,7 @@ def test_the_judge_passes_real_records_with_the_policy_it_is_given(tmp_path: Pat
     (tmp_path / "GITHUB_OUTPUT").touch()
     env = {"RUNNER_TEMP": str(tmp_path / "temp"), "RAW": "reports/raw"}
     env |= {"GITHUB_OUTPUT": str(tmp_path / "GITHUB_OUTPUT"), "GITHUB_STEP_SUMMARY": os.devnull}
+    env["PYTHONPATH"] = this_stagegate()  # this checkout's, whatever the interpreter installed
     done = _bash(_step("judge", "stagegate")["run"], tmp_path, env)
     assert done.returncode == 0, done.stderr
     assert _outputs(tmp_path / "GITHUB_OUTPUT")["state"] == "success", done.stdout[-2000:]

@@ -171,6 +171,21 @@ def test_each_option_trains_the_same_numbers(two_ranks: dict[str, Any], variant:
     assert seen["dtypes"] == ["torch.float32"] and seen["devices"] == ["cpu"]  # offloaded too
 
 
+def test_fp8_trains_under_fsdp_as_under_ddp_and_gloo_refuses_its_float8_all_gather(
+    two_ranks: dict[str, Any],
+) -> None:
+    seen, out = two_ranks["ranks"][0]["variants"], two_ranks["out"]
+    for strategy in ("fp8", "fp8_ddp"):
+        assert seen[strategy]["precision"] == "fp8" and seen[strategy]["fp8_layers"] == 8
+        assert seen[strategy]["dtypes"] == ["torch.float32"]  # fp32 master weights
+    sharded, replicated = _load(out / "short-fp8.pt"), _load(out / "short-fp8_ddp.pt")
+    _close(sharded, replicated, atol=1e-3)  # float8 rounds the ranks' sums differently
+    plain = _load(out / "short-plain.pt")
+    assert any(not torch.allclose(sharded[k], plain[k], atol=1e-4) for k in plain)
+    refused = seen["fp8_all_gather"]
+    assert "gloo cannot all-gather float8" in refused and "leave fp8_all_gather off" in refused
+
+
 def test_bf16_mixed_computes_in_bf16_and_keeps_fp32_master_weights(
     two_ranks: dict[str, Any],
 ) -> None:

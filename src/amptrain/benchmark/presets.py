@@ -26,6 +26,9 @@ class Preset:
     num_workers: int
     precisions: tuple[str, ...]
     needs_cuda: bool
+    # the fp8 arm's float8 matmuls emulated in fp32: numerically fp8, for its accuracy alone
+    # (a CPU has no float8 tensor cores; its speed means nothing)
+    fp8_emulate: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
@@ -56,7 +59,7 @@ PRESETS = {
         latency_samples=30,
         learning_rate=6e-4,
         num_workers=2,
-        precisions=("32-true", "32-tf32", "16-mixed", "bf16-mixed"),
+        precisions=("32-true", "32-tf32", "16-mixed", "bf16-mixed", "fp8"),
         needs_cuda=True,
     ),
     # Every path that needs no CUDA, in seconds on two cores.
@@ -75,7 +78,8 @@ PRESETS = {
         latency_samples=10,
         learning_rate=3e-3,
         num_workers=1,
-        precisions=("32-true", "bf16-mixed"),
+        precisions=("32-true", "bf16-mixed", "fp8"),
         needs_cuda=False,
+        fp8_emulate=True,
     ),
 }

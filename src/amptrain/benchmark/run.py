@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from amptrain import probes
+from amptrain import fp8, probes
 from amptrain.adapters import unpack_batch
 from amptrain.benchmark import health
 from amptrain.benchmark.environment import commit_info, machine_info, settings_info
@@ -29,6 +29,7 @@ from amptrain.precision import PrecisionPlan, canonical_precision, resolve_preci
 FORMAT_VERSION = 1
 BASELINE = "32-true"  # IEEE fp32: TF32 off, so the baseline is what its name says
 TF32 = "32-tf32"  # fp32 with TF32 tensor-core matmuls, reported under its own name
+BF16 = "bf16-mixed"  # what fp8 must beat: its own autocast without the float8 matmuls
 
 
 def preset_model(preset: Preset) -> TinyGPT:
@@ -131,9 +132,13 @@ def build_arm(
     """A fresh copy of ``base`` with its optimizer and data stream for precision ``name``;
     with ``compile``, its step's forward and loss ``torch.compile``d (the model itself stays
     eager for evaluation and latency)."""
-    plan = resolve_precision(BASELINE if name == TF32 else name, device)
+    plan = resolve_precision(
+        BASELINE if name == TF32 else name, device, fp8_emulate=preset.fp8_emulate
+    )
     model = copy.deepcopy(base).to(device=device, dtype=plan.param_dtype)
     model.train()
+    fp8.advise(plan, compile)
+    layers = fp8.convert(model, plan)
     cfg = TrainConfig(precision=plan.name, learning_rate=preset.learning_rate, device=str(device))
     optimizer = build_optimizer(model, cfg, device)
     trainer = TrainStep(model, optimizer, plan, max_grad_norm=cfg.max_grad_norm, compile=compile)
@@ -153,7 +158,16 @@ def build_arm(
         step=trainer,
         trainer=trainer,
         batches=_forever(loader),
+        extra=_fp8_facts(name, plan, layers),
     )
+
+
+def _fp8_facts(name: str, plan: PrecisionPlan, layers: int) -> dict[str, Any]:
+    """What an fp8 arm trained in float8: its layers (none when it fell back), and whether
+    their matmuls were emulated."""
+    if name != "fp8":
+        return {}
+    return {"fp8_layers": layers, "fp8_emulated": plan.fp8_emulated}
 
 
 def run_steps(arm: Arm, steps: int, device: torch.device) -> float:
@@ -374,17 +388,24 @@ def after_checks(
 
 
 def compare(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each precision against IEEE fp32, and mixed precisions against TF32 when it ran."""
+    """Each precision against IEEE fp32, mixed precisions against TF32 when it ran, and fp8
+    against bf16-mixed."""
     rows = []
-    for baseline in (BASELINE, TF32):
+    for baseline in (BASELINE, TF32, BF16):
         base = results.get(baseline)
         if not base or base["status"] != "ok":
             continue
         for name, arm in results.items():
-            if name == baseline or arm["status"] != "ok" or (baseline == TF32 and name == BASELINE):
-                continue
-            rows.append(_comparison(name, arm, baseline, base))
+            if arm["status"] == "ok" and _compared(name, baseline):
+                rows.append(_comparison(name, arm, baseline, base))
     return rows
+
+
+def _compared(name: str, baseline: str) -> bool:
+    """Whether ``name`` is compared with ``baseline``."""
+    if baseline == BF16:
+        return name == "fp8"
+    return name != baseline and not (baseline == TF32 and name == BASELINE)
 
 
 def _comparison(
@@ -419,7 +440,7 @@ def _build_arms(
     for name in precisions:
         try:
             arm = build_arm(name, base, preset, data, device, compile)
-        except (torch.OutOfMemoryError, RuntimeError) as exc:
+        except (torch.OutOfMemoryError, RuntimeError, ImportError) as exc:
             arm = Arm(
                 name=name, plan=resolve_precision(BASELINE, "cpu"), matmul_precision="highest"
             )

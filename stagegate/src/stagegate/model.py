@@ -301,6 +301,7 @@ class PrecisionResult:
     memory_measured: bool = False
     tokens_per_second: float | None = None
     mfu: float | None = None
+    mfu_bf16: float | None = None  # fp8's arithmetic against the GPU's bf16 peak, for scale
     peak_mb: float | None = None
     static_mb: float | None = None
     activation_mb: float | None = None
@@ -315,6 +316,8 @@ class PrecisionResult:
     sync_method: str = "cuda"  # "cuda": CUDA's sync debug mode; "dispatch": host reads
     syncs_per_step: float | None = None
     sync_locations: tuple[dict[str, Any], ...] = ()
+    fp8_layers: int | None = None  # the fp8 arm's layers that trained in float8 (0: fell back)
+    fp8_emulated: bool | None = None  # its float8 matmuls emulated in fp32 (a CPU's arm)
     matmul_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> matmuls in a forward
     matmul_dtype_expected: str | None = None
     live_graph_tensors: int | None = None  # most graph-attached tensors a window left behind

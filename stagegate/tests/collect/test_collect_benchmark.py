@@ -90,11 +90,16 @@ def test_the_real_result_reads_whole(tmp_path: Path) -> None:
     steps = raw["steps_per_window"]
     assert bf16.iqr_ms == pytest.approx(raw["stats"]["iqr"] / steps * 1e3)
     assert bf16.window_s == tuple(raw["window_s"])
-    (comparison,) = bench.comparisons
-    raw_c = REAL["comparisons"][0]
-    assert (comparison.precision, comparison.baseline) == ("bf16-mixed", "32-true")
-    assert comparison.speedup == raw_c["speedup"]
-    assert comparison.val_loss_diff == raw_c["val_loss_diff"]
+    pairs = [(c["precision"], c["baseline"]) for c in REAL["comparisons"]]
+    assert [(c.precision, c.baseline) for c in bench.comparisons] == pairs
+    assert ("bf16-mixed", "32-true") in pairs and ("fp8", "bf16-mixed") in pairs
+    for comparison, raw_c in zip(bench.comparisons, REAL["comparisons"], strict=True):
+        assert comparison.speedup == raw_c["speedup"]
+        assert comparison.val_loss_diff == raw_c["val_loss_diff"]
+    fp8 = {p.name: p for p in bench.precisions}["fp8"]
+    raw_fp8 = REAL["precisions"]["fp8"]
+    assert (fp8.fp8_layers, fp8.fp8_emulated) == (raw_fp8["fp8_layers"], True)
+    assert fp8.fp8_layers > 0 and bf16.fp8_layers is None and bf16.fp8_emulated is None
 
 
 def test_optional_keys_take_their_defaults(tmp_path: Path) -> None:
@@ -228,7 +233,9 @@ def test_an_absent_or_null_optional_part_reads_as_empty(tmp_path: Path) -> None:
         _bf16(d).pop("memory")
         _bf16(d).pop("loss_curve")
         _bf16(d)["health"].pop("syncs_in_step")
-        d["precisions"]["32-true"].update(memory=None, loss_curve=None)
+        for name in d["precisions"]:
+            if name != "bf16-mixed":
+                d["precisions"][name].update(memory=None, loss_curve=None)
 
     bench = read_benchmark(_write(tmp_path, _altered(strip)))
     assert bench.comparisons == () and bench.settings == {} and bench.commit is None

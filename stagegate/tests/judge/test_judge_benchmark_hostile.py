@@ -148,11 +148,17 @@ def test_the_real_cpu_result_passes_as_cpu_smoke(tmp_path: Path) -> None:
     stage = judged(tmp_path, CPU)
     assert stage.status is StageStatus.NOT_VERIFIED and stage.findings == (), stage.findings
     assert decide([stage]).decision is Decision.PASS
+    fp8_targets = {("bf16-mixed", "speedup"), ("bf16-mixed", "accuracy_diff")}
     for check in stage.checks:
-        if check.metric in GPU_TARGETS:
+        c = check.comparison
+        if c.precision == "fp8" and (c.baseline, check.metric) not in fp8_targets:
+            assert check.outcome is CheckOutcome.REPORTED  # fp8's own targets are against bf16
+        elif check.metric in GPU_TARGETS:
             assert check.outcome is CheckOutcome.NOT_VERIFIED and "no GPU" in check.why
         else:
             assert check.outcome is CheckOutcome.MET
+    assert {(c.comparison.baseline, c.metric) for c in stage.checks
+            if c.comparison.precision == "fp8"} >= fp8_targets  # fmt: skip
 
 
 def test_a_faithful_forgery_of_the_summaries_changes_nothing(tmp_path: Path) -> None:

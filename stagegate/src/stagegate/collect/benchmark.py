@@ -109,6 +109,8 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
         "error": None if r.get("error") is None else str(r["error"]),
         "precision_used": _text(r.get("precision_used")),
         "float32_matmul_precision": _text(r.get("float32_matmul_precision")),
+        "fp8_layers": _whole(r.get("fp8_layers")),
+        "fp8_emulated": r.get("fp8_emulated") if isinstance(r.get("fp8_emulated"), bool) else None,
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)

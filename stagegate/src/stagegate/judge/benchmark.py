@@ -13,6 +13,8 @@ from stagegate.judge.benchpolicy import PresetSpec
 from stagegate.judge.comparison import METRICS, Row, recompute
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
+from stagegate.judge.fp8 import FP8, fp8_evidence
+from stagegate.judge.fp8 import target as fp8_target
 from stagegate.judge.physics import physics
 from stagegate.judge.policy import Policy, Threshold, check_threshold
 from stagegate.kinds import Kind
@@ -81,6 +83,7 @@ RUNS_AS = {
     "16-true": ("float16", "16-true"),
     "bf16-mixed": ("bfloat16", "bf16-mixed"),
     "bf16-true": ("bfloat16", "bf16-true"),
+    "fp8": ("bfloat16", "fp8"),  # float8 operands carry the dtype they were cast from, bf16
 }
 
 
@@ -181,26 +184,37 @@ def _undecided(f: Findings, c: Comparison, metric: str, threshold: Threshold) ->
     return why
 
 
+def _judged(c: Comparison, metric: str, key: str, policy: Policy) -> bool:
+    """Whether ``metric`` of ``c`` is held to the threshold ``key``: the AMP targets for 16-bit
+    precisions against the judged baseline, accuracy for every other precision against it, and
+    fp8 to its own targets only, against bf16-mixed."""
+    if key != metric or c.precision == FP8:
+        return key != metric
+    amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
+    return c.baseline == policy.judged_baseline and (metric not in GPU_TARGETS or amp)
+
+
 def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> MetricCheck:
     """The outcome of one recomputed metric of one comparison; a miss is a finding. What could
     not be checked is NOT VERIFIED, saying why: beside a blocking evidence finding, or, for the
     GPU targets of a run the policy lets go without a GPU, alone."""
     c = row.comparison
     value = _values(c)[metric]
-    target = str(policy.thresholds[metric])
+    key = fp8_target(c, metric) or metric
+    threshold = policy.thresholds[key]
+    target = str(threshold)
     if metric in row.unverified:
         return MetricCheck(
             c, metric, value, target, CheckOutcome.NOT_VERIFIED, row.unverified[metric]
         )
-    amp = c.precision.startswith(REDUCED_PRECISION_PREFIXES)
-    if c.baseline != policy.judged_baseline or (metric in GPU_TARGETS and not amp):
+    if not _judged(c, metric, key, policy):
         return MetricCheck(c, metric, value, target, CheckOutcome.REPORTED)
     if metric in GPU_TARGETS and not v.gpu:
         return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, v.gpu_why)
-    why = _undecided(f, c, metric, policy.thresholds[metric])
+    why = _undecided(f, c, metric, threshold)
     if why:
         return MetricCheck(c, metric, value, target, CheckOutcome.NOT_VERIFIED, why)
-    reason = check_threshold(policy.thresholds[metric], value)
+    reason = check_threshold(threshold, value)
     if reason is None:
         return MetricCheck(c, metric, value, target, CheckOutcome.MET)
     f.add(
@@ -225,6 +239,7 @@ def benchmark_findings(
     derived (:mod:`stagegate.judge.physics`)."""
     provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
+    fp8_evidence(f, bench, record)
     mfu = physics(f, bench, verified, policy.benchmark)
     rows = recompute(f, bench, verified, policy)
     for p in bench.precisions:

@@ -14,7 +14,8 @@ from typing import Any
 from stagegate.errors import ConfigError
 
 MEASURES = ("speed", "memory", "accuracy", "syncs", "autocast")
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+OPTIONAL_DTYPES = ("fp8",)  # a GPU without float8 tensor cores (before compute capability 8.9)
 MAX_WINDOWS = 500  # the exact bootstrap of 500 windows a side takes seconds
 
 
@@ -43,16 +44,17 @@ DEFAULT_PRESETS = {
 
 # Dense peak TFLOP/s by compute dtype, from NVIDIA's datasheets, where the tensor-core figures
 # are printed with 2:4 sparsity: halved here. H100 SXM5 and H200 SXM: FP32 67, TF32 989*,
-# BF16/FP16 1,979*. H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1,513*. H100 NVL and H200 NVL:
-# FP32 60, TF32 835*, BF16/FP16 1,671*. A100 (SXM4 and PCIe, 40 and 80 GB): FP32 19.5,
-# TF32 312*, BF16/FP16 624*. A key's words must all be words of the GPU's name; the key with
-# the most words wins ("NVIDIA H100 80GB HBM3" is the SXM5 part).
+# BF16/FP16 1,979*, FP8 3,958*. H100 PCIe: FP32 51, TF32 756*, BF16/FP16 1,513*, FP8 3,026*.
+# H100 NVL and H200 NVL: FP32 60, TF32 835*, BF16/FP16 1,671*, FP8 3,341*. A100 (SXM4 and
+# PCIe, 40 and 80 GB): FP32 19.5, TF32 312*, BF16/FP16 624*, no FP8 (a row without fp8 is a
+# GPU that cannot compute in it). A key's words must all be words of the GPU's name; the key
+# with the most words wins ("NVIDIA H100 80GB HBM3" is the SXM5 part).
 DEFAULT_PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H100": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
-    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
-    "H200": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
+    "H100": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5, "fp8": 1513.0},
+    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
+    "H200": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0},
+    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
     "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
 }
 
@@ -153,11 +155,14 @@ def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:
     if not isinstance(table, dict) or not table:
         raise _fail(key, table, "a table of GPU name patterns")
     peaks = {}
+    needed = set(DTYPES) - set(OPTIONAL_DTYPES)
     for pattern, row in table.items():
         where = f"{key}.{pattern}"
-        if not pattern.split() or not isinstance(row, dict) or set(row) != set(DTYPES):
-            raise _fail(where, row, f"a table of {', '.join(DTYPES)} in TFLOP/s")
-        peaks[pattern] = {d: _within(f"{where}.{d}", row[d], 0, math.inf) for d in DTYPES}
+        if not pattern.split() or not isinstance(row, dict) or not needed <= set(row) <= {*DTYPES}:
+            raise _fail(
+                where, row, f"a table of {', '.join(DTYPES)} in TFLOP/s (fp8 where it has it)"
+            )
+        peaks[pattern] = {d: _within(f"{where}.{d}", row[d], 0, math.inf) for d in row}
     return peaks
 
 

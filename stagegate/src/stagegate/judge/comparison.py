@@ -29,6 +29,7 @@ COMPUTE_DTYPE = {
     "16-true": "fp16",
     "bf16-mixed": "bf16",
     "bf16-true": "bf16",
+    "fp8": "fp8",  # its blocks' linear layers; the rest of the step computes in bf16
 }
 DIFF_SCALE = 1e-4  # accuracy and loss differences: the tolerance is a share of this, or more
 
@@ -63,6 +64,8 @@ def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) ->
         why = f"no compute dtype is known for precision {name!r}"
         flag(f, Kind.EVIDENCE_UNCHECKED, where, why, fix="compare a known precision")
         return why
+    if dtype not in v.peaks:
+        return f"the GPU has no {dtype} peak"  # physics finds the run impossible
     ceiling = v.peaks[dtype] / v.peaks["fp32"]
     if speedup <= ceiling:
         return ""

@@ -48,6 +48,20 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
     return flops
 
 
+def _no_peak(f: Findings, name: str, dtype: str) -> None:
+    """A precision measured on a GPU whose peak table row has no figure for its dtype: a GPU
+    without tensor cores for it (fp8 before compute capability 8.9) cannot have run it."""
+    flag(
+        f,
+        Kind.EVIDENCE_IMPOSSIBLE,
+        f"precisions.{name}",
+        f"measured on a GPU that cannot compute in {dtype}: its row of the policy's "
+        f"peak_tflops has no {dtype}",
+        fix=f"run {name} on a GPU that computes in {dtype} (fp8: compute capability 8.9 or "
+        f"newer), or add the GPU's dense {dtype} TFLOP/s to its peak_tflops row if it has them",
+    )
+
+
 def physics(
     f: Findings, bench: Benchmark, v: Verified, policy: BenchmarkPolicy
 ) -> dict[str, float]:
@@ -68,9 +82,14 @@ def physics(
         dtype = COMPUTE_DTYPE.get(name)
         if dtype is None:
             continue  # the comparison's check names a precision of no known dtype
+        if dtype not in v.peaks:
+            _no_peak(f, name, dtype)
+            continue
         tflops = tokens / median(windows) * flops / 1e12
         peak = v.peaks[dtype]
         mfu[name] = tflops / peak
+        if dtype == "fp8":  # its share of bf16's peak too: what the same step could reach
+            mfu[f"{name}@bf16"] = tflops / v.peaks["bf16"]
         if tflops > peak:
             flag(
                 f,

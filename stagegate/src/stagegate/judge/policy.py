@@ -56,6 +56,10 @@ DEFAULT_THRESHOLDS = {
         "activation_memory_reduction_pct", ">=", 40.0, "%"
     ),
     "accuracy_diff": Threshold("accuracy_diff", "<", 0.01),
+    # fp8 against bf16-mixed, the autocast it adds float8 matmuls to: faster on a GPU, and its
+    # accuracy at parity (its own bound: float8 rounds more than bf16), on any device
+    "fp8_speedup": Threshold("fp8_speedup", ">=", 1.1, "x"),
+    "fp8_accuracy_diff": Threshold("fp8_accuracy_diff", "<", 0.02),
     "coverage_pct": Threshold("coverage_pct", ">=", 80.0, "%"),
     "memory_growth_mb_per_window": Threshold("memory_growth_mb_per_window", "<=", 2.0, " MB"),
     "syncs_per_step": Threshold("syncs_per_step", "<=", 0.0),

@@ -136,7 +136,10 @@ def _performance(
     if bench is None or record is None:
         return (), None, data
     checks, mfu = benchmark_findings(f, bench, policy, record, host)
-    derived = tuple(replace(p, mfu=mfu.get(p.name)) for p in bench.precisions)
+    derived = tuple(
+        replace(p, mfu=mfu.get(p.name), mfu_bf16=mfu.get(f"{p.name}@bf16"))
+        for p in bench.precisions
+    )
     data = replace(data, benchmark=replace(bench, precisions=derived))
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(

@@ -49,6 +49,14 @@ def _comparison_rows(checks: tuple[MetricCheck, ...]) -> list[tuple[str, ...]]:
     ]
 
 
+def _mfu(p: PrecisionResult) -> str:
+    """The share of the GPU's peak in the precision's dtype; fp8's of the bf16 peak beside it."""
+    share = number(p.mfu * 100 if p.mfu is not None else None, 1, "%")
+    if p.mfu_bf16 is None:
+        return share
+    return f"{share} ({number(p.mfu_bf16 * 100, 1, '%')} of bf16 peak)"
+
+
 def _precision_row(p: PrecisionResult) -> tuple[str, ...]:
     return (
         inline(p.name),
@@ -56,7 +64,7 @@ def _precision_row(p: PrecisionResult) -> tuple[str, ...]:
         number(p.step_time_ms),
         number(p.iqr_ms),
         number(p.tokens_per_second, 0),
-        number(p.mfu * 100 if p.mfu is not None else None, 1, "%"),
+        _mfu(p),
         number(p.val_loss, 4),
         number(p.val_accuracy, 4),
         str(p.overflow_steps) if p.overflow_steps is not None else "-",
