@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -182,13 +183,56 @@ def _end_group(store: dist.Store, size: int, timeout_s: float) -> None:
     to finalize, that thread ended the process (``terminate called without an active
     exception``, SIGABRT, after a run that was done). A rank that failed leaves at once, and
     the others stop waiting when it says so (:func:`mark_failed`); a peer killed outright is
-    waited for up to the group's timeout, unless torchrun ends the job first."""
+    waited for up to the group's timeout, unless torchrun ends the job first. Then the rank
+    waits for gloo's worker threads to let go of their last collective (:func:`_gloo_settled`):
+    a model keeps its group, and so those threads, alive past the teardown."""
     if _failed or not dist.is_initialized():
         return
     # RuntimeError: the store's host (rank 0) has left, so the ranks are past the meeting
     with contextlib.suppress(RuntimeError):
         _meet(store, size, EXIT, timeout_s)
+    _gloo_settled(SETTLE_S)
     dist.destroy_process_group()
+
+
+GLOO_WORKER = "pt_gloo_runloop"  # the name of gloo's worker threads (two per group)
+SETTLE_S = 10.0  # how long a rank waits at exit for gloo's worker threads, at most
+
+
+def _gloo_workers() -> dict[str, tuple[str, ...]]:
+    """Each of gloo's worker threads in this process (Linux: found by name in /proc; none
+    elsewhere) with its state and its context-switch counts."""
+    workers: dict[str, tuple[str, ...]] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # the thread has ended since
+                status = Path(f"/proc/self/task/{tid}/status").read_text()
+                fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+                if fields.get("Name") == GLOO_WORKER:
+                    workers[tid] = (
+                        fields["State"][:1],
+                        fields["voluntary_ctxt_switches"],
+                        fields["nonvoluntary_ctxt_switches"],
+                    )
+    return workers
+
+
+def _gloo_settled(timeout_s: float, poll_s: float = 0.02) -> bool:
+    """True once gloo's worker threads are all asleep and were not woken for ``poll_s``
+    seconds, the GIL released meanwhile; False after ``timeout_s``. A worker frees a finished
+    collective after the rank has its result, and freeing its tensors takes the GIL: once the
+    interpreter has begun to finalize, that ends the process (``terminate called without an
+    active exception``, SIGABRT). A worker waiting for the GIL wakes every few milliseconds
+    (its switch counts move) or waits to run (state R); an idle one sleeps untouched."""
+    deadline = time.monotonic() + timeout_s
+    before = _gloo_workers()
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        now = _gloo_workers()
+        if now == before and all(state == "S" for state, *_ in now.values()):
+            return True
+        before = now
+    return False
 
 
 EXIT = "exit"  # the store key the ranks meet under at exit

@@ -106,6 +106,50 @@ def test_a_rank_leaves_its_group_at_exit_without_a_collective(
     assert not dist.is_initialized()
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo's threads are found in /proc")
+def test_a_rank_waits_at_exit_until_gloos_threads_let_go_of_their_last_collective(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model (FSDP's, DDP's) keeps its group's gloo threads alive past the teardown, and one
+    frees a finished collective after the rank has its result, which takes the GIL: at
+    finalization, an abort (2 in 45 runs of a short FSDP job with gloo's threads at
+    SCHED_IDLE). The exit path waits until they sleep."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    dist.all_reduce(torch.ones(1))
+    idle = distributed._gloo_workers()
+    assert len(idle) >= 2  # the group's workers, found by their name
+    busy = {tid: ("R", *counts) for tid, (_, *counts) in idle.items()}
+    seen, polls = iter([busy, busy, idle]), []  # one is freeing its tensors, then all sleep
+
+    def workers() -> dict[str, tuple[str, ...]]:
+        polls.append(1)
+        return next(seen, idle)
+
+    monkeypatch.setattr(distributed, "_gloo_workers", workers)
+    distributed._end_group(store, 1, 60)
+    assert len(polls) == 4 and not dist.is_initialized()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo's threads are found in /proc")
+def test_gloos_idle_threads_settle_at_once_and_busy_ones_are_waited_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        dist.all_reduce(torch.ones(1))
+        start = time.monotonic()
+        assert distributed._gloo_settled(5)
+        assert time.monotonic() - start < 1
+        assert {state for state, *_ in distributed._gloo_workers().values()} == {"S"}
+        monkeypatch.setattr(distributed, "_gloo_workers", lambda: {"1": ("R", "0", "0")})
+        start = time.monotonic()
+        assert distributed._gloo_settled(0.3) is False
+        assert 0.3 <= time.monotonic() - start < 5
+    finally:
+        dist.destroy_process_group()
+
+
 def test_ranks_waiting_at_exit_leave_when_a_rank_says_it_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
