@@ -217,8 +217,7 @@ def render_all(
 ) -> dict[str, str]:
     """The views of the judged verdict, rendered to text by file name (nothing written yet)."""
     generated_at = inputs.now.strftime("%Y-%m-%d %H:%M:%S UTC")
-    judged = {s.name: s.data.record for s in verdict.stages if s.data.record is not None}
-    commit = run_commit(judged) or "unknown"
+    commit = inputs.commit or "unknown"  # the run's commit, found once when collecting
     ctx = Context(
         generated_at,
         commit[:12],

@@ -24,7 +24,7 @@ from stagegate.io import sha256_file, write_atomic
 from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
 from stagegate.record.machine import observe
 from stagegate.record.proctree import children, end_tree, subreaper
-from stagegate.record.watch import altered, watch
+from stagegate.record.watch import altered, inside, watch
 
 TAIL_CHARS = 8000  # per stream, kept in the record; the full output went to the console
 EXIT_TIMEOUT = 124
@@ -237,10 +237,6 @@ def _execute(
     return out
 
 
-def _inside(path: str, folder: Path) -> bool:
-    return Path(path).resolve().is_relative_to(folder.resolve())
-
-
 def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
     """Refuse a stage name that is no identifier and a file outside ``out_dir``."""
     problem = stage_name_problem(stage)
@@ -248,7 +244,7 @@ def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
         raise UsageError(problem)
     for kind, value in files.items():
         for path in value.values() if isinstance(value, Mapping) else [value]:
-            if not _inside(str(path), out_dir):
+            if not inside(Path(path), out_dir):
                 raise UsageError(
                     f"--{kind} {path}: a stage's files go under its --out-dir {out_dir}, "
                     "where the report looks for them"

@@ -63,7 +63,8 @@ def _record_of(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("kind") == RECORD_KIND else None
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def inside(path: Path, folder: Path) -> bool:
+    """``path`` resolves to a place under ``folder``."""
     try:
         return path.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):
@@ -88,7 +89,7 @@ def _others(out_dir: Path, stage: str, w: Watch) -> list[Path]:
         sealed = data.get("sha256")
         found[path] = None
         for name in sealed if isinstance(sealed, dict) else ():
-            if isinstance(name, str) and _inside(Path(name), out_dir):
+            if isinstance(name, str) and inside(Path(name), out_dir):
                 found[Path(name)] = None
     return list(found)
 
