@@ -18,10 +18,8 @@ from stagegate.cli import main
 from stagegate.collect import load_record
 from stagegate.errors import InputError
 from stagegate.judge.policy import load_policy
-from stagegate.judge.stats import RatioDistribution, ratio_of_medians
 from stagegate.model import (
     Benchmark,
-    Comparison,
     PrecisionResult,
     StageData,
     StageRecord,
@@ -158,25 +156,20 @@ def precision(
     accuracy: float = 0.9,
     **kw: object,
 ) -> PrecisionResult:
-    """A clean precision result whose summaries are those of its five windows: no growth, no
-    syncs, finite losses; CUDA memory (a fifth of it static) unless ``peak_mb`` is None."""
+    """A clean precision result, raw figures only: five windows around ``step_ms`` a step, no
+    growth, no syncs, finite losses; CUDA memory (a fifth of it static) unless ``peak_mb`` is
+    None."""
     median = step_ms * PRESET_SPEC["window_steps"] / 1e3
     base = dict(
         status="ok",
         error=None,
         precision_used="32-true" if name == "32-tf32" else name,
         float32_matmul_precision="high" if name == "32-tf32" else "highest",
-        step_time_ms=step_ms,
-        iqr_ms=step_ms * 0.02,
         window_s=tuple(median * s for s in SPREAD),
         steps_per_window=float(PRESET_SPEC["window_steps"]),
-        window_median_s=median,
-        window_count=5.0,
-        tokens_per_second=TOKENS_PER_WINDOW / median,
         memory_measured=peak_mb is not None,
         peak_mb=peak_mb,
         static_mb=peak_mb * 0.2 if peak_mb is not None else None,
-        activation_mb=peak_mb * 0.8 if peak_mb is not None else None,
         val_loss=2.0 + (0.9 - accuracy),
         val_accuracy=accuracy,
         overflow_steps=0,
@@ -193,61 +186,6 @@ def precision(
     return PrecisionResult(name=name, **{**base, **kw})  # type: ignore[arg-type]
 
 
-def comparison(name: str = "bf16-mixed", speedup: float = 4.0, **kw: object) -> Comparison:
-    """``name`` against IEEE fp32 as a file may state it (the judge recomputes every figure)."""
-    base = dict(
-        baseline="32-true",
-        speedup=speedup,
-        speedup_ci95=(speedup * 0.9, speedup * 1.1),
-        peak_memory_reduction_pct=50.0,
-        activation_memory_reduction_pct=50.0,
-        accuracy_diff=0.001,
-        val_loss_diff=0.0,
-    )
-    return Comparison(precision=name, **{**base, **kw})  # type: ignore[arg-type]
-
-
-def compared(arm: PrecisionResult, base: PrecisionResult) -> Comparison:
-    """``arm`` against ``base`` as the benchmark computes it from their figures."""
-
-    def reduction(a: float | None, b: float | None) -> float | None:
-        return (1 - a / b) * 100 if a is not None and b else None
-
-    top = [w for w in base.window_s if w is not None]
-    bottom = [w for w in arm.window_s if w is not None]
-    assert arm.val_accuracy is not None and base.val_accuracy is not None
-    assert arm.val_loss is not None and base.val_loss is not None
-    return Comparison(
-        precision=arm.name,
-        baseline=base.name,
-        speedup=ratio_of_medians(top, bottom),
-        speedup_ci95=RatioDistribution(top, bottom).interval(),
-        peak_memory_reduction_pct=reduction(arm.peak_mb, base.peak_mb),
-        activation_memory_reduction_pct=reduction(arm.activation_mb, base.activation_mb),
-        accuracy_diff=abs(arm.val_accuracy - base.val_accuracy),
-        val_loss_diff=arm.val_loss - base.val_loss,
-    )
-
-
-def compare_all(precisions: tuple[PrecisionResult, ...]) -> tuple[Comparison, ...]:
-    """Each clean precision against IEEE fp32, the others against TF32 where it ran, and fp8
-    against bf16-mixed: the comparisons the benchmark writes."""
-    by_name = {p.name: p for p in precisions if p.status == "ok"}
-    return tuple(
-        compared(arm, by_name[base])
-        for base in ("32-true", "32-tf32", "bf16-mixed")
-        if base in by_name
-        for arm in by_name.values()
-        if _compared(arm.name, base)
-    )
-
-
-def _compared(name: str, base: str) -> bool:
-    if base == "bf16-mixed":
-        return name == "fp8"
-    return name != base and not (base == "32-tf32" and name == "32-true")
-
-
 def bench(
     gpu: bool = True,
     speedup: float = 4.0,
@@ -261,7 +199,7 @@ def bench(
     faster with fp32's memory and accuracy, 16-mixed and bf16-mixed ``speedup`` times faster,
     ``mem`` % less memory, ``acc`` less accurate; ``precision_kw`` changes bf16-mixed), or of
     the cpu-smoke preset on a CPU (32-true and bf16-mixed, no CUDA memory). ``step_ms``
-    overrides a precision's step time; the comparisons are computed from the precisions."""
+    overrides a precision's step time."""
     names = ("32-true", "32-tf32", "16-mixed", "bf16-mixed") if gpu else ("32-true", "bf16-mixed")
     times = {"32-true": 400.0, "32-tf32": 160.0, "16-mixed": 400.0 / speedup}
     times.update({"bf16-mixed": 400.0 / speedup, **(step_ms or {})})
@@ -287,14 +225,13 @@ def bench(
         datetime="2026-01-01T00:00:00Z",
         commit="abc",
         precisions=precisions,
-        comparisons=compare_all(precisions),
         preset_spec=dict(PRESET_SPEC),
     )
 
 
 def cpu_bench(**kw: object) -> Benchmark:
     """A clean cpu-smoke run whose bf16 precision has the CPU probes' figures (``kw`` changes
-    them; the comparison is computed from the changed figures)."""
+    them)."""
     clean = dict(
         sync_method="dispatch",
         matmul_dtypes={"bfloat16": 11},
@@ -306,16 +243,14 @@ def cpu_bench(**kw: object) -> Benchmark:
     b = bench(gpu=False, speedup=0.7)
     mixed = replace(b.precisions[1], **{**clean, **kw})
     precisions = (b.precisions[0], mixed)
-    return replace(b, precisions=precisions, comparisons=compare_all(precisions))
+    return replace(b, precisions=precisions)
 
 
 def with_precisions(b: Benchmark, *precisions: PrecisionResult) -> Benchmark:
-    """``b`` with ``precisions`` in place of those of the same name (or added), and the
-    comparisons computed again from them."""
+    """``b`` with ``precisions`` in place of those of the same name (or added)."""
     by_name = {p.name: p for p in b.precisions}
     by_name.update({p.name: p for p in precisions})
-    ran = tuple(by_name.values())
-    return replace(b, precisions=ran, comparisons=compare_all(ran))
+    return replace(b, precisions=tuple(by_name.values()))
 
 
 def performance(benchmark: Benchmark, **kw: object) -> StageData:

@@ -189,22 +189,23 @@ def test_nan_and_infinity_in_benchmark_metrics(
     copy_scenario(tmp_path, "block", monkeypatch)
     path = tmp_path / "reports" / "raw" / "benchmark.json"
     doc = json.loads(path.read_text())
-    doc["comparisons"][0].update(accuracy_diff=math.nan, peak_memory_reduction_pct=math.inf)
+    arm = doc["precisions"]["bf16-mixed"]
+    arm["val_accuracy"], arm["memory"]["peak_allocated_mb"] = math.nan, math.inf
     path.write_text(json.dumps(doc))  # NaN and Infinity, as Python writes them: not JSON
     reseal(path.parent)
     verdict, files = build_scenario("block")
     perf = next(s for s in verdict.stages if s.name == "performance")
     (refused,) = [f for f in perf.blocking if f.kind == "input_malformed"]
-    assert "comparisons[0]" in refused.title and "benchmark.json" in refused.title
+    assert "bf16-mixed" in refused.title and "benchmark.json" in refused.title
     check_markdown(files["performance.md"])
-    doc["comparisons"][0].update(accuracy_diff=None, peak_memory_reduction_pct=None)
+    arm["val_accuracy"], arm["memory"]["peak_allocated_mb"] = None, None
     path.write_text(json.dumps(doc))  # null: what a producer writes for "not measured"
     reseal(path.parent)
     verdict, files = build_scenario("block")
     perf = next(s for s in verdict.stages if s.name == "performance")
     missing = [f.title for f in perf.blocking if f.kind == "evidence_missing"]
-    assert any("comparisons[0].accuracy_diff" in t for t in missing)
-    assert any("comparisons[0].peak_memory_reduction_pct" in t for t in missing)
+    assert any("bf16-mixed.val_accuracy" in t for t in missing)
+    assert any("bf16-mixed.memory.peak_allocated_mb" in t for t in missing)
 
 
 HOSTILE = [

@@ -15,7 +15,8 @@ import torch
 from tqdm.auto import tqdm
 
 from amptrain.benchmark.presets import PRESETS
-from amptrain.benchmark.run import parse_precisions, run_benchmark
+from amptrain.benchmark.run import BASELINE, parse_precisions, run_benchmark
+from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians, summarize
 from amptrain.metrics import WandbSink
 
 
@@ -46,30 +47,55 @@ def _fmt(value: float | None, width: int, decimals: int, suffix: str = "") -> st
     return f"{value:.{decimals}f}{suffix}".rjust(width)
 
 
+def figures(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For the terminal and W&B only (the file holds raw samples, and the gate derives its own):
+    each clean precision's step time, spread, throughput, TFLOP/s and speedup over IEEE fp32."""
+    preset, flops = doc["preset"], doc["model"]["flops_per_token"]
+    base = doc["precisions"].get(BASELINE, {})
+    out: dict[str, dict[str, Any]] = {}
+    for name, r in doc["precisions"].items():
+        if r["status"] != "ok":
+            continue
+        stats = summarize(r["window_s"])
+        tokens = r["steps_per_window"] * preset["batch_size"] * preset["seq_len"]
+        row = {
+            "step_time_ms": stats["median"] / r["steps_per_window"] * 1e3,
+            "iqr_ms": stats["iqr"] / r["steps_per_window"] * 1e3,
+            "tokens_per_second": tokens / stats["median"],
+            "tflops": tokens / stats["median"] * flops / 1e12,
+        }
+        if base.get("status") == "ok" and name != BASELINE:
+            row["speedup"] = ratio_of_medians(base["window_s"], r["window_s"])
+            row["speedup_ci95"] = bootstrap_ratio_ci(base["window_s"], r["window_s"])
+        out[name] = row
+    return out
+
+
 def table(doc: dict[str, Any]) -> str:
     """A short text table of the results."""
-    speedups = {c["precision"]: c for c in doc["comparisons"] if c["baseline"] == doc["baseline"]}
     head = (
         f"{'precision':<11} {'status':<9} {'ms/step':>9} {'IQR ms':>8} {'tok/s':>10} "
         f"{'speedup':>8} {'95% CI':>13} {'peak MB':>9} {'act MB':>9} {'val acc':>8} "
         f"{'TFLOP/s':>8}"
     )
     lines = [head, "-" * len(head)]
+    derived = figures(doc)
     for name, r in doc["precisions"].items():
         if r["status"] in ("oom", "error"):
             lines.append(f"{name:<11} {r['status']:<9} {r['error']}")
             continue
-        comp = speedups.get(name, {})
-        ci = comp.get("speedup_ci95")
+        f = derived.get(name, {})
+        ci = f.get("speedup_ci95")
         mem = r["memory"]
-        tflops = r["tokens_per_second"] * doc["model"]["flops_per_token"] / 1e12
-        iqr_ms = r["stats"]["iqr"] / r["steps_per_window"] * 1e3
+        peak, static = mem.get("peak_allocated_mb"), mem.get("static_mb")
+        activation = peak - static if peak is not None and static is not None else None
         lines.append(
-            f"{name:<11} {r['status']:<9} {_fmt(r['step_time_ms'], 9, 2)} {_fmt(iqr_ms, 8, 2)} "
-            f"{_fmt(r['tokens_per_second'], 10, 0)} {_fmt(comp.get('speedup'), 8, 2, 'x')} "
+            f"{name:<11} {r['status']:<9} {_fmt(f.get('step_time_ms'), 9, 2)} "
+            f"{_fmt(f.get('iqr_ms'), 8, 2)} {_fmt(f.get('tokens_per_second'), 10, 0)} "
+            f"{_fmt(f.get('speedup'), 8, 2, 'x')} "
             f"{(f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'):>13} "
-            f"{_fmt(mem.get('peak_allocated_mb'), 9, 0)} {_fmt(mem.get('activation_mb'), 9, 0)} "
-            f"{_fmt(r['val_accuracy'], 8, 4)} {_fmt(tflops, 8, 1)}"
+            f"{_fmt(peak, 9, 0)} {_fmt(activation, 9, 0)} "
+            f"{_fmt(r['val_accuracy'], 8, 4)} {_fmt(f.get('tflops'), 8, 1)}"
         )
     return "\n".join(lines)
 
@@ -81,12 +107,11 @@ def _log_wandb(doc: dict[str, Any]) -> None:
         config={"preset": doc["preset"], "machine": doc["machine_info"]},
         mode=os.environ.get("WANDB_MODE", "offline"),
     )
-    for name, r in doc["precisions"].items():
-        if r["status"] == "ok":
-            sink.run.summary[f"{name}/tokens_per_second"] = r["tokens_per_second"]
-            sink.run.summary[f"{name}/val_accuracy"] = r["val_accuracy"]
-    for c in doc["comparisons"]:
-        sink.run.summary[f"{c['precision']}/speedup_vs_{c['baseline']}"] = c["speedup"]
+    for name, f in figures(doc).items():
+        sink.run.summary[f"{name}/tokens_per_second"] = f["tokens_per_second"]
+        sink.run.summary[f"{name}/val_accuracy"] = doc["precisions"][name]["val_accuracy"]
+        if "speedup" in f:
+            sink.run.summary[f"{name}/speedup_vs_{BASELINE}"] = f["speedup"]
     sink.close()
 
 

@@ -3,9 +3,9 @@
 ``python -m amptrain.benchmark.ab --against REF`` extracts REF's ``src/`` (git archive) beside
 the working tree's, starts one worker per side (each importing its own commit's library, see
 ``abworker``), and runs timed windows in pairs whose order alternates (base head, head base,
-...), so drift and load hit both sides alike. The file it writes keeps every raw window;
-its summary (the median of the rounds' head/base step-time ratios, with a 95% bootstrap
-interval) is for people, and the judge recomputes it from the windows.
+...), so drift and load hit both sides alike. The file it writes holds the raw windows only (format
+2); the summary printed at the end (the median of the rounds' head/base step-time ratios, with
+a 95% bootstrap interval) is for people, and the judge derives its own from the windows.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from amptrain.benchmark.environment import machine_info
 from amptrain.benchmark.presets import PRESETS
 from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: raw windows only, no summary
 KIND = "amptrain-ab"
 WORKER = Path(__file__).with_name("abworker.py")
 
@@ -183,16 +183,18 @@ def _ratio(head: Sequence[float], base: Sequence[float]) -> tuple[float, list[fl
     return ratio_of_medians(ratios, [1.0]), list(bootstrap_ratio_ci(ratios, [1.0]))
 
 
-def summary(base: Side, head: Side) -> dict[str, Any]:
-    """Head over base: step time (the median of the rounds' head/base ratios) with its 95%
-    bootstrap interval, and peak CUDA memory the same way where it was measured."""
-    ratio, interval = _ratio(head.window_s, base.window_s)
-    peaks = (*base.peak_mb, *head.peak_mb)
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """For the terminal only: head over base, step time (the median of the rounds' head/base
+    ratios) with its 95% bootstrap interval, and peak CUDA memory the same way where it was
+    measured."""
+    base, head = doc["base"], doc["head"]
+    ratio, interval = _ratio(head["window_s"], base["window_s"])
+    peaks = (*base["peak_mb"], *head["peak_mb"])
     memory = None
     if peaks and None not in peaks:
-        memory = _ratio(head.peak_mb, base.peak_mb)[0]  # type: ignore[arg-type]
+        memory = _ratio(head["peak_mb"], base["peak_mb"])[0]
     return {
-        "windows": len(head.window_s),
+        "windows": len(head["window_s"]),
         "step_time_ratio": ratio,
         "step_time_ratio_ci95": interval,
         "half_width_pct": (interval[1] - interval[0]) / 2 / ratio * 100,
@@ -223,7 +225,7 @@ def measure(base: Side, head: Side, settings: dict[str, Any], log: IO[str]) -> l
 def document(
     base: Side, head: Side, settings: dict[str, Any], order: list[str], error: str
 ) -> dict[str, Any]:
-    """The A/B file: settings, both sides' raw windows, the order they ran in, the summary."""
+    """The A/B file: settings, both sides' raw windows and the order they ran in."""
     complete = not error and len(base.window_s) == len(head.window_s) == settings["windows"]
     return {
         "format_version": FORMAT_VERSION,
@@ -236,7 +238,6 @@ def document(
         "order": order,
         "base": base.to_dict(),
         "head": head.to_dict(),
-        "summary": summary(base, head) if complete else None,
     }
 
 
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if doc["status"] != "ok":
         print(f"A/B benchmark did not finish: {doc['error']}\nwrote {args.out}", file=sys.stderr)
         return 1
-    s = doc["summary"]
+    s = summary(doc)
     low, high = s["step_time_ratio_ci95"]
     print(
         f"step time head/base {s['step_time_ratio']:.3f}x (95% interval {low:.3f}-{high:.3f}, "

@@ -283,7 +283,9 @@ class LintFinding:
 
 @dataclass(frozen=True)
 class PrecisionResult:
-    """One precision of a benchmark run, as the benchmark file reports it."""
+    """One precision of a benchmark run: the raw figures as the benchmark file reports them,
+    and the figures the judge derives from them (:mod:`stagegate.judge.derive`; None as read:
+    no file's summary is ever read into them)."""
 
     name: str
     status: str
@@ -291,20 +293,12 @@ class PrecisionResult:
     precision_used: str | None  # as the file states it: None when absent
     # torch.set_float32_matmul_precision as the run set it: "high" lets fp32 matmuls use TF32
     float32_matmul_precision: str | None = None
-    step_time_ms: float | None = None
-    iqr_ms: float | None = None
     # The raw timed windows, as written: None for an entry that is not a finite number.
     window_s: tuple[float | None, ...] = ()
     steps_per_window: float | None = None
-    window_median_s: float | None = None  # the file's own summary of window_s
-    window_count: float | None = None
     memory_measured: bool = False
-    tokens_per_second: float | None = None
-    mfu: float | None = None
-    mfu_bf16: float | None = None  # fp8's arithmetic against the GPU's bf16 peak, for scale
     peak_mb: float | None = None
     static_mb: float | None = None
-    activation_mb: float | None = None
     val_loss: float | None = None
     val_accuracy: float | None = None
     overflow_steps: int | None = None
@@ -324,10 +318,19 @@ class PrecisionResult:
     live_growth_pct_per_window: float | None = None
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    # Derived by the judge from the windows, the preset's sizes and the memory figures:
+    step_time_ms: float | None = None  # the windows' median over the steps of a window
+    iqr_ms: float | None = None
+    tokens_per_second: float | None = None
+    activation_mb: float | None = None  # peak minus static
+    mfu: float | None = None  # share of the GPU's dense peak in the precision's compute dtype
+    mfu_bf16: float | None = None  # fp8's arithmetic against the GPU's bf16 peak, for scale
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """One precision against a baseline precision, as the judge derived it from both."""
+
     precision: str
     baseline: str
     speedup: float
@@ -362,7 +365,6 @@ class Benchmark:
     datetime: str
     commit: str | None
     precisions: tuple[PrecisionResult, ...]
-    comparisons: tuple[Comparison, ...]
     settings: dict[str, Any] = field(default_factory=dict)
     # The sizes the file says its preset ran with (window_steps, batch_size, seq_len, ...);
     # what the preset must measure comes from the policy, never from here.
@@ -389,7 +391,8 @@ class ABSide:
 
 @dataclass(frozen=True)
 class ABRun:
-    """An A/B benchmark file: two commits' windows, interleaved, and the file's own summary."""
+    """An A/B benchmark file: two commits' raw windows, interleaved (the judge derives every
+    ratio from them)."""
 
     status: str
     error: str | None
@@ -400,9 +403,6 @@ class ABRun:
     order: tuple[str, ...]
     base: ABSide
     head: ABSide
-    step_time_ratio: float | None  # the file's summary: judged against the windows
-    step_time_ci95: tuple[float, float] | None
-    peak_memory_ratio: float | None
     datetime: str = ""
     machine: MachineClaim = field(default_factory=MachineClaim)
 

@@ -17,7 +17,6 @@ from stagegate.collect import collect_stage
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.ab import _outcome as ab_outcome
 from stagegate.judge.policy import load_policy
-from stagegate.judge.stats import RatioDistribution, median
 from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
 
 from ..builders import FIXTURES, POLICY_FILE, record, run_that_wrote, sealed
@@ -38,12 +37,10 @@ def judged(tmp_path: Path, doc: Doc, ab_base: str | None = SHA, commit: str = SH
     return judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=ab_base)
 
 
-def resummarized(doc: Doc) -> Doc:
-    """``doc`` with its summary recomputed from its windows, as the producer writes it."""
-    paired = [h / b for h, b in zip(doc["head"]["window_s"], doc["base"]["window_s"], strict=True)]
-    low, high = RatioDistribution(paired, (1.0,)).interval()
-    doc["summary"]["step_time_ratio"] = median(paired)
-    doc["summary"]["step_time_ratio_ci95"] = [low, high]
+def raw_only(doc: Doc) -> Doc:
+    """``doc`` as the producer writes it now (format 2): the windows, no summary."""
+    doc.pop("summary", None)
+    doc["format_version"] = 2
     return doc
 
 
@@ -54,7 +51,7 @@ def scaled(factors: Callable[[int], float]) -> Doc:
     doc["base"]["sha"] = OTHER
     base = doc["base"]["window_s"]
     doc["head"]["window_s"] = [b * factors(i) for i, b in enumerate(base)]
-    return resummarized(doc)
+    return raw_only(doc)
 
 
 def kinds(stage: StageVerdict) -> set[str]:
@@ -97,17 +94,14 @@ def test_an_interval_across_the_limit_is_not_verified_and_never_passes(tmp_path:
     assert decide([stage]).decision is Decision.BLOCK
 
 
-def on_gpu(head_mb: Callable[[int], float], claimed: float | None = None) -> Doc:
+def on_gpu(head_mb: Callable[[int], float]) -> Doc:
     """The real file as the gpu preset writes it: on CUDA, with each window's peak memory
-    (the base's 1000 MB, the head's ``head_mb(i)``) and the summary's memory ratio (what the
-    windows give, unless ``claimed``)."""
+    (the base's 1000 MB, the head's ``head_mb(i)``)."""
     doc = scaled(lambda i: 1.0)
     doc["preset"], doc["device"] = "gpu", "cuda:0"
     n = doc["windows"]
     doc["base"]["peak_mb"] = [1000.0] * n
     doc["head"]["peak_mb"] = [head_mb(i) for i in range(n)]
-    given = median([h / 1000.0 for h in doc["head"]["peak_mb"]])
-    doc["summary"]["peak_memory_ratio"] = given if claimed is None else claimed
     return doc
 
 
@@ -140,7 +134,7 @@ def test_both_ratios_across_the_limit_are_both_named_not_verified(tmp_path: Path
     doc["head"]["window_s"] = [
         b * (0.9 if i % 2 else 1.3) for i, b in enumerate(doc["base"]["window_s"])
     ]
-    stage = judged(tmp_path, resummarized(doc), ab_base=OTHER)
+    stage = judged(tmp_path, raw_only(doc), ab_base=OTHER)
     assert [c.outcome for c in stage.ab] == [ABOutcome.UNDECIDED] * 2
     assert stage.status is StageStatus.NOT_VERIFIED and "step time, peak memory" in stage.note
 
@@ -162,26 +156,15 @@ def test_peak_memory_that_is_not_a_positive_figure_a_window_blocks(
     assert decide([stage]).decision is Decision.BLOCK
 
 
-def test_a_memory_ratio_the_windows_do_not_give_blocks(tmp_path: Path) -> None:
-    stage = judged(tmp_path, on_gpu(lambda i: 1000.0, claimed=0.8), ab_base=OTHER)
-    assert any(
-        "peak_memory_ratio" in f.title for f in stage.blocking if f.kind == "evidence_inconsistent"
-    )
-    assert decide([stage]).decision is Decision.BLOCK
-
-
 def test_a_cpu_run_is_judged_on_step_time_alone(tmp_path: Path) -> None:
     stage = judged(tmp_path, scaled(lambda i: 1.0), ab_base=OTHER)
     assert [c.metric for c in stage.ab] == ["step_time"] and stage.status is StageStatus.PASS
 
 
-@pytest.mark.parametrize("field", ["head.peak_mb", "base.peak_mb", "summary.peak_memory_ratio"])
+@pytest.mark.parametrize("field", ["head.peak_mb", "base.peak_mb"])
 def test_memory_figures_on_a_preset_that_measures_none_block(tmp_path: Path, field: str) -> None:
     doc = scaled(lambda i: 1.0)
-    if field == "summary.peak_memory_ratio":
-        doc["summary"]["peak_memory_ratio"] = 0.5
-    else:
-        doc[field.split(".")[0]]["peak_mb"] = [1e9] * doc["windows"]
+    doc[field.split(".")[0]]["peak_mb"] = [1e9] * doc["windows"]
     stage = judged(tmp_path, doc, ab_base=OTHER)
     assert any(field in t.title for t in stage.blocking if t.kind == "evidence_impossible")
     assert decide([stage]).decision is Decision.BLOCK
@@ -197,14 +180,6 @@ def _nan_window(doc: Doc) -> None:
 
 def _zero_window(doc: Doc) -> None:
     doc["head"]["window_s"][0] = 0.0
-
-
-def _summary_ratio(doc: Doc) -> None:
-    doc["summary"]["step_time_ratio"] = 0.9
-
-
-def _summary_interval(doc: Doc) -> None:
-    doc["summary"]["step_time_ratio_ci95"] = [0.5, 1.01]
 
 
 def _not_interleaved(doc: Doc) -> None:
@@ -242,8 +217,6 @@ HOSTILE = {
     _drop_window: ("evidence_missing", "head.window_s"),
     _nan_window: ("evidence_missing", "base.window_s"),
     _zero_window: ("evidence_impossible", "head.window_s"),
-    _summary_ratio: ("evidence_inconsistent", "step_time_ratio"),
-    _summary_interval: ("evidence_inconsistent", "step_time_ratio_ci95"),
     _not_interleaved: ("evidence_inconsistent", "order"),
     _presets_differ: ("evidence_inconsistent", "preset"),
     _failed: ("benchmark_failed", "did not finish"),
@@ -331,5 +304,5 @@ def test_the_fewest_and_the_most_windows_the_policy_allows_are_judged(
         side = doc[role]["window_s"]
         doc[role]["window_s"] = (side * (windows // len(side) + 1))[:windows]
     doc["windows"], doc["order"] = windows, ["base", "head"] * windows
-    stage = judged(tmp_path, resummarized(doc))
+    stage = judged(tmp_path, raw_only(doc))
     assert stage.ab and "evidence_missing" not in kinds(stage), [f.title for f in stage.findings]

@@ -10,8 +10,10 @@ import pytest
 
 from stagegate.collect import collect_stage, read_baselines
 from stagegate.judge import decide, judge_stage
-from stagegate.judge.baseline import compare_to_baseline, pick_baseline
-from stagegate.model import NOT_VERIFIED, Benchmark, Decision, StageData
+from stagegate.judge.baseline import compare_to_baseline as compare_figures
+from stagegate.judge.baseline import pick_baseline
+from stagegate.judge.derive import figured
+from stagegate.model import NOT_VERIFIED, BaselineComparison, Benchmark, Decision, StageData
 from stagegate.view.parts import Context
 from stagegate.view.summary import summary_view
 
@@ -20,12 +22,18 @@ from ..builders import REPO_POLICY, bench, performance, record, sealed, with_pre
 POLICY = REPO_POLICY
 
 
+def compare_to_baseline(current: Benchmark, base: Benchmark, margin: float) -> BaselineComparison:
+    """Both runs' figures derived from their raw ones, as the judge does, then compared."""
+    derived = (figured(b, POLICY.benchmark) for b in (current, base))
+    return compare_figures(*derived, margin)
+
+
 def test_a_regression_beyond_the_noise_is_high() -> None:
     base = bench()
     slower = bench(step_ms={"bf16-mixed": 150.0})
     v = judge_stage("performance", performance(slower), POLICY, baselines=[base])
     regressions = {f.title.split(" ")[1]: f for f in v.findings if f.kind == "regression"}
-    assert set(regressions) == {"step_time_ms", "tokens_per_second"}  # bf16 only
+    assert set(regressions) == {"step_time_ms"}  # bf16 only
     step = regressions["step_time_ms"]
     assert step.severity.blocks and "bf16-mixed" in step.title and "+50.0%" in step.title
     assert v.baseline is not None and v.baseline.comparable
@@ -90,13 +98,13 @@ REQUIRED = POLICY.require(("performance",))
 
 def spread(b: Benchmark, name: str, iqr_pct: float) -> Benchmark:
     """``b`` with ``name``'s five windows spread evenly, their IQR ``iqr_pct`` % of their
-    median, and every summary of them consistent (as a careful forger writes them)."""
+    median."""
     arm = next(p for p in b.precisions if p.name == name)
-    assert arm.step_time_ms is not None and arm.window_median_s is not None
+    middle = arm.window_s[2]
+    assert middle is not None
     step = iqr_pct / 200
-    windows = tuple(arm.window_median_s * (1 + k * step) for k in (-2, -1, 0, 1, 2))
-    noisy = replace(arm, window_s=windows, iqr_ms=arm.step_time_ms * iqr_pct / 100)
-    return with_precisions(b, noisy)
+    windows = tuple(middle * (1 + k * step) for k in (-2, -1, 0, 1, 2))
+    return with_precisions(b, replace(arm, window_s=windows))
 
 
 def test_runs_that_spread_beyond_the_margin_are_not_verified_never_within_noise() -> None:
@@ -149,19 +157,20 @@ def _fp32(b: Benchmark, **figures: object) -> Benchmark:
 
 
 def _verdicts(current: Benchmark, base: Benchmark, margin: float) -> dict[str, str]:
-    return {c.metric: c.verdict for c in compare_to_baseline(current, base, margin).changes}
+    """The verdicts on figures set by hand (as if derived)."""
+    return {c.metric: c.verdict for c in compare_figures(current, base, margin).changes}
 
 
-QUIET = {"step_time_ms": 400.0, "tokens_per_second": 100.0, "peak_mb": 1000.0, "iqr_ms": 0.0}
+QUIET = {"step_time_ms": 400.0, "peak_mb": 1000.0, "iqr_ms": 0.0}
 
 
 @pytest.mark.parametrize(
     ("figures", "verdict"),
     [
-        ({"step_time_ms": 500.0, "tokens_per_second": 75.0, "peak_mb": 1250.0}, "within noise"),
-        ({"step_time_ms": 300.0, "tokens_per_second": 125.0, "peak_mb": 750.0}, "within noise"),
-        ({"step_time_ms": 501.0, "tokens_per_second": 74.0, "peak_mb": 1251.0}, "regression"),
-        ({"step_time_ms": 299.0, "tokens_per_second": 126.0, "peak_mb": 749.0}, "improvement"),
+        ({"step_time_ms": 500.0, "peak_mb": 1250.0}, "within noise"),
+        ({"step_time_ms": 300.0, "peak_mb": 750.0}, "within noise"),
+        ({"step_time_ms": 501.0, "peak_mb": 1251.0}, "regression"),
+        ({"step_time_ms": 299.0, "peak_mb": 749.0}, "improvement"),
     ],
 )
 def test_a_change_of_exactly_the_margin_is_noise_and_past_it_is_not(
@@ -187,7 +196,7 @@ def test_peak_memory_has_no_window_noise_even_under_a_tiny_margin() -> None:
 
 
 def test_a_figure_absent_or_zero_on_either_side_is_not_compared() -> None:
-    base = _fp32(bench(), **{**QUIET, "iqr_ms": None, "tokens_per_second": 0.0})
+    base = _fp32(bench(), **{**QUIET, "iqr_ms": None, "peak_mb": 0.0})
     current = _fp32(bench(), **{**QUIET, "iqr_ms": None, "peak_mb": None})
     assert set(_verdicts(current, base, 10.0)) == {"step_time_ms"}
 

@@ -1,6 +1,7 @@
-"""Hostile benchmark files: the real H100 result (judged as the GPU run it is) and the real
-cpu-smoke result, corrupted one field at a time (deleted, NaN, infinite, zero, negative,
-impossible, out of step with the raw windows, on the wrong device, incomplete). Each gives BLOCK
+"""Hostile benchmark files: the real H100 result (judged as the GPU run it is, rewritten as the
+raw-only format 2 that the benchmark writes now) and the real cpu-smoke result, corrupted one
+field at a time (deleted, NaN, infinite, zero, negative, impossible, out of step with the
+preset, on the wrong device, incomplete). Each gives BLOCK
 with a blocking finding that names the field, or an input error that names it; never PASS,
 never a traceback. Unmodified, both real files pass."""
 
@@ -18,7 +19,6 @@ import pytest
 from stagegate.collect import collect_stage
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import load_policy
-from stagegate.judge.stats import RatioDistribution, median, quartiles, ratio_of_medians
 from stagegate.model import CheckOutcome, Decision, StageStatus, StageVerdict
 
 from ..builders import (
@@ -33,6 +33,15 @@ from ..builders import (
 
 POLICY = load_policy(POLICY_FILE)  # this repository's policy
 H100 = json.loads((FIXTURES / "benchmark-h100-80gb-hbm3.json").read_text())
+# Format 2: the raw figures alone (format 1 also held summaries, which no reader reads)
+H100["format_version"] = 2
+for _summary in ("comparisons", "baseline"):
+    H100.pop(_summary)
+for _result in H100["precisions"].values():
+    for _summary in ("stats", "step_time_ms", "tokens_per_second", "samples_per_second", "mfu"):
+        _result.pop(_summary)
+    _result.pop("peak_tflops")
+    _result["memory"].pop("activation_mb")
 # Measured before the benchmark wrote each precision's float32 matmul precision: its commit
 # (8ec0703) set "high" (TF32) for 32-tf32 and "highest" for the others, as now.
 for _name, _result in H100["precisions"].items():
@@ -95,35 +104,6 @@ def prec(doc: Doc, name: str) -> Doc:
     return doc["precisions"][name]
 
 
-def comp(doc: Doc, name: str, baseline: str = "32-true") -> Doc:
-    return next(
-        c for c in doc["comparisons"] if (c["precision"], c["baseline"]) == (name, baseline)
-    )
-
-
-def forge(doc: Doc) -> Doc:
-    """Every summary made to agree with the raw figures, as a careful forger would."""
-    p = doc["preset"]
-    tokens = p["window_steps"] * p["batch_size"] * p["seq_len"]
-    for r in doc["precisions"].values():
-        w = r["window_s"]
-        q1, q3 = quartiles(w)
-        r["stats"].update(n=len(w), median=median(w), q1=q1, q3=q3, iqr=q3 - q1)
-        r["step_time_ms"] = median(w) / r["steps_per_window"] * 1e3
-        r["tokens_per_second"] = tokens / median(w)
-    for c in doc["comparisons"]:
-        arm, base = prec(doc, c["precision"]), prec(doc, c["baseline"])
-        c["speedup"] = ratio_of_medians(base["window_s"], arm["window_s"])
-        c["speedup_ci95"] = list(RatioDistribution(base["window_s"], arm["window_s"]).interval())
-        c["accuracy_diff"] = abs(arm["val_accuracy"] - base["val_accuracy"])
-        if arm["memory"]["measured"]:
-            for key in ("peak_allocated_mb", "activation_mb"):
-                reduction = (1 - arm["memory"][key] / base["memory"][key]) * 100
-                name = "peak" if key == "peak_allocated_mb" else "activation"
-                c[f"{name}_memory_reduction_pct"] = reduction
-    return doc
-
-
 def altered(doc: Doc, change: Callable[[Doc], object]) -> Doc:
     doc = copy.deepcopy(doc)
     change(doc)
@@ -161,11 +141,6 @@ def test_the_real_cpu_result_passes_as_cpu_smoke(tmp_path: Path) -> None:
             if c.comparison.precision == "fp8"} >= fp8_targets  # fmt: skip
 
 
-def test_a_faithful_forgery_of_the_summaries_changes_nothing(tmp_path: Path) -> None:
-    """The forger below writes the summaries the raw figures give: what it passes is sound."""
-    assert judged(tmp_path, forge(copy.deepcopy(H100))).status is StageStatus.PASS
-
-
 # --- one field at a time: deleted, NaN, infinite, zero, negative --------------------------------
 
 DELETE = object()
@@ -188,30 +163,19 @@ def _fp32(d: Doc) -> Doc:
     return prec(d, "32-true")
 
 
-def _cmp(d: Doc) -> Doc:
-    return comp(d, "bf16-mixed")
-
-
 # (container, key, the words a finding must name, the corruptions no run can produce)
 FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, ...]]] = [
     (lambda d: _bf16(d)["window_s"], 3, ("bf16-mixed", "window_s"), ALL),
     (lambda d: _fp32(d)["window_s"], 0, ("32-true", "window_s"), ALL),
     (_bf16, "window_s", ("bf16-mixed", "window_s"), ("deleted", "NaN", "zero", "negative")),
-    (lambda d: _bf16(d)["stats"], "median", ("bf16-mixed", "median"), ALL),
-    (lambda d: _bf16(d)["stats"], "iqr", ("bf16-mixed", "iqr"), ALL),
-    (lambda d: _bf16(d)["stats"], "n", ("bf16-mixed", "stats.n"), ALL),
-    (_bf16, "stats", ("bf16-mixed", "stats"), ("deleted", "NaN", "zero")),
     (_bf16, "steps_per_window", ("bf16-mixed", "steps_per_window"), ALL),
-    (_bf16, "step_time_ms", ("bf16-mixed", "step_time_ms"), ALL),
-    (_bf16, "tokens_per_second", ("bf16-mixed", "tokens_per_second"), ALL),
-    (_bf16, "mfu", ("bf16-mixed", "mfu"), ("zero", "negative")),  # shown, never judged
     (lambda d: _bf16(d)["memory"], "peak_allocated_mb", ("bf16-mixed", "peak_allocated"), ALL),
     (lambda d: _bf16(d)["memory"], "static_mb", ("bf16-mixed", "static_mb"), ALL),
-    (lambda d: _bf16(d)["memory"], "activation_mb", ("bf16-mixed", "activation_mb"), ALL),
     (lambda d: _fp32(d)["memory"], "peak_allocated_mb", ("32-true", "peak_allocated"), ALL),
     (lambda d: _bf16(d)["memory"], "measured", ("bf16-mixed", "measured"), ALL),
     (_bf16, "val_accuracy", ("bf16-mixed", "accuracy"), ALL),
-    (_bf16, "val_loss", ("bf16-mixed", "val_loss"), ALL),
+    # a cross-entropy below zero is impossible; zero is a perfect fit, improbable, not impossible
+    (_bf16, "val_loss", ("bf16-mixed", "val_loss"), NOT_ZERO),
     (_bf16, "overflow_steps", ("bf16-mixed", "overflow_steps"), ("negative",)),
     (lambda d: _bf16(d)["loss_curve"], 5, ("bf16-mixed", "loss_curve"), ("NaN", "inf")),
     (_bf16, "loss_curve", ("bf16-mixed", "loss_curve"), ("NaN", "zero")),
@@ -236,15 +200,6 @@ FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, 
         ("bf16-mixed", "graph"),
         NOT_ZERO,
     ),
-    (_cmp, "speedup", ("comparisons[", "speedup"), ALL),
-    (lambda d: _cmp(d)["speedup_ci95"], 0, ("comparisons[", "speedup_ci95"), ALL),
-    (lambda d: _cmp(d)["speedup_ci95"], 1, ("comparisons[", "speedup_ci95"), ALL),
-    (_cmp, "speedup_ci95", ("comparisons[", "speedup_ci95"), ALL),
-    (_cmp, "peak_memory_reduction_pct", ("comparisons[", "peak_memory"), ALL),
-    (_cmp, "activation_memory_reduction_pct", ("comparisons[", "activation_memory"), ALL),
-    (_cmp, "accuracy_diff", ("comparisons[", "accuracy_diff"), NOT_ZERO),
-    (_cmp, "val_loss_diff", ("comparisons[", "val_loss_diff"), ALL),
-    (_cmp, "precision", ("comparisons[", "precision"), ALL),
     (lambda d: d["preset"], "batch_size", ("preset",), ALL),
     (lambda d: d["preset"], "windows", ("preset", "windows"), ALL),
     (lambda d: d["machine_info"], "gpu_name", ("gpu_name",), ALL),
@@ -285,43 +240,41 @@ def _scale_windows(doc: Doc, name: str, factor: float) -> None:
 
 
 def _all_scaled(doc: Doc, factor: float) -> Doc:
-    """Every precision's windows scaled alike (speedups unchanged), and each MFU the file states
-    scaled with them: consistent with itself, impossible for the GPU."""
-    for name, result in doc["precisions"].items():
+    """Every precision's windows scaled alike: the speedups unchanged, the arithmetic not."""
+    for name in doc["precisions"]:
         _scale_windows(doc, name, factor)
-        if result.get("mfu") is not None:
-            result["mfu"] /= factor
     return doc
 
 
 IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
-    # bf16 three times faster than measured, every summary made to agree: 20.9x against fp32,
-    # beyond the H100's bf16/fp32 peak ratio (989.5 / 67 = 14.8x)
+    # bf16 three times faster than measured: 20.9x against fp32, beyond the H100's bf16/fp32
+    # peak ratio (989.5 / 67 = 14.8x)
     (
-        "speedup beyond the peak ratio, summaries forged to agree",
-        lambda d: forge(_scale_windows(d, "bf16-mixed", 1 / 3) or d),
+        "speedup beyond the peak ratio",
+        lambda d: _scale_windows(d, "bf16-mixed", 1 / 3),
         ("bf16-mixed vs 32-true", "peak ratio"),
     ),
     (
         "the same on an A100 (bf16/fp32 16x)",
-        lambda d: forge(_scale_windows(d, "bf16-mixed", 1 / 3) or d)["machine_info"].update(
-            gpu_name="NVIDIA A100-SXM4-80GB"
+        lambda d: (
+            _scale_windows(d, "bf16-mixed", 1 / 3)
+            or d["machine_info"].update(gpu_name="NVIDIA A100-SXM4-80GB")
         ),
         ("bf16-mixed vs 32-true", "peak ratio"),
     ),
     (
         "TF32 beyond its peak ratio against fp32 (7.4x)",
-        lambda d: forge(_scale_windows(d, "32-tf32", 1 / 3) or d),
+        lambda d: _scale_windows(d, "32-tf32", 1 / 3),
         ("32-tf32 vs 32-true", "peak ratio"),
     ),
     (
-        "every precision 100x faster, summaries and MFU forged to agree",
-        lambda d: forge(_all_scaled(d, 1 / 100)),
+        "every precision 100x faster",
+        lambda d: _all_scaled(d, 1 / 100),
         ("window_s", "TFLOP/s", "peak"),
     ),
     (
         "FLOPs per token stated below the preset's, to pass the peak",
-        lambda d: forge(_all_scaled(d, 1 / 100)).update(model={"flops_per_token": 1000}),
+        lambda d: _all_scaled(d, 1 / 100).update(model={"flops_per_token": 1000}),
         ("model.flops_per_token", "633,019,392"),
     ),
     (
@@ -333,16 +286,6 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         "a GPU name that fits two rows of the peak table whose figures differ",
         lambda d: d["machine_info"].update(gpu_name="NVIDIA H100 PCIe NVL"),
         ("gpu_name", "H100 PCIe", "H100 NVL"),
-    ),
-    (
-        "an activation-memory reduction over 100%",
-        lambda d: _cmp(d).update(activation_memory_reduction_pct=140.0),
-        ("activation_memory_reduction_pct", "bf16-mixed"),
-    ),
-    (
-        "a peak-memory reduction of exactly 100%",
-        lambda d: _cmp(d).update(peak_memory_reduction_pct=100.0),
-        ("peak_memory_reduction_pct", "bf16-mixed"),
     ),
     (
         "NaN losses beside status ok",
@@ -375,9 +318,9 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("bf16-mixed", "val_accuracy"),
     ),
     (
-        "an MFU above 100%",
-        lambda d: _bf16(d).update(mfu=1.7),
-        ("bf16-mixed", "mfu"),
+        "bf16-mixed's windows alone implying an MFU above 100%",
+        lambda d: _scale_windows(d, "bf16-mixed", 1 / 4),
+        ("bf16-mixed", "window_s", "TFLOP/s", "peak"),
     ),
     (
         "a window of one nanosecond among seconds (a negative window's cousin)",
@@ -393,7 +336,6 @@ def test_a_precision_with_no_known_compute_dtype_is_never_judged_as_met(tmp_path
 
     def fp8(d: Doc) -> None:
         d["precisions"]["fp8-mixed"] = copy.deepcopy(prec(d, "bf16-mixed"))
-        d["comparisons"].append({**copy.deepcopy(comp(d, "bf16-mixed")), "precision": "fp8-mixed"})
 
     stage = judged(tmp_path, altered(H100, fp8))
     unchecked = [f.title for f in stage.blocking if f.kind == "evidence_unchecked"]
@@ -410,7 +352,7 @@ def test_an_impossible_figure_blocks(
 
 
 def test_a_speedup_beyond_the_peak_is_not_verified_never_met(tmp_path: Path) -> None:
-    doc = forge(altered(H100, lambda d: _scale_windows(d, "bf16-mixed", 1 / 3)))
+    doc = altered(H100, lambda d: _scale_windows(d, "bf16-mixed", 1 / 3))
     stage = judged(tmp_path, doc)
     (row,) = [
         c
@@ -423,53 +365,11 @@ def test_a_speedup_beyond_the_peak_is_not_verified_never_met(tmp_path: Path) -> 
     assert [f.kind for f in stage.blocking] == ["evidence_impossible"]  # nothing else is wrong
 
 
-# --- summaries out of step with the raw figures ---------------------------------------------------
+# --- raw figures out of step with the preset, or with the targets --------------------------------
 
 INCONSISTENT: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
     (
-        "a speedup claimed 30% higher than the windows give, under the peak",
-        lambda d: _cmp(d).update(speedup=_cmp(d)["speedup"] * 1.3),
-        ("bf16-mixed vs 32-true", "speedup", "raw figures"),
-    ),
-    (
-        "an interval narrowed to a point",
-        lambda d: _cmp(d).update(speedup_ci95=[_cmp(d)["speedup"]] * 2),
-        ("speedup_ci95",),
-    ),
-    (
-        "an interval shifted by its own width",
-        lambda d: _cmp(d).update(speedup_ci95=[x + 0.05 for x in _cmp(d)["speedup_ci95"]]),
-        ("speedup_ci95",),
-    ),
-    (
-        "a median 5% faster than the windows",
-        lambda d: _bf16(d)["stats"].update(median=_bf16(d)["stats"]["median"] * 0.95),
-        ("bf16-mixed", "stats.median"),
-    ),
-    (
-        "a step time 5% faster than the windows (the baseline comparison reads it)",
-        lambda d: _bf16(d).update(step_time_ms=_bf16(d)["step_time_ms"] * 0.95),
-        ("bf16-mixed", "step_time_ms"),
-    ),
-    (
-        "a throughput 5% higher than the windows",
-        lambda d: _bf16(d).update(tokens_per_second=_bf16(d)["tokens_per_second"] * 1.05),
-        ("bf16-mixed", "tokens_per_second"),
-    ),
-    (
-        "a reduction two points better than the memory figures",
-        lambda d: _cmp(d).update(
-            activation_memory_reduction_pct=_cmp(d)["activation_memory_reduction_pct"] + 2
-        ),
-        ("activation_memory_reduction_pct", "raw figures"),
-    ),
-    (
-        "activation memory that is not peak minus static",
-        lambda d: _bf16(d)["memory"].update(activation_mb=_bf16(d)["memory"]["activation_mb"] / 2),
-        ("bf16-mixed", "activation_mb"),
-    ),
-    (
-        "an accuracy gap hidden: bf16 accuracy lowered, accuracy_diff left at 0",
+        "an accuracy gap: bf16 accuracy lowered",
         lambda d: _bf16(d).update(val_accuracy=_bf16(d)["val_accuracy"] - 0.05),
         ("accuracy_diff", "bf16-mixed vs 32-true"),
     ),
@@ -479,9 +379,9 @@ INCONSISTENT: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("bf16-mixed", "window_s", "not 10"),
     ),
     (
-        "windows slowed to miss the target, summaries left claiming it",
+        "windows slowed to miss the target",
         lambda d: _scale_windows(d, "bf16-mixed", 6),
-        ("bf16-mixed", "stats.median"),
+        ("bf16-mixed vs 32-true", "speedup"),
     ),
 ]
 
@@ -489,7 +389,7 @@ INCONSISTENT: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
 @pytest.mark.parametrize(
     ("change", "words"), [pytest.param(c, w, id=i) for i, c, w in INCONSISTENT]
 )
-def test_a_summary_out_of_step_with_the_raw_figures_blocks(
+def test_raw_figures_out_of_step_with_the_preset_or_the_targets_block(
     tmp_path: Path, change: Callable[[Doc], object], words: tuple[str, ...]
 ) -> None:
     assert_blocked(judged(tmp_path, altered(H100, change)), *words)
@@ -512,15 +412,11 @@ def test_the_targets_are_judged_on_the_windows_not_on_the_claims(tmp_path: Path)
 def _only(*names: str) -> Callable[[Doc], None]:
     def change(doc: Doc) -> None:
         doc["precisions"] = {n: r for n, r in doc["precisions"].items() if n in names}
-        doc["comparisons"] = [
-            c for c in doc["comparisons"] if {c["precision"], c["baseline"]} <= set(names)
-        ]
 
     return change
 
 
 INCOMPLETE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
-    ("no comparisons at all", lambda d: d.update(comparisons=[]), ("comparisons", "bf16-mixed")),
     ("only fp32", _only("32-true"), ("precisions.bf16-mixed", "absent")),
     (
         "no TF32 where the preset measures it",
@@ -540,16 +436,6 @@ INCOMPLETE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("32-true", "syncs_in_step"),
     ),
     ("memory not measured", lambda d: _bf16(d).update(memory={"measured": False}), ("memory",)),
-    (
-        "a comparison repeated",
-        lambda d: d["comparisons"].append(copy.deepcopy(_cmp(d))),
-        ("repeats", "bf16-mixed vs 32-true"),
-    ),
-    (
-        "a comparison of a precision the file does not hold",
-        lambda d: _cmp(d).update(precision="bf16-true"),
-        ("bf16-true", "not among the precisions"),
-    ),
     (
         "a comparison of a precision that failed",
         lambda d: _bf16(d).update(status="oom", error="CUDA out of memory"),
@@ -577,12 +463,21 @@ def test_incomplete_evidence_blocks(
     assert_blocked(judged(tmp_path, altered(H100, change)), *words)
 
 
-def test_an_absent_comparison_is_a_row_that_says_so(tmp_path: Path) -> None:
-    stage = judged(tmp_path, altered(H100, lambda d: d.update(comparisons=[])))
-    absent = [c for c in stage.checks if c.comparison.precision == "bf16-mixed"]
-    assert [c.metric for c in absent] == [*GPU_TARGETS, "accuracy_diff"]
-    assert {c.outcome for c in absent} == {CheckOutcome.NOT_VERIFIED}
-    assert all("absent" in c.why for c in absent)
+def test_a_summary_a_format_2_file_still_carries_is_ignored(tmp_path: Path) -> None:
+    """The judge reads raw figures only: a summary beside them, however wrong, changes no
+    figure and no finding (and the schema refuses it in a file of format 2)."""
+    claims = {"speedup": 99.0, "speedup_ci95": [98.0, 100.0], "accuracy_diff": 0.5}
+
+    def summaries(d: Doc) -> None:
+        d["comparisons"] = [{"precision": "bf16-mixed", "baseline": "32-true", **claims}]
+        _bf16(d).update(step_time_ms=1.0, tokens_per_second=1.0, mfu=0.99, stats={"median": 1})
+        _bf16(d)["memory"]["activation_mb"] = 1.0
+
+    plain = judged(tmp_path, H100)
+    carried = judged(tmp_path, altered(H100, summaries))
+    assert carried.status is StageStatus.PASS and carried.findings == ()
+    assert carried.checks == plain.checks
+    assert carried.data.benchmark == plain.data.benchmark
 
 
 # --- the cpu-smoke result -----------------------------------------------------------------------
@@ -612,11 +507,6 @@ CPU_ATTACKS: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("window_s[2]",),
     ),
     (
-        "a reduction claimed where no memory was measured",
-        lambda d: d["comparisons"][0].update(activation_memory_reduction_pct=150.0),
-        ("activation_memory_reduction_pct",),
-    ),
-    (
         "an accuracy gap hidden",
         lambda d: _cpu_bf16(d).update(val_accuracy=0.5),
         ("accuracy_diff",),
@@ -631,19 +521,7 @@ CPU_ATTACKS: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         lambda d: _cpu_bf16(d)["health"]["syncs_in_step"].update(measured=False),
         ("syncs",),
     ),
-    ("no comparisons", lambda d: d.update(comparisons=[]), ("comparisons",)),
     ("only fp32", _only("32-true"), ("bf16-mixed", "absent")),
-    (
-        "a speedup claimed that the windows do not give",
-        lambda d: d["comparisons"][0].update(speedup=2.0),
-        ("speedup",),
-    ),
-    ("stats.n deleted", lambda d: _cpu_bf16(d)["stats"].pop("n"), ("stats.n",)),
-    (
-        "a comparison naming no precision",
-        lambda d: d["comparisons"][0].pop("precision"),
-        ("precision",),
-    ),
 ]
 
 

@@ -4,19 +4,23 @@ history, and history never changes a verdict."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+
+import pytest
 
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.baseline import history
+from stagegate.judge.derive import figured
 from stagegate.judge.policy import Policy
 from stagegate.model import Benchmark, Decision
 from stagegate.view.history import history_section
 
-from ..builders import bench, cpu_bench, performance
+from ..builders import TOKENS_PER_WINDOW, bench, cpu_bench, performance
 
 
 def run(day: int, step_ms: float, commit: str) -> Benchmark:
-    b = bench(step_ms={"bf16-mixed": step_ms}, mfu=36.0 / step_ms)
+    b = bench(step_ms={"bf16-mixed": step_ms})
     return replace(b, datetime=f"2026-01-{day:02d}T00:00:00Z", commit=commit)
 
 
@@ -35,11 +39,16 @@ def test_a_baseline_without_its_commit_is_no_history() -> None:
 
 
 def test_the_charts_draw_each_figure_of_each_precision_in_time_order() -> None:
-    section = history_section(history(RUNS, 20))
+    """The figures are the judge's, derived from each baseline's windows."""
+    policy = Policy().benchmark
+    section = history_section(tuple(figured(b, policy) for b in history(RUNS, 20)))
     assert section is not None and len(section.charts) == 3
     steps, mfu, memory = (c.mermaid for c in section.charts)
     assert "line [100, 95, 90]" in steps  # bf16-mixed, oldest first
-    assert "line [36, 37.8947, 40]" in mfu and "Peak memory" in memory
+    flops = policy.presets["gpu"].flops_per_token or 0
+    expected = [TOKENS_PER_WINDOW / (ms / 100) * flops / 1e12 / 989.5 * 100 for ms in (100, 95, 90)]
+    shown = [float(x) for x in re.findall(r"line \[([^\]]+)\]", mfu)[-1].split(", ")]
+    assert shown == pytest.approx(expected, rel=1e-5) and "Peak memory" in memory
     assert [row[2] for row in section.tables[0].rows] == ["`c1`", "`c2`", "`c3`"]
 
 

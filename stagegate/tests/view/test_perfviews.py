@@ -6,10 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stagegate.judge import judge_stage
-from stagegate.model import CheckOutcome, MetricCheck, StageData, StageStatus, StageVerdict
+from stagegate.model import (
+    CheckOutcome,
+    Comparison,
+    MetricCheck,
+    StageData,
+    StageStatus,
+    StageVerdict,
+)
 from stagegate.view.performance import performance_sections
 
-from ..builders import REPO_POLICY, bench, comparison, cpu_bench, performance, record
+from ..builders import REPO_POLICY, bench, cpu_bench, performance, record
 
 POLICY = REPO_POLICY
 
@@ -26,7 +33,8 @@ def test_a_passing_run_shows_no_miss_even_where_a_figure_is_under_a_target() -> 
     stage = judge_stage("performance", performance(b), POLICY)
     assert stage.status is StageStatus.PASS
     shown = rows(stage)
-    assert len(shown) == 4 * len(b.comparisons) and not [r for r in shown if "MISS" in r[-1]]
+    compared = len(b.precisions) - 1 + 2  # each against 32-true; 16-bit ones against 32-tf32
+    assert len(shown) == 4 * compared and not [r for r in shown if "MISS" in r[-1]]
     assert [r[-1] for r in shown if r[0] == "32-tf32 vs 32-true"] == ["reported"] * 3 + ["PASS"]
 
 
@@ -41,7 +49,7 @@ def test_what_a_cpu_run_could_not_check_reads_not_verified() -> None:
 
 def test_a_row_says_what_the_judge_decided_not_what_the_figures_would_give() -> None:
     """A view that compared the figure with the target itself would flip both rows."""
-    c = comparison(speedup=4.0, accuracy_diff=0.5)
+    c = Comparison("bf16-mixed", "32-true", 4.0, (3.9, 4.1), 50.0, 50.0, 0.5, 0.0)
     checks = (
         MetricCheck(c, "speedup", 4.0, ">= 1.5x", CheckOutcome.MISSED, "planted"),
         MetricCheck(c, "accuracy_diff", 0.5, "< 0.01", CheckOutcome.MET),

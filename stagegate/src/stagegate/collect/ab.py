@@ -1,7 +1,9 @@
-"""amptrain's A/B benchmark JSON (format version 1) into :class:`stagegate.model.ABRun`.
+"""amptrain's A/B benchmark JSON (format versions 1 and 2) into :class:`stagegate.model.ABRun`.
 
-Reading only: a value of the wrong shape is an InputError that names it; a figure that is
-absent, null or not finite is read as None, and the judge decides what its absence means.
+Both sides' raw windows only: the summary a version 1 file also holds is never read (the judge
+derives every ratio and interval from the windows). Reading only: a value of the wrong shape
+is an InputError that names it; a figure that is absent, null or not finite is read as None,
+and the judge decides what its absence means.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
 from stagegate.model import ABRun, ABSide
 
-SUPPORTED_VERSION = 1
+SUPPORTED_VERSIONS = (1, 2)
 KIND = "amptrain-ab"
 
 
@@ -43,18 +45,9 @@ def _side(data: dict[str, Any], role: str, path: Path) -> ABSide:
     )
 
 
-def _interval(summary: dict[str, Any]) -> tuple[float, float] | None:
-    ci = summary.get("step_time_ratio_ci95")
-    if not isinstance(ci, list) or len(ci) != 2:
-        return None
-    low, high = (finite(x) for x in ci)
-    return None if low is None or high is None else (low, high)
-
-
 def read_ab(path: Path) -> ABRun:
     """Read an A/B document; wrong kinds, versions and shapes are InputErrors."""
-    data = load_document(path, "A/B file", KIND, SUPPORTED_VERSION)
-    summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+    data = load_document(path, "A/B file", KIND, SUPPORTED_VERSIONS)
     order = data.get("order")
     return ABRun(
         status=str(data.get("status")),
@@ -66,9 +59,6 @@ def read_ab(path: Path) -> ABRun:
         order=tuple(str(o) for o in order) if isinstance(order, list) else (),
         base=_side(data, "base", path),
         head=_side(data, "head", path),
-        step_time_ratio=finite(summary.get("step_time_ratio")),
-        step_time_ci95=_interval(summary),
-        peak_memory_ratio=finite(summary.get("peak_memory_ratio")),
         datetime=str(data.get("datetime", "")),
         machine=machine_claim(data.get("machine_info")),
     )

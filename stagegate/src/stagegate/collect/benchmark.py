@@ -1,13 +1,17 @@
-"""amptrain's benchmark JSON (format version 1) into :class:`stagegate.model.Benchmark`.
+"""amptrain's benchmark JSON (format versions 1 and 2) into :class:`stagegate.model.Benchmark`.
+
+Raw figures only: the timed windows, memory, losses, health counts, the model's facts and the
+environment. Version 2 holds nothing else; version 1 (the committed baselines) also holds
+summaries (medians, throughput, comparisons), which are never read: the judge derives every
+figure from the raw ones (:mod:`stagegate.judge.derive`), whatever the version.
 
 Reading only: a value of the wrong shape (text where an object belongs) is an InputError that
-names it; a figure that is absent, null or not finite is read as None (or NaN), and the judge
-decides what its absence means.
+names it; a figure that is absent, null or not finite is read as None, and the judge decides
+what its absence means.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +20,9 @@ from stagegate.collect.jsonfile import load_document, machine_claim
 from stagegate.collect.jsonfile import text as _text
 from stagegate.collect.jsonfile import whole as _whole
 from stagegate.errors import InputError
-from stagegate.model import Benchmark, Comparison, PrecisionResult
+from stagegate.model import Benchmark, PrecisionResult
 
-SUPPORTED_VERSION = 1
+SUPPORTED_VERSIONS = (1, 2)
 
 
 def _get(data: dict[str, Any], key: str, path: Path, where: str) -> Any:
@@ -114,24 +118,15 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
     }
     if status not in ("ok", "nonfinite"):
         return PrecisionResult(**base)
-    stats = _obj(r, "stats", path, where, required=True)
     steps = _num(_get(r, "steps_per_window", path, where))
     memory = _obj(r, "memory", path, where)
-    iqr = _num(stats.get("iqr"))
     return PrecisionResult(
         **base,
-        step_time_ms=_num(r.get("step_time_ms")),
-        iqr_ms=iqr / steps * 1e3 if iqr is not None and steps else None,
         window_s=tuple(_num(x) for x in _list(r, "window_s", path, where, required=True)),
         steps_per_window=steps,
-        window_median_s=_num(stats.get("median")),
-        window_count=_num(stats.get("n")),
         memory_measured=memory.get("measured") is True,
-        tokens_per_second=_num(r.get("tokens_per_second")),
-        mfu=_num(r.get("mfu")),
         peak_mb=_num(memory.get("peak_allocated_mb")),
         static_mb=_num(memory.get("static_mb")),
-        activation_mb=_num(memory.get("activation_mb")),
         val_loss=_num(r.get("val_loss")),
         val_accuracy=_num(r.get("val_accuracy")),
         overflow_steps=_whole(r.get("overflow_steps")),
@@ -140,33 +135,9 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
     )
 
 
-def _or_nan(value: Any) -> float:
-    number = _num(value)
-    return math.nan if number is None else number
-
-
-def _comparison(i: int, c: Any, path: Path) -> Comparison:
-    where = f"comparisons[{i}]"
-    names = [_text(_get(c, key, path, where)) for key in ("precision", "baseline")]
-    if names[0] is None or names[1] is None:
-        raise InputError(f"benchmark file {path}: {where} names its precisions with text")
-    ci = c.get("speedup_ci95")
-    low, high = ci if isinstance(ci, list) and len(ci) == 2 else (None, None)
-    return Comparison(
-        precision=names[0],
-        baseline=names[1],
-        speedup=_or_nan(_get(c, "speedup", path, where)),
-        speedup_ci95=(_or_nan(low), _or_nan(high)),
-        peak_memory_reduction_pct=_num(c.get("peak_memory_reduction_pct")),
-        activation_memory_reduction_pct=_num(c.get("activation_memory_reduction_pct")),
-        accuracy_diff=_num(c.get("accuracy_diff")),
-        val_loss_diff=_num(c.get("val_loss_diff")),
-    )
-
-
 def read_benchmark(path: Path) -> Benchmark:
     """Read and check a benchmark document; wrong versions and shapes are InputErrors."""
-    data = load_document(path, "benchmark file", "amptrain-benchmark", SUPPORTED_VERSION)
+    data = load_document(path, "benchmark file", "amptrain-benchmark", SUPPORTED_VERSIONS)
     machine = _obj(data, "machine_info", path, "the document", required=True)
     preset = _obj(data, "preset", path, "the document", required=True)
     precisions = _get(data, "precisions", path, "the document")
@@ -183,10 +154,6 @@ def read_benchmark(path: Path) -> Benchmark:
         datetime=str(data.get("datetime", "")),
         commit=_text(_obj(data, "commit_info", path, "the document").get("id")),
         precisions=tuple(_precision(n, r, path) for n, r in precisions.items()),
-        comparisons=tuple(
-            _comparison(i, c, path)
-            for i, c in enumerate(_list(data, "comparisons", path, "the document"))
-        ),
         settings=_obj(data, "settings", path, "the document"),
         preset_spec=preset,
         machine=machine_claim(machine),

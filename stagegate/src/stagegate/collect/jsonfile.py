@@ -187,15 +187,17 @@ def text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_document(path: Path, what: str, kind: str, version: int) -> dict[str, Any]:
-    """A JSON object of ``kind`` at format ``version``; anything else is an InputError."""
+def load_document(path: Path, what: str, kind: str, versions: tuple[int, ...]) -> dict[str, Any]:
+    """A JSON object of ``kind`` at one of the format ``versions``; anything else is an
+    InputError."""
     data = load_json(path, what)
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise InputError(f"{what} {path} is not an amptrain result of kind {kind!r}")
-    if data.get("format_version") != version:
+    version = data.get("format_version")
+    if isinstance(version, bool) or version not in versions:
         raise InputError(
-            f"{what} {path} has format_version {data.get('format_version')!r}; "
-            f"this stagegate reads {version}"
+            f"{what} {path} has format_version {version!r}; "
+            f"this stagegate reads {' and '.join(map(str, versions))}"
         )
     return data
 

@@ -1,22 +1,21 @@
 """The A/B regression check: a base and a head commit measured in one job, on one device, in
 interleaved windows. First the evidence (both sides there, the commits the ones asked for, the
-same preset, every window finite and positive, the windows interleaved, the file's summary what
-its windows give), then each head/base ratio, recomputed from the raw windows with its exact
-bootstrap interval, against the policy's limit: an interval wholly beyond it is a regression,
-one wholly within it passes, and one that straddles it is NOT VERIFIED, which blocks too."""
+same preset, every window finite and positive, the windows interleaved), then each head/base
+ratio, derived from the raw windows with its exact bootstrap interval
+(:func:`stagegate.judge.derive.paired`; a file's own summary is never read), against the
+policy's limit: an interval wholly beyond it is a regression, one wholly within it passes,
+and one that straddles it is NOT VERIFIED, which blocks too."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from stagegate.judge.comparison import check_interval
-from stagegate.judge.evidence import agrees, flag
+from stagegate.judge.derive import paired
+from stagegate.judge.evidence import flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.policy import Policy
-from stagegate.judge.stats import RatioDistribution, median
 from stagegate.kinds import Kind
 from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
 
@@ -153,13 +152,9 @@ def _outcome(low: float, high: float, limit: float) -> ABOutcome:
 
 def _check(
     f: Findings, metric: str, head: Sequence[float], base: Sequence[float], limit_pct: float
-) -> tuple[ABCheck, RatioDistribution]:
-    """The median of the rounds' head/base ratios (each round's two windows ran back to back),
-    with its exact bootstrap interval (the rounds resampled), against ``limit_pct``."""
-    paired = [h / b for h, b in zip(head, base, strict=True)]
-    dist = RatioDistribution(paired, (1.0,))
-    ratio = median(paired)
-    low, high = dist.interval()
+) -> ABCheck:
+    """The head/base ratio of ``metric`` and its interval, against ``limit_pct``."""
+    ratio, (low, high) = paired(head, base)
     limit = 1 + limit_pct / 100
     outcome = _outcome(low, high, limit)
     words = f"head/base {metric.replace('_', ' ')} {ratio:.3f}x (95% interval {low:.3f}-{high:.3f})"
@@ -179,7 +174,7 @@ def _check(
             detail="the interval is too wide to tell a regression from noise",
             fix="run the A/B with more windows (--windows), or on a quieter machine",
         )
-    return ABCheck(metric, ratio, low, high, limit, outcome, "", "", len(head)), dist
+    return ABCheck(metric, ratio, low, high, limit, outcome, "", "", len(head))
 
 
 def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
@@ -190,12 +185,7 @@ def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
             flag(f, Kind.EVIDENCE_MISSING, f"A/B {role}.peak_mb", "not a positive figure a window")
             return None
         peaks.append(tuple(v for v in values if v is not None))
-    check, _ = _check(f, "peak_memory", peaks[1], peaks[0], policy.ab_memory_limit_pct)
-    if not agrees(run.peak_memory_ratio, check.ratio, policy.benchmark.summary_tolerance_pct):
-        flag(
-            f, Kind.EVIDENCE_INCONSISTENT, "A/B summary.peak_memory_ratio", "disagrees with windows"
-        )
-    return check
+    return _check(f, "peak_memory", peaks[1], peaks[0], policy.ab_memory_limit_pct)
 
 
 def _unmeasured(f: Findings, run: ABRun) -> None:
@@ -205,8 +195,6 @@ def _unmeasured(f: Findings, run: ABRun) -> None:
     held = [
         f"{role}.peak_mb" for role, values in sides.items() if any(v is not None for v in values)
     ]
-    if run.peak_memory_ratio is not None:
-        held.append("summary.peak_memory_ratio")
     if held:
         where = f"A/B {', '.join(held)}"
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"preset {run.preset} measures no memory")
@@ -223,18 +211,7 @@ def ab_findings(
     sides = [_windows(f, s, r, n) for r, s in zip(ROLES, (run.base, run.head), strict=True)]
     if sides[0] is None or sides[1] is None or not _interleaved(f, run, n):
         return ()
-    step, dist = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
-    if not agrees(run.step_time_ratio, step.ratio, policy.benchmark.summary_tolerance_pct):
-        flag(
-            f,
-            Kind.EVIDENCE_INCONSISTENT,
-            "A/B summary.step_time_ratio",
-            f"says {run.step_time_ratio}, the windows give {step.ratio:.4g}",
-        )
-    claimed = run.step_time_ci95 or (math.nan, math.nan)
-    check_interval(
-        f, "A/B summary.step_time_ratio_ci95", claimed, dist, policy.benchmark.interval_tolerance
-    )
+    step = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
     spec = policy.benchmark.presets[run.preset or ""]
     memory = _memory(f, run, policy) if "memory" in spec.measures else _unmeasured(f, run)
     shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}

@@ -1,7 +1,7 @@
 """Benchmark findings: first the evidence (complete, possible, consistent: see ``evidence`` and
-``comparison``), then failed precisions, per-precision health checks, and each comparison's
-recomputed metrics against their targets, with the outcome of every one (the performance view
-shows it)."""
+``physics``), then failed precisions, per-precision health checks, and each comparison's
+metrics, derived from the raw figures (``comparison``), against their targets, with the outcome
+of every one (the performance view shows it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from stagegate.judge.benchmark_provenance import provenance_findings
 from stagegate.judge.benchpolicy import PresetSpec
-from stagegate.judge.comparison import METRICS, Row, recompute
+from stagegate.judge.comparison import METRICS, Row, compare
 from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.fp8 import FP8, fp8_evidence
@@ -195,7 +195,7 @@ def _judged(c: Comparison, metric: str, key: str, policy: Policy) -> bool:
 
 
 def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> MetricCheck:
-    """The outcome of one recomputed metric of one comparison; a miss is a finding. What could
+    """The outcome of one derived metric of one comparison; a miss is a finding. What could
     not be checked is NOT VERIFIED, saying why: beside a blocking evidence finding, or, for the
     GPU targets of a run the policy lets go without a GPU, alone."""
     c = row.comparison
@@ -232,16 +232,15 @@ def benchmark_findings(
     policy: Policy,
     record: StageRecord,
     host: Mapping[str, Any] | None = None,
-) -> tuple[tuple[MetricCheck, ...], dict[str, float]]:
+) -> tuple[MetricCheck, ...]:
     """Findings about the evidence (the file tied to ``record``'s run, and to the GPU job's
     ``host`` facts where given), every precision and comparison; the outcome of every
-    comparison metric, recomputed from the raw figures; and each GPU precision's MFU,
-    derived (:mod:`stagegate.judge.physics`)."""
+    comparison metric, derived from the raw figures."""
     provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     fp8_evidence(f, bench, record)
-    mfu = physics(f, bench, verified, policy.benchmark)
-    rows = recompute(f, bench, verified, policy)
+    physics(f, bench, verified)
+    rows = compare(f, bench, verified, policy)
     for p in bench.precisions:
         if p.status != "ok":
             _failed_precision(f, p)
@@ -252,5 +251,4 @@ def benchmark_findings(
             _autocast_check(f, p, verified.spec)
         if verified.gpu:
             _tf32_check(f, p)
-    checks = tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)
-    return checks, mfu
+    return tuple(_check(f, row, metric, policy, verified) for row in rows for metric in METRICS)

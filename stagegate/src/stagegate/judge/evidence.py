@@ -1,21 +1,20 @@
 """Benchmark evidence, checked before any threshold: the preset the file names is one the policy
 declares and ran on its device, every precision the preset requires is there, and each
-precision's raw figures are present, finite, possible, and agree with the summaries beside them.
+precision's raw figures are present, finite and possible.
 
-The benchmark file is untrusted: what a preset must hold comes from the policy, and every figure
-the judge uses later is recomputed from the raw ones here, which are handed on in
-:class:`Verified`. A figure that fails is a finding naming its field, never a quiet gap.
+The benchmark file is untrusted and holds raw figures only: what a preset must hold comes from
+the policy, and every figure the judge uses later is derived (:mod:`stagegate.judge.derive`)
+from the raw ones that pass here, handed on in :class:`Verified`. A figure that fails is a
+finding naming its field, never a quiet gap.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stagegate.judge.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.findings import Findings
-from stagegate.judge.stats import median, quartiles
 from stagegate.kinds import Kind
 from stagegate.model import Benchmark, PrecisionResult
 
@@ -24,8 +23,8 @@ FIXES = {
     "producer always writes this figure",
     Kind.EVIDENCE_IMPOSSIBLE: "no run of this preset on this device gives this figure: run the "
     "benchmark again and keep the file it writes as it is",
-    Kind.EVIDENCE_INCONSISTENT: "a summary disagrees with the raw figures it is computed from: run "
-    "the benchmark again and never edit its file",
+    Kind.EVIDENCE_INCONSISTENT: "the file's figures contradict each other or the preset: run the "
+    "benchmark again and never edit its file",
     Kind.EVIDENCE_UNCHECKED: "the gate cannot check this figure: declare what it needs in "
     "[tool.stagegate.benchmark] (the preset, the GPU's peak_tflops), or run the stage again so "
     "that its record and host file are kept with its result",
@@ -37,13 +36,6 @@ def flag(
 ) -> None:
     """A finding about the benchmark field ``where``."""
     f.add(kind, f"benchmark {where}: {problem}", detail=detail, fix=fix or FIXES.get(kind, ""))
-
-
-def agrees(claimed: float | None, actual: float, tolerance_pct: float, scale: float = 0.0) -> bool:
-    """``claimed`` is within ``tolerance_pct`` of ``actual`` (or of ``scale``, when larger)."""
-    if claimed is None or not math.isfinite(claimed) or not math.isfinite(actual):
-        return False  # a recomputation that overflowed agrees with nothing
-    return abs(claimed - actual) <= tolerance_pct / 100 * max(abs(actual), scale)
 
 
 @dataclass
@@ -150,22 +142,6 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
     return windows
 
 
-def check_summary(
-    f: Findings, where: str, claimed: float | None, actual: float, tol: float, scale: float = 0.0
-) -> None:
-    """A finding when a summary figure is absent or disagrees with its recomputation."""
-    if claimed is None:
-        flag(f, Kind.EVIDENCE_MISSING, where, "absent or not a finite number")
-    elif not agrees(claimed, actual, tol, scale):
-        flag(
-            f,
-            Kind.EVIDENCE_INCONSISTENT,
-            where,
-            f"says {claimed:.6g}, the raw figures give {actual:.6g}",
-            detail=f"tolerance {tol:g}% of the recomputed figure",
-        )
-
-
 SIZES = ("windows", "window_steps", "batch_size", "seq_len")
 
 
@@ -181,13 +157,12 @@ def _sizes(f: Findings, bench: Benchmark) -> dict[str, int] | None:
 def _speed(
     f: Findings, p: PrecisionResult, policy: BenchmarkPolicy, sizes: dict[str, int] | None
 ) -> tuple[float, ...] | None:
-    """The precision's windows, once every summary of them the judge or the baseline comparison
-    uses is checked against them; None when the windows themselves are unusable."""
+    """The precision's windows, as many as the preset times, of the preset's steps each; None
+    when the windows themselves are unusable."""
     windows = _windows(f, p, policy)
     if windows is None:
         return None
-    where, tol = f"precisions.{p.name}", policy.summary_tolerance_pct
-    mid = median(windows)
+    where = f"precisions.{p.name}"
     if sizes is not None and sizes["windows"] != len(windows):
         flag(
             f,
@@ -195,31 +170,18 @@ def _speed(
             f"{where}.window_s",
             f"{len(windows)} windows, not {sizes['windows']}",
         )
-    if p.window_count is None:
-        flag(f, Kind.EVIDENCE_MISSING, f"{where}.stats.n", "absent or not a finite number")
-    elif p.window_count != len(windows):
-        flag(f, Kind.EVIDENCE_INCONSISTENT, f"{where}.stats.n", f"is not {len(windows)}")
-    check_summary(f, f"{where}.stats.median", p.window_median_s, mid, tol)
     steps = p.steps_per_window
     if steps is None or steps <= 0 or steps != int(steps):
         flag(
             f, Kind.EVIDENCE_MISSING, f"{where}.steps_per_window", "is not a positive whole number"
         )
-        return windows
-    if sizes is not None and steps != sizes["window_steps"]:
+    elif sizes is not None and steps != sizes["window_steps"]:
         flag(
             f,
             Kind.EVIDENCE_INCONSISTENT,
             f"{where}.steps_per_window",
             f"is not {sizes['window_steps']}",
         )
-    step_ms = mid / steps * 1e3
-    q1, q3 = quartiles(windows)
-    check_summary(f, f"{where}.stats.iqr", p.iqr_ms, (q3 - q1) / steps * 1e3, tol, step_ms)
-    check_summary(f, f"{where}.step_time_ms", p.step_time_ms, step_ms, tol)
-    if sizes is not None:
-        tokens = steps * sizes["batch_size"] * sizes["seq_len"]
-        check_summary(f, f"{where}.tokens_per_second", p.tokens_per_second, tokens / mid, tol)
     return windows
 
 
@@ -233,8 +195,9 @@ def _positive(f: Findings, where: str, value: float | None) -> float | None:
     return value
 
 
-def _memory(f: Findings, p: PrecisionResult, tol: float) -> tuple[float, float] | None:
-    """Peak and activation memory, when measured, positive, and activation = peak - static."""
+def _memory(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
+    """Peak and activation memory (peak minus static), when measured, positive, and the static
+    part below the peak."""
     where = f"precisions.{p.name}.memory"
     if not p.memory_measured:
         flag(
@@ -246,14 +209,13 @@ def _memory(f: Findings, p: PrecisionResult, tol: float) -> tuple[float, float] 
         return None
     peak = _positive(f, f"{where}.peak_allocated_mb", p.peak_mb)
     static = _positive(f, f"{where}.static_mb", p.static_mb)
-    activation = _positive(f, f"{where}.activation_mb", p.activation_mb)
-    if peak is None or static is None or activation is None:
+    if peak is None or static is None:
         return None
-    if static > peak:
-        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.static_mb", f"{static:g} MB is above the peak")
+    if static >= peak:
+        problem = f"{static:g} MB is not below the peak ({peak:g} MB): no activation memory"
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.static_mb", problem)
         return None
-    check_summary(f, f"{where}.activation_mb", activation, peak - static, tol, peak)
-    return peak, activation
+    return peak, peak - static
 
 
 def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
@@ -264,6 +226,9 @@ def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
         return None
     if not 0 <= p.val_accuracy <= 1:
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_accuracy", f"{p.val_accuracy:g}")
+        return None
+    if p.val_loss < 0:  # a cross-entropy
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_loss", f"{p.val_loss:g}")
         return None
     return p.val_accuracy, p.val_loss
 
@@ -298,7 +263,6 @@ def _syncs(f: Findings, p: PrecisionResult) -> None:
 def _ranges(f: Findings, p: PrecisionResult) -> None:
     """Shares within their range and counts not below zero, wherever the file states them."""
     figures = (
-        ("mfu", p.mfu, lambda x: 0 < x <= 1),  # a share of the GPU's peak
         ("health.data_wait_share", p.data_wait_share, lambda x: 0 <= x <= 1),
         ("overflow_steps", p.overflow_steps, lambda x: x >= 0),
         ("health.live_tensors.graph_attached_added_max", p.live_graph_tensors, lambda x: x >= 0),
@@ -341,7 +305,7 @@ def check_evidence(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, judge
     _required(f, bench, v.spec, judged)
     if v.gpu:
         _peaks(f, bench, policy, v)
-    tol, sizes = policy.summary_tolerance_pct, _sizes(f, bench)
+    sizes = _sizes(f, bench)
     for p in bench.precisions:
         if p.status != "ok":
             continue  # a failed precision is a finding of its own
@@ -350,7 +314,7 @@ def check_evidence(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, judge
         windows = _speed(f, p, policy, sizes)
         if windows is not None:
             v.windows[p.name] = windows
-        if "memory" in v.spec.measures and (memory := _memory(f, p, tol)) is not None:
+        if "memory" in v.spec.measures and (memory := _memory(f, p)) is not None:
             v.memory[p.name] = memory
         if (accuracy := _accuracy(f, p)) is not None:
             v.accuracy[p.name] = accuracy

@@ -1,16 +1,14 @@
 """Physics bounds the figures: the arithmetic a run did (its tokens per second, from the raw
 windows and the preset's sizes, times the model's FLOPs per token) cannot exceed the dense peak
 of the GPU it ran on (the policy's peak table, for the GPU the record observed). MFU is derived
-here, from the same figures, never read from the file.
+from the same figures (:mod:`stagegate.judge.derive`); a file holds none.
 
-A set of figures consistent with itself (windows, summaries, speedups all scaled together) but
-faster than the device can compute is impossible: it blocks.
+Windows faster than the device can compute are impossible: they block.
 """
 
 from __future__ import annotations
 
-from stagegate.judge.benchpolicy import BenchmarkPolicy
-from stagegate.judge.comparison import COMPUTE_DTYPE
+from stagegate.judge.derive import COMPUTE_DTYPE, tflops, tokens_per_window
 from stagegate.judge.evidence import Verified, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median
@@ -62,22 +60,17 @@ def _no_peak(f: Findings, name: str, dtype: str) -> None:
     )
 
 
-def physics(
-    f: Findings, bench: Benchmark, v: Verified, policy: BenchmarkPolicy
-) -> dict[str, float]:
-    """Each GPU precision's MFU against its compute dtype's peak, derived from the verified
-    windows; a precision above the peak is impossible. Empty where there is no GPU peak."""
+def physics(f: Findings, bench: Benchmark, v: Verified) -> None:
+    """A finding for each GPU precision whose verified windows imply more arithmetic than its
+    compute dtype's peak (an MFU above 1); none where there is no GPU peak."""
     if not v.gpu or v.peaks is None or v.spec is None:
-        return {}
-    sizes = bench.preset_spec
-    try:
-        tokens = int(sizes["window_steps"]) * int(sizes["batch_size"]) * int(sizes["seq_len"])
-    except (KeyError, TypeError, ValueError):
-        return {}  # the evidence checks named the missing size
+        return
+    tokens = tokens_per_window(bench, bench.preset_spec.get("window_steps"))
+    if tokens is None:
+        return  # the evidence checks named the missing size
     flops = _flops(f, bench, v)
     if flops is None:
-        return {}
-    mfu = {}
+        return
     for name, windows in v.windows.items():
         dtype = COMPUTE_DTYPE.get(name)
         if dtype is None:
@@ -85,19 +78,14 @@ def physics(
         if dtype not in v.peaks:
             _no_peak(f, name, dtype)
             continue
-        tflops = tokens / median(windows) * flops / 1e12
-        peak = v.peaks[dtype]
-        mfu[name] = tflops / peak
-        if dtype == "fp8":  # its share of bf16's peak too: what the same step could reach
-            mfu[f"{name}@bf16"] = tflops / v.peaks["bf16"]
-        if tflops > peak:
+        arithmetic, peak = tflops(windows, tokens, flops), v.peaks[dtype]
+        if arithmetic > peak:
             flag(
                 f,
                 Kind.EVIDENCE_IMPOSSIBLE,
                 f"precisions.{name}.window_s",
-                f"{tflops:,.1f} TFLOP/s of training arithmetic, above the GPU's dense {dtype} "
-                f"peak of {peak:g} TFLOP/s",
+                f"{arithmetic:,.1f} TFLOP/s of training arithmetic, above the GPU's dense "
+                f"{dtype} peak of {peak:g} TFLOP/s",
                 detail=f"{tokens:,} tokens a window over the windows' median "
                 f"{median(windows):.4g} s, times {flops:,} FLOPs a token",
             )
-    return mfu

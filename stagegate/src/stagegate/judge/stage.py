@@ -17,6 +17,7 @@ from stagegate.judge.baseline import (
 )
 from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.commits import commit_findings
+from stagegate.judge.derive import figured
 from stagegate.judge.findings import Findings
 from stagegate.judge.machine import machine_findings
 from stagegate.judge.outputs import unreadable
@@ -130,17 +131,14 @@ def _performance(
 ) -> tuple[tuple[MetricCheck, ...], BaselineComparison | None, StageData]:
     """The benchmark's findings and metric outcomes, and its comparison with a baseline (NOT
     VERIFIED when the baseline given could not be read or compared: a finding only where the
-    stage is required and not skippable); the data with the MFU the judge derived in place of
-    the file's."""
+    stage is required and not skippable); the data with the figures the judge derived from the
+    file's raw ones (the views show them)."""
     bench, record = data.benchmark, data.record
     if bench is None or record is None:
         return (), None, data
-    checks, mfu = benchmark_findings(f, bench, policy, record, host)
-    derived = tuple(
-        replace(p, mfu=mfu.get(p.name), mfu_bf16=mfu.get(f"{p.name}@bf16"))
-        for p in bench.precisions
-    )
-    data = replace(data, benchmark=replace(bench, precisions=derived))
+    checks = benchmark_findings(f, bench, policy, record, host)
+    bench = figured(bench, policy.benchmark)
+    data = replace(data, benchmark=bench)
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
             Kind.STAGE_FAILED,
@@ -156,6 +154,7 @@ def _performance(
     baseline = pick_baseline(bench, baselines)
     if baseline is None:
         return checks, None, data
+    baseline = figured(baseline, policy.benchmark)
     cmp = compare_to_baseline(bench, baseline, policy.regression_margin_pct)
     baseline_findings(f, cmp, required)
     return checks, cmp, data
@@ -297,6 +296,7 @@ def judge_stage(
     else:
         status = StageStatus.PASS
     past = history(baselines, policy.history_runs) if data.benchmark is not None else ()
+    past = tuple(figured(b, policy.benchmark) for b in past)
     return stage_verdict(
         name, status, f, data, note=note, checks=checks, baseline=baseline, ab=ab, history=past
     )

@@ -1,13 +1,12 @@
-"""Statistics the judge recomputes from a benchmark's raw window timings: medians, quartiles,
+"""Statistics the judge derives from a benchmark's raw window timings: medians, quartiles,
 and the bootstrap distribution of a ratio of medians, computed exactly.
 
-The benchmark's interval is a percentile bootstrap: each side's windows resampled with
+A speedup's interval is a percentile bootstrap: each side's windows resampled with
 replacement, the median of each resample, the ratio of the two, 2000 times, and the 2.5th and
 97.5th percentiles of those ratios. The distribution those 2000 ratios are drawn from is
 computed here exactly (a resample's median is an order statistic, or the mean of two, whose
 probabilities are binomial), so the judge's interval is the one the bootstrap tends to with
-endless resamples: no random numbers, the same on every machine. A file's interval is then
-checked by where its bounds fall in that distribution.
+endless resamples: no random numbers, the same on every machine.
 """
 
 from __future__ import annotations
