@@ -99,6 +99,7 @@ def on_gpu(head_mb: Callable[[int], float]) -> Doc:
     (the base's 1000 MB, the head's ``head_mb(i)``)."""
     doc = scaled(lambda i: 1.0)
     doc["preset"], doc["device"] = "gpu", "cuda:0"
+    doc["machine_info"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
     n = doc["windows"]
     doc["base"]["peak_mb"] = [1000.0] * n
     doc["head"]["peak_mb"] = [head_mb(i) for i in range(n)]
@@ -213,6 +214,10 @@ def _unknown_preset(doc: Doc) -> None:
     doc["preset"] = "tpu-pod"
 
 
+def _gpu_unnamed(doc: Doc) -> None:
+    doc["preset"], doc["device"] = "gpu", "cuda:0"
+
+
 HOSTILE = {
     _drop_window: ("evidence_missing", "head.window_s"),
     _nan_window: ("evidence_missing", "base.window_s"),
@@ -224,6 +229,7 @@ HOSTILE = {
     _wrong_device: ("evidence_impossible", "device"),
     _short_sha: ("evidence_missing", "base.sha"),
     _unknown_preset: ("evidence_unchecked", "preset"),
+    _gpu_unnamed: ("evidence_missing", "gpu_name"),
 }
 
 
@@ -306,3 +312,17 @@ def test_the_fewest_and_the_most_windows_the_policy_allows_are_judged(
     doc["windows"], doc["order"] = windows, ["base", "head"] * windows
     stage = judged(tmp_path, raw_only(doc))
     assert stage.ab and "evidence_missing" not in kinds(stage), [f.title for f in stage.findings]
+
+
+def test_windows_longer_than_the_stage_ran_are_impossible(tmp_path: Path) -> None:
+    doc = copy.deepcopy(SELF)
+    timed = sum(doc["base"]["window_s"]) + sum(doc["head"]["window_s"])  # 6.2 s
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    for duration, blocks in ((timed + 10, False), (1.0, True)):
+        run = {**run_that_wrote(doc), "duration_s": duration}
+        run["start"] = doc["datetime"]  # the file is written at the start: inside either run
+        rec = sealed(record("regression", files={"ab": str(path)}, commit=SHA, **run), tmp_path)
+        stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
+        assert ("evidence_impossible" in kinds(stage)) is blocks, [f.title for f in stage.findings]
+        assert any("windows" in f.title for f in stage.blocking) is blocks

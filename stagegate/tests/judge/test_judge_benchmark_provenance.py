@@ -59,7 +59,8 @@ def test_a_stage_that_took_no_time_ends_where_it_started() -> None:
     for duration in (0.0, -5.0):
         late = judged(run_of(datetime="2026-01-01T00:00:02.5Z"), duration_s=duration)
         assert blocked_on(late, "datetime"), duration
-        assert judged(run_of(datetime="2026-01-01T00:00:02Z"), duration_s=duration).blocking == ()
+        on_time = judged(run_of(datetime="2026-01-01T00:00:02Z"), duration_s=duration)
+        assert not blocked_on(on_time, "datetime"), duration
 
 
 @pytest.mark.parametrize(
@@ -152,6 +153,8 @@ import json, sys, time
 doc = json.load(open(sys.argv[1]))
 doc["commit_info"]["id"] = sys.argv[2]
 doc["datetime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+for arm in doc["precisions"].values():  # windows this stage could have timed: milliseconds
+    arm["window_s"] = [w * 1e-4 for w in arm.get("window_s") or ()]
 json.dump(doc, open(sys.argv[3], "w"))
 """
 
@@ -198,3 +201,13 @@ def test_the_run_is_said_in_utc_whatever_the_machines_zone(kolkata: None) -> Non
     late = judged(run_of(datetime="2026-01-01T00:10:03Z"))
     (finding,) = [f for f in late.blocking if "datetime" in f.title]
     assert "to 2026-01-01T00:10:00Z" in finding.title, finding.title
+
+
+@pytest.mark.parametrize(("duration", "blocks"), [(600.0, False), (20.0, True)])
+def test_windows_longer_than_the_stage_ran_are_impossible(duration: float, blocks: bool) -> None:
+    b = bench()  # 32-true's, tf32's and both 16-bit precisions' windows: 38 s in all
+    timed = sum(w for p in b.precisions for w in p.window_s if w is not None)
+    assert 20.0 + Policy().benchmark.clock_tolerance_s < timed < 600.0
+    stage = judged(b, duration_s=duration)
+    impossible = [f for f in stage.blocking if f.kind == "evidence_impossible"]
+    assert bool(impossible) is blocks and blocked_on(stage, "windows") is blocks

@@ -8,7 +8,8 @@ real, self-consistent figures; only the record's own observation tells it apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -119,9 +120,33 @@ def machine_findings(
     record_findings(f, record, now, tolerance_s)
     if data.benchmark is not None:
         claim_findings(f, "the benchmark file", data.benchmark.machine, record)
+        windows = [w for p in data.benchmark.precisions for w in p.window_s]
+        _timed_within_run(f, "the benchmark file", windows, record, tolerance_s)
     if data.ab is not None:
         claim_findings(f, "the A/B file", data.ab.machine, record)
         _within_run(f, "the A/B file", data.ab.datetime, record, tolerance_s)
+        windows = [*data.ab.base.window_s, *data.ab.head.window_s]
+        _timed_within_run(f, "the A/B file", windows, record, tolerance_s)
+
+
+def _timed_within_run(
+    f: Findings,
+    what: str,
+    windows: Sequence[float | None],
+    record: StageRecord,
+    tolerance_s: float,
+) -> None:
+    """The windows a file timed ran one after another inside its stage: together they cannot
+    be longer than the stage's run, as the record's own clock measured it."""
+    timed = math.fsum(w for w in windows if w is not None and 0 < w < math.inf)
+    if timed > max(record.duration_s, 0.0) + tolerance_s:
+        f.add(
+            Kind.EVIDENCE_IMPOSSIBLE,
+            f"{what} times {timed:.1f} s of windows in a stage that ran {record.duration_s:.1f} s",
+            detail=f"clock tolerance {tolerance_s:g} s; the stage's duration is stagegate "
+            "run's own measurement",
+            fix=FIX,
+        )
 
 
 def _within_run(
