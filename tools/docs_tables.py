@@ -22,8 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stagegate.collect.benchmark import FORMAT_1_SYNC_STEPS
 from stagegate.judge.benchpolicy import BenchmarkPolicy, peak_row
-from stagegate.judge.derive import COMPUTE_DTYPE, differences, paired, reduction_pct, speedup
+from stagegate.judge.derive import (
+    COMPUTE_DTYPE,
+    differences,
+    paired,
+    percentile,
+    reduction_pct,
+    slope,
+    speedup,
+)
 from stagegate.judge.policy import load_policy
 from stagegate.judge.stats import median
 
@@ -129,7 +138,7 @@ def benchmark_table(data: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, arm in data["precisions"].items():
-        latency = arm["health"]["inference_latency_ms"]
+        latency = arm["health"]["inference_latency_ms"]["samples_ms"]
         peak = _peak(gpu, name)
         tokens = _tokens_per_second(data, arm)
         mfu = tokens * flops / 1e12 / peak if peak else None
@@ -144,10 +153,15 @@ def benchmark_table(data: dict[str, Any]) -> str:
             f"{arm['memory']['peak_allocated_mb']:,.0f}",
             f"{_activation_mb(arm):,.0f}",
             f"{arm['val_loss']:.4f}",
-            f"{latency['p50']:.2f} / {latency['p95']:.2f}",
+            f"{percentile(latency, 50):.2f} / {percentile(latency, 95):.2f}",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def _syncs_per_step(syncs: dict[str, Any]) -> float:
+    """The host syncs counted over the steps they were counted over (format 1 wrote no steps)."""
+    return syncs["count"] / syncs.get("steps", FORMAT_1_SYNC_STEPS)
 
 
 def benchmark_findings(data: dict[str, Any]) -> str:
@@ -179,9 +193,9 @@ def benchmark_findings(data: dict[str, Any]) -> str:
         "memory growth MB/window |",
         "|---|---|---|---|---|",
         *(
-            f"| `{name}` | {a['health']['syncs_in_step']['per_step']:g} | {a['overflow_steps']} "
-            f"| {a['memory']['static_mb']:,.0f} "
-            f"| {a['health']['memory_growth_mb_per_window']:.3f} |"
+            f"| `{name}` | {_syncs_per_step(a['health']['syncs_in_step']):g} "
+            f"| {a['overflow_steps']} | {a['memory']['static_mb']:,.0f} "
+            f"| {slope(a['health']['memory_change_mb']):.3f} |"
             for name, a in arms
         ),
     ]

@@ -131,7 +131,7 @@ def count_host_reads(step: Callable[[], Any], steps: int) -> dict[str, Any]:
         "measured": True,
         "method": "dispatch",
         "count": reads.count,
-        "per_step": reads.count / steps,
+        "steps": steps,
         "locations": reads.locations(),
     }
 

@@ -148,6 +148,11 @@ SPREAD = (0.98, 0.99, 1.0, 1.01, 1.02)  # five windows around the median: IQR 2%
 DTYPE = {"16": "float16", "bf16": "bfloat16"}  # by a precision's prefix; float32 otherwise
 
 
+def growing(per_window: float, windows: int = 5) -> tuple[float, ...]:
+    """A cumulative change that grows by ``per_window`` each window (its slope)."""
+    return tuple(per_window * (i + 1) for i in range(windows))
+
+
 def precision(
     name: str,
     step_ms: float,
@@ -174,12 +179,17 @@ def precision(
         val_accuracy=accuracy,
         overflow_steps=0,
         loss_curve=(3.0, 2.0),
-        memory_growth_mb_per_window=0.0,
+        memory_change_mb=growing(0.0),
         memory_source="cuda_allocated",
+        data_wait_s=0.01,
+        timed_host_s=1.0,
         syncs_measured=True,
-        syncs_per_step=0.0,
+        sync_count=0,
+        sync_steps=3,
         live_graph_tensors=0,
-        live_growth_pct_per_window=0.0,
+        live_bytes_change=growing(0.0),
+        live_start_bytes=1e6,
+        latency_samples_ms=(5.0, 5.5, 6.0),
         matmul_dtypes={DTYPE.get(name[: name.index("-")], "float32"): 29},
         matmul_dtype_expected=DTYPE.get(name[: name.index("-")], "float32"),
     )
@@ -237,7 +247,7 @@ def cpu_bench(**kw: object) -> Benchmark:
         matmul_dtypes={"bfloat16": 11},
         matmul_dtype_expected="bfloat16",
         live_graph_tensors=0,
-        live_growth_pct_per_window=0.002,
+        live_bytes_change=growing(20.0),  # 0.002% of the 1 MB it started with, a window
         memory_source="process_rss",
     )
     b = bench(gpu=False, speedup=0.7)

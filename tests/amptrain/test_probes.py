@@ -13,7 +13,8 @@ import torch
 from amptrain import TinyGPT, fine_tune, probes
 from amptrain.adapters import MicroBatch, lm_loss
 from amptrain.benchmark import PRESETS
-from amptrain.benchmark.run import _live_tensor_summary, build_arm, run_arms
+from amptrain.benchmark.health import live_growth_pct
+from amptrain.benchmark.run import _live_tensors, build_arm, run_arms
 from amptrain.config import TrainConfig
 from amptrain.engine import StepOutput, TrainStep
 from amptrain.metrics import MetricsTracker
@@ -129,10 +130,11 @@ def test_the_benchmark_catches_a_step_that_keeps_its_graph(
 
     leaky.step = leaking_step
     run_arms([clean, leaky], SMOKE, CPU)
-    assert _live_tensor_summary(clean)["graph_attached_added_max"] == 0
-    assert _live_tensor_summary(leaky)["graph_attached_added_max"] >= SMOKE.window_steps
+    assert _live_tensors(clean)["graph_attached_added_max"] == 0
+    assert _live_tensors(leaky)["graph_attached_added_max"] >= SMOKE.window_steps
     # process RSS is too coarse to see this at this size; the live-tensor count is not
-    assert _live_tensor_summary(clean)["growth_pct_per_window"] < 0.1
+    growth = live_growth_pct(clean.live_bytes_change, _live_tensors(clean)["start_bytes"])
+    assert growth is not None and growth < 0.1
 
 
 class _Watcher(MetricsTracker):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,11 +48,6 @@ def bootstrap_ratio_ci(
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) of ``samples``; NaN when there are none."""
-    return float(np.percentile(samples, q)) if samples else math.nan
 
 
 def slope(values: Sequence[float]) -> float:

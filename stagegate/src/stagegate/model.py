@@ -303,21 +303,24 @@ class PrecisionResult:
     val_accuracy: float | None = None
     overflow_steps: int | None = None
     loss_curve: tuple[float | None, ...] = ()
-    memory_growth_mb_per_window: float | None = None
+    # Health samples, as written (None for an entry or figure that is not a finite number):
+    memory_change_mb: tuple[float | None, ...] = ()  # cumulative, one entry per window
     memory_source: str | None = None
-    data_wait_share: float | None = None
+    live_bytes_change: tuple[float | None, ...] = ()  # tensor storage Python holds, cumulative
+    live_start_bytes: float | None = None  # what it held when the precision started
+    data_wait_s: float | None = None  # host seconds the windows waited for batches
+    timed_host_s: float | None = None  # host seconds the windows took
     syncs_measured: bool = False
     sync_method: str = "cuda"  # "cuda": CUDA's sync debug mode; "dispatch": host reads
-    syncs_per_step: float | None = None
+    sync_count: int | None = None
+    sync_steps: int | None = None  # the training steps the syncs were counted over
     sync_locations: tuple[dict[str, Any], ...] = ()
     fp8_layers: int | None = None  # the fp8 arm's layers that trained in float8 (0: fell back)
     fp8_emulated: bool | None = None  # its float8 matmuls emulated in fp32 (a CPU's arm)
     matmul_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> matmuls in a forward
     matmul_dtype_expected: str | None = None
     live_graph_tensors: int | None = None  # most graph-attached tensors a window left behind
-    live_growth_pct_per_window: float | None = None
-    latency_p50_ms: float | None = None
-    latency_p95_ms: float | None = None
+    latency_samples_ms: tuple[float | None, ...] = ()
     # Derived by the judge from the windows, the preset's sizes and the memory figures:
     step_time_ms: float | None = None  # the windows' median over the steps of a window
     iqr_ms: float | None = None
@@ -325,6 +328,13 @@ class PrecisionResult:
     activation_mb: float | None = None  # peak minus static
     mfu: float | None = None  # share of the GPU's dense peak in the precision's compute dtype
     mfu_bf16: float | None = None  # fp8's arithmetic against the GPU's bf16 peak, for scale
+    # Derived by the judge from the health samples (:func:`stagegate.judge.derive.health`):
+    memory_growth_mb_per_window: float | None = None  # least-squares slope of memory_change_mb
+    live_growth_pct_per_window: float | None = None  # slope of live_bytes_change, % of start
+    data_wait_share: float | None = None  # data_wait_s over timed_host_s
+    syncs_per_step: float | None = None  # sync_count over sync_steps
+    latency_p50_ms: float | None = None  # percentiles, linearly interpolated
+    latency_p95_ms: float | None = None
 
 
 @dataclass(frozen=True)

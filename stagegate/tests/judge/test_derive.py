@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect.benchmark import read_benchmark
-from stagegate.judge.derive import figured
+from stagegate.judge.derive import figured, health
 from stagegate.judge.policy import Policy
+from stagegate.model import PrecisionResult
 
 from ..builders import FIXTURES
 
@@ -57,3 +58,88 @@ def test_its_summaries_are_ignored_even_when_wrong(tmp_path: Path) -> None:
     wrong = tmp_path / H100.name
     wrong.write_text(json.dumps(doc))
     assert figured(read_benchmark(wrong), POLICY) == figured(read_benchmark(H100), POLICY)
+
+
+# --- health: slopes, shares, rates and percentiles of the samples --------------------------------
+
+
+def test_health_figures_are_derived_from_the_samples_as_amptrain_defined_them() -> None:
+    """Each figure against the arithmetic done by hand: a least-squares slope over the window
+    index, a percent of the start, a share, a rate, percentiles interpolated linearly."""
+    p = PrecisionResult(
+        "bf16-mixed",
+        "ok",
+        None,
+        "bf16-mixed",
+        memory_change_mb=(1.0, 0.0, 4.0),  # x 0,1,2 around 1; y around 5/3: 3 / 2
+        live_bytes_change=(0.0, 5.0, 10.0, 15.0),  # 5 bytes a window of the 1000 at the start
+        live_start_bytes=1000.0,
+        data_wait_s=0.25,
+        timed_host_s=2.0,
+        sync_count=6,
+        sync_steps=3,
+        latency_samples_ms=(10.0, 1.0, 4.0, 3.0, 2.0),  # sorted 1 2 3 4 10: p95 at 3.8 -> 8.8
+    )
+    assert health(p) == {
+        "memory_growth_mb_per_window": 1.5,
+        "live_growth_pct_per_window": 0.5,
+        "data_wait_share": 0.125,
+        "syncs_per_step": 2.0,
+        "latency_p50_ms": 3.0,
+        "latency_p95_ms": pytest.approx(8.8, rel=1e-12),
+    }
+    one = PrecisionResult("x", "ok", None, None, memory_change_mb=(3.0,), latency_samples_ms=(7.0,))
+    assert health(one)["memory_growth_mb_per_window"] == 0.0  # one window: no slope (amptrain's)
+    assert health(one)["latency_p95_ms"] == 7.0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"memory_change_mb": ()},
+        {"memory_change_mb": (0.0, None, 1.0)},
+        {"live_start_bytes": 0.0},
+        {"live_start_bytes": None},
+        {"timed_host_s": 0.0},
+        {"sync_steps": 0},
+        {"sync_count": None},
+        {"latency_samples_ms": (1.0, None)},
+    ],
+)
+def test_a_health_figure_whose_samples_are_absent_or_broken_is_none(raw: dict) -> None:
+    whole = dict(
+        memory_change_mb=(0.0, 1.0),
+        live_bytes_change=(0.0, 1.0),
+        live_start_bytes=10.0,
+        data_wait_s=0.1,
+        timed_host_s=1.0,
+        sync_count=0,
+        sync_steps=3,
+        latency_samples_ms=(1.0, 2.0),
+    )
+    figures = health(PrecisionResult("x", "ok", None, None, **{**whole, **raw}))
+    assert sum(v is None for v in figures.values()) in (1, 2)  # the latency's two percentiles
+    clean = health(PrecisionResult("x", "ok", None, None, **whole))
+    assert all(v is not None for v in clean.values())
+
+
+def test_a_format_1_files_health_is_derived_from_its_samples_as_its_summaries_said() -> None:
+    """The baseline's own summaries, computed by amptrain with numpy when it was written, are
+    what the judge now derives from the samples beside them (and never reads); it holds no
+    data-wait seconds, so that share is absent, and its syncs were counted over 3 steps."""
+    bench = figured(read_benchmark(H100), POLICY)
+    for p in bench.precisions:
+        said = RAW["precisions"][p.name]["health"]
+        assert p.memory_growth_mb_per_window == pytest.approx(
+            said["memory_growth_mb_per_window"], rel=1e-9, abs=1e-12
+        )
+        assert p.live_growth_pct_per_window == pytest.approx(
+            said["live_tensors"]["growth_pct_per_window"], rel=1e-9
+        )
+        assert p.syncs_per_step == said["syncs_in_step"]["per_step"] == 0.0
+        assert p.sync_steps == 3
+        latency = said["inference_latency_ms"]
+        assert (p.latency_p50_ms, p.latency_p95_ms) == pytest.approx(
+            (latency["p50"], latency["p95"]), rel=1e-12
+        )
+        assert p.data_wait_share is None and said["data_wait_share"] is not None

@@ -25,6 +25,7 @@ from ..builders import (
     REPO_POLICY,
     bench,
     cpu_bench,
+    growing,
     performance,
     precision,
     with_precisions,
@@ -181,8 +182,9 @@ def test_every_miss_has_its_blocking_finding_and_nothing_else_is_a_miss() -> Non
 
 def test_benchmark_health_findings() -> None:
     b = bench(
-        memory_growth_mb_per_window=12.0,
-        syncs_per_step=1.0,
+        memory_change_mb=growing(12.0),
+        sync_count=3,
+        sync_steps=3,
         sync_locations=({"location": "src/amptrain/engine.py:120", "count": 3, "message": "m"},),
     )
     v = judge_stage("performance", performance(b), POLICY)
@@ -196,11 +198,11 @@ def test_benchmark_health_findings() -> None:
 @pytest.mark.parametrize(
     ("fault", "kind", "said"),
     [
-        ({"syncs_per_step": 1.0}, "host_sync", "1"),
+        ({"sync_count": 3, "sync_steps": 3}, "host_sync", "1"),
         ({"matmul_dtypes": {"float32": 11}}, "autocast_mismatch", "bfloat16"),
         ({"matmul_dtypes": {"bfloat16": 9, "float32": 2}}, "autocast_mismatch", "bfloat16"),
         ({"live_graph_tensors": 54}, "memory_growth", "graph"),
-        ({"live_growth_pct_per_window": 2.5}, "memory_growth", "tensors"),
+        ({"live_bytes_change": growing(25_000.0)}, "memory_growth", "tensors"),  # 2.5% of 1 MB
         ({"status": "nonfinite", "error": "non-finite loss"}, "benchmark_failed", "nonfinite"),
     ],
 )
@@ -244,7 +246,7 @@ def test_a_failed_precision_says_how_to_fix_what_failed(
 
 def test_a_failed_precision_leaves_the_others_judged() -> None:
     """The health checks go on past a failed precision to every one after it."""
-    b = bench(syncs_per_step=1.0)
+    b = bench(sync_count=3)  # over 3 steps
     failed = PrecisionResult("32-tf32", "error", "boom", "32-tf32")
     ordered = replace(b, precisions=(failed, *[p for p in b.precisions if p.name != "32-tf32"]))
     v = judge_stage("performance", performance(ordered), POLICY)
@@ -257,7 +259,7 @@ def test_a_host_sync_names_its_first_five_places_and_the_first_as_location() -> 
     places = [{"location": f"src/m{i}.py:{i + 1}", "count": i + 1} for i in range(6)]
     v = judge_stage(
         "performance",
-        performance(bench(syncs_per_step=2.0, sync_locations=tuple(places))),
+        performance(bench(sync_count=6, sync_locations=tuple(places))),
         POLICY,
     )
     (sync,) = [f for f in v.findings if f.kind == "host_sync"]
@@ -275,7 +277,7 @@ def test_a_host_sync_names_its_first_five_places_and_the_first_as_location() -> 
     ],
 )
 def test_a_sync_place_becomes_a_location(text: str, location: Location) -> None:
-    b = bench(syncs_per_step=1.0, sync_locations=({"location": text, "count": 1},))
+    b = bench(sync_count=3, sync_locations=({"location": text, "count": 1},))
     (sync,) = [
         f
         for f in judge_stage("performance", performance(b), POLICY).findings

@@ -42,6 +42,14 @@ for _result in H100["precisions"].values():
         _result.pop(_summary)
     _result.pop("peak_tflops")
     _result["memory"].pop("activation_mb")
+    _health = _result["health"]
+    for _summary in ("memory_growth_mb_per_window", "data_wait_share"):  # no data-wait samples
+        _health.pop(_summary)
+    _health["live_tensors"].pop("growth_pct_per_window")
+    _health["syncs_in_step"].pop("per_step")
+    _health["syncs_in_step"]["steps"] = 3  # what format 1 counted them over
+    for _summary in ("p50", "p95"):
+        _health["inference_latency_ms"].pop(_summary)
 # Measured before the benchmark wrote each precision's float32 matmul precision: its commit
 # (8ec0703) set "high" (TF32) for 32-tf32 and "highest" for the others, as now.
 for _name, _result in H100["precisions"].items():
@@ -179,20 +187,39 @@ FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, 
     (_bf16, "overflow_steps", ("bf16-mixed", "overflow_steps"), ("negative",)),
     (lambda d: _bf16(d)["loss_curve"], 5, ("bf16-mixed", "loss_curve"), ("NaN", "inf")),
     (_bf16, "loss_curve", ("bf16-mixed", "loss_curve"), ("NaN", "zero")),
-    (lambda d: _bf16(d)["health"]["syncs_in_step"], "per_step", ("bf16-mixed", "sync"), NOT_ZERO),
+    (lambda d: _bf16(d)["health"]["syncs_in_step"], "count", ("bf16-mixed", "sync"), NOT_ZERO),
+    (lambda d: _bf16(d)["health"]["syncs_in_step"], "steps", ("bf16-mixed", "sync"), ALL),
     (lambda d: _bf16(d)["health"]["syncs_in_step"], "measured", ("bf16-mixed", "sync"), ALL),
     (_bf16, "health", ("bf16-mixed", "health"), ("deleted", "NaN", "zero")),
     (
         lambda d: _bf16(d)["health"],
-        "memory_growth_mb_per_window",
-        ("bf16-mixed", "memory grows"),
-        ("deleted", "NaN", "inf"),
+        "memory_change_mb",
+        ("bf16-mixed", "memory_change_mb"),
+        ("deleted", "NaN", "zero"),
+    ),
+    (
+        lambda d: _bf16(d)["health"]["memory_change_mb"],
+        2,
+        ("bf16-mixed", "memory_change_mb[2]"),
+        ("NaN", "inf"),
     ),
     (
         lambda d: _bf16(d)["health"]["live_tensors"],
-        "growth_pct_per_window",
-        ("bf16-mixed", "tensors"),
-        ("deleted", "NaN", "inf"),
+        "bytes_change",
+        ("bf16-mixed", "bytes_change"),
+        ("deleted", "NaN", "zero"),
+    ),
+    (
+        lambda d: _bf16(d)["health"]["live_tensors"]["bytes_change"],
+        4,
+        ("bf16-mixed", "bytes_change[4]"),
+        ("NaN", "inf"),
+    ),
+    (
+        lambda d: _bf16(d)["health"]["live_tensors"],
+        "start_bytes",
+        ("bf16-mixed", "start_bytes"),
+        ALL,
     ),
     (
         lambda d: _bf16(d)["health"]["live_tensors"],
@@ -472,6 +499,11 @@ def test_a_summary_a_format_2_file_still_carries_is_ignored(tmp_path: Path) -> N
         d["comparisons"] = [{"precision": "bf16-mixed", "baseline": "32-true", **claims}]
         _bf16(d).update(step_time_ms=1.0, tokens_per_second=1.0, mfu=0.99, stats={"median": 1})
         _bf16(d)["memory"]["activation_mb"] = 1.0
+        health = _bf16(d)["health"]
+        health.update(memory_growth_mb_per_window=99.0, data_wait_share=2.0)
+        health["syncs_in_step"]["per_step"] = 7.0
+        health["live_tensors"]["growth_pct_per_window"] = 50.0
+        health["inference_latency_ms"].update(p50=-1.0, p95=-2.0)
 
     plain = judged(tmp_path, H100)
     carried = judged(tmp_path, altered(H100, summaries))
@@ -548,3 +580,47 @@ def test_the_report_command_blocks_an_attack_without_a_traceback(
     assert "Traceback" not in capsys.readouterr().err
     shown = (root / "reports" / "performance.md").read_text()
     assert "| MISS |" not in shown or "BLOCK" in shown
+
+
+# --- health planted in the samples of the real format 2 cpu-smoke result --------------------------
+
+
+def _leak(mb_per_window: float) -> Callable[[Doc], object]:
+    def change(d: Doc) -> None:
+        changes = _cpu_bf16(d)["health"]["memory_change_mb"]
+        _cpu_bf16(d)["health"]["memory_change_mb"] = [
+            v + mb_per_window * (i + 1) for i, v in enumerate(changes)
+        ]
+
+    return change
+
+
+def _syncs(count: int) -> Callable[[Doc], object]:
+    def change(d: Doc) -> None:
+        place = {"location": "src/amptrain/engine.py:118", "count": count, "message": "item"}
+        _cpu_bf16(d)["health"]["syncs_in_step"].update(count=count, locations=[place])
+
+    return change
+
+
+HEALTH_PLANTS = {
+    "memory grows 5 MB a window": (_leak(5.0), "memory_growth", "memory grows"),
+    "one host read over the 3 steps": (_syncs(1), "host_sync", "0.333"),
+    "no memory samples": (
+        lambda d: _cpu_bf16(d)["health"].pop("memory_change_mb"),
+        "evidence_missing",
+        "memory_change_mb",
+    ),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(HEALTH_PLANTS))
+def test_health_planted_in_the_samples_blocks_with_its_finding(tmp_path: Path, plant: str) -> None:
+    """The judge derives the slope and the rate from the samples, whatever the file says: a
+    leak, a host read in the step and memory samples that are not there each block."""
+    change, kind, words = HEALTH_PLANTS[plant]
+    assert judged(tmp_path, CPU).findings == ()  # the samples as measured: clean
+    stage = judged(tmp_path, altered(CPU, change))
+    assert decide([stage]).decision is Decision.BLOCK
+    found = [(f.kind, f.title) for f in stage.blocking if "bf16-mixed" in f.title]
+    assert [k for k, t in found if words in t] == [kind], found

@@ -39,8 +39,8 @@ def bf16(**kw: object) -> Benchmark:
     [
         ("val_accuracy", 1.0, 1.0001),
         ("val_accuracy", 0.0, -0.0001),
-        ("data_wait_share", 1.0, 1.01),
-        ("data_wait_share", 0.0, -0.01),
+        ("data_wait_s", 1.0, 1.01),  # of the 1.0 timed host seconds: all of them and more
+        ("data_wait_s", 0.0, -0.01),
         ("overflow_steps", 0, -1),
     ],
 )

@@ -1,9 +1,11 @@
 """amptrain's benchmark JSON (format versions 1 and 2) into :class:`stagegate.model.Benchmark`.
 
-Raw figures only: the timed windows, memory, losses, health counts, the model's facts and the
-environment. Version 2 holds nothing else; version 1 (the committed baselines) also holds
-summaries (medians, throughput, comparisons), which are never read: the judge derives every
-figure from the raw ones (:mod:`stagegate.judge.derive`), whatever the version.
+Raw figures only: the timed windows, memory, losses, health samples and counts, the model's
+facts and the environment. Version 2 holds nothing else; version 1 (the committed baselines)
+also holds summaries (medians, throughput, comparisons, health slopes, shares and
+percentiles), which are never read: the judge derives every figure from the raw ones
+(:mod:`stagegate.judge.derive`), whatever the version. A version 1 file holds no data-wait
+seconds, so its data-wait share is absent.
 
 Reading only: a value of the wrong shape (text where an object belongs) is an InputError that
 names it; a figure that is absent, null or not finite is read as None, and the judge decides
@@ -79,32 +81,56 @@ def _dtype_counts(dtypes: dict[str, Any], path: Path, where: str) -> dict[str, i
     return {k: v for k, v in counts.items() if v is not None}
 
 
-def _health(r: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    """The health figures of one precision, as PrecisionResult fields."""
+# Format 1 counted every precision's host syncs over 3 training steps and wrote the steps
+# nowhere (only their ratio, a summary no reader reads); format 2 writes them.
+FORMAT_1_SYNC_STEPS = 3
+
+
+def _numbers(data: dict[str, Any], key: str, path: Path, where: str) -> tuple[float | None, ...]:
+    """``data[key]`` as a list of numbers, each None where it is not a finite number; absent
+    or null reads as empty."""
+    return tuple(_num(v) for v in _list(data, key, path, where))
+
+
+def _syncs(syncs: dict[str, Any], version: int, path: Path, where: str) -> dict[str, Any]:
+    steps = FORMAT_1_SYNC_STEPS if version == 1 else _whole(syncs.get("steps"))
+    return {
+        "syncs_measured": syncs.get("measured") is True,
+        "sync_method": _text(syncs.get("method")) or "cuda",
+        "sync_count": _whole(syncs.get("count")),
+        "sync_steps": steps,
+        "sync_locations": _sync_locations(syncs, path, where),
+    }
+
+
+def _health(r: dict[str, Any], version: int, path: Path, where: str) -> dict[str, Any]:
+    """The health samples and counts of one precision, as PrecisionResult fields (no figure
+    derived from them: a version 1 file's slopes, shares and percentiles are never read)."""
     health = _obj(r, "health", path, where, required=True)
     where = f"{where}.health"
-    syncs = _obj(health, "syncs_in_step", path, where)
     dtypes = _obj(health, "matmul_dtypes", path, where)
     live = _obj(health, "live_tensors", path, where)
     latency = _obj(health, "inference_latency_ms", path, where)
     return {
-        "memory_growth_mb_per_window": _num(health.get("memory_growth_mb_per_window")),
+        "memory_change_mb": _numbers(health, "memory_change_mb", path, where),
         "memory_source": _text(health.get("memory_source")),
-        "data_wait_share": _num(health.get("data_wait_share")),
-        "syncs_measured": syncs.get("measured") is True,
-        "sync_method": _text(syncs.get("method")) or "cuda",
-        "syncs_per_step": _num(syncs.get("per_step")),
-        "sync_locations": _sync_locations(syncs, path, f"{where}.syncs_in_step"),
+        "live_bytes_change": _numbers(live, "bytes_change", path, f"{where}.live_tensors"),
+        "live_start_bytes": _num(live.get("start_bytes")),
+        "live_graph_tensors": _whole(live.get("graph_attached_added_max")),
+        "data_wait_s": _num(health.get("data_wait_s")),
+        "timed_host_s": _num(health.get("timed_host_s")),
+        **_syncs(
+            _obj(health, "syncs_in_step", path, where), version, path, f"{where}.syncs_in_step"
+        ),
         "matmul_dtypes": _dtype_counts(dtypes, path, f"{where}.matmul_dtypes"),
         "matmul_dtype_expected": _text(dtypes.get("expected")),
-        "live_graph_tensors": _whole(live.get("graph_attached_added_max")),
-        "live_growth_pct_per_window": _num(live.get("growth_pct_per_window")),
-        "latency_p50_ms": _num(latency.get("p50")),
-        "latency_p95_ms": _num(latency.get("p95")),
+        "latency_samples_ms": _numbers(
+            latency, "samples_ms", path, f"{where}.inference_latency_ms"
+        ),
     }
 
 
-def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
+def _precision(name: str, r: Any, version: int, path: Path) -> PrecisionResult:
     where = f"precisions.{name}"
     status = _get(r, "status", path, where)
     base = {
@@ -131,7 +157,7 @@ def _precision(name: str, r: Any, path: Path) -> PrecisionResult:
         val_accuracy=_num(r.get("val_accuracy")),
         overflow_steps=_whole(r.get("overflow_steps")),
         loss_curve=tuple(_num(v) for v in _list(r, "loss_curve", path, where)),
-        **_health(r, path, where),
+        **_health(r, version, path, where),
     )
 
 
@@ -153,7 +179,9 @@ def read_benchmark(path: Path) -> Benchmark:
         driver=_text(machine.get("driver")),
         datetime=str(data.get("datetime", "")),
         commit=_text(_obj(data, "commit_info", path, "the document").get("id")),
-        precisions=tuple(_precision(n, r, path) for n, r in precisions.items()),
+        precisions=tuple(
+            _precision(n, r, data["format_version"], path) for n, r in precisions.items()
+        ),
         settings=_obj(data, "settings", path, "the document"),
         preset_spec=preset,
         machine=machine_claim(machine),

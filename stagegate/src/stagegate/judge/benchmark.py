@@ -49,6 +49,8 @@ def _memory_checks(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) 
         ("live_tensor_growth_pct_per_window", p.live_growth_pct_per_window, "tensors pile up"),
     )
     for metric, value, what in checks:
+        if value is None:
+            continue  # samples that are not there are an evidence finding
         reason = check_threshold(t[metric], value)
         if reason:
             f.add(
@@ -235,7 +237,8 @@ def benchmark_findings(
 ) -> tuple[MetricCheck, ...]:
     """Findings about the evidence (the file tied to ``record``'s run, and to the GPU job's
     ``host`` facts where given), every precision and comparison; the outcome of every
-    comparison metric, derived from the raw figures."""
+    comparison metric, derived from the raw figures. ``bench`` comes with its precisions'
+    figures derived (:func:`stagegate.judge.derive.figured`): the health checks judge them."""
     provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     fp8_evidence(f, bench, record)

@@ -6,6 +6,10 @@ minus static) and MFU (that throughput times the model's FLOPs per token, over t
 peak in the precision's compute dtype). Per comparison: the speedup (a ratio of medians, with
 its exact bootstrap interval), the memory reductions and the accuracy and loss differences.
 Per A/B file: each head/base ratio, the median of the rounds' paired ratios, with its interval.
+Health, per precision (:func:`health`): memory growth (the least-squares slope of the
+cumulative memory change over the windows), live-tensor growth (the same slope of the live
+bytes, in percent of what the run started with), the data-wait share, host syncs per step and
+the inference latency's 50th and 95th percentiles, each as amptrain defined it.
 
 Benchmark files hold raw samples (a version 1 file's summaries are never read); which
 precisions are compared is decided here, not by the file.
@@ -80,6 +84,55 @@ def _mfu(p: PrecisionResult, bench: Benchmark, policy: BenchmarkPolicy) -> dict[
     return out
 
 
+def slope(values: Sequence[float]) -> float:
+    """The least-squares slope of ``values`` against their index (0, 1, 2, ...): a straight
+    line's fit, as ``numpy.polyfit(x, values, 1)[0]``; 0.0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    covariance = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(values))
+    return covariance / sum((x - mean_x) ** 2 for x in range(n))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100), linearly interpolated between the order statistics
+    (numpy's default ``percentile`` method); at least one value."""
+    ordered = sorted(values)
+    at = (len(ordered) - 1) * q / 100
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def _complete(samples: Sequence[float | None]) -> list[float] | None:
+    """The samples when there are some and every one is a finite number, else None."""
+    values = [v for v in samples if v is not None]
+    return values if values and len(values) == len(samples) else None
+
+
+def health(p: PrecisionResult) -> dict[str, float | None]:
+    """The health figures of ``p`` derived from its samples: None for each whose samples are
+    absent, incomplete or cannot be divided (the evidence checks say which)."""
+    memory, live = _complete(p.memory_change_mb), _complete(p.live_bytes_change)
+    latency, start = _complete(p.latency_samples_ms), p.live_start_bytes
+    wait, host = p.data_wait_s, p.timed_host_s
+    return {
+        "memory_growth_mb_per_window": slope(memory) if memory else None,
+        "live_growth_pct_per_window": (
+            slope(live) / start * 100 if live and start is not None and start > 0 else None
+        ),
+        "data_wait_share": wait / host if wait is not None and host else None,
+        "syncs_per_step": (
+            p.sync_count / p.sync_steps
+            if p.sync_count is not None and p.sync_steps is not None and p.sync_steps > 0
+            else None
+        ),
+        "latency_p50_ms": percentile(latency, 50) if latency else None,
+        "latency_p95_ms": percentile(latency, 95) if latency else None,
+    }
+
+
 def figures(p: PrecisionResult, bench: Benchmark, policy: BenchmarkPolicy) -> PrecisionResult:
     """``p`` with every figure derived from its raw ones; None where they do not allow it."""
     windows, steps = usable(p.window_s), p.steps_per_window
@@ -95,7 +148,7 @@ def figures(p: PrecisionResult, bench: Benchmark, policy: BenchmarkPolicy) -> Pr
         }
     if p.peak_mb is not None and p.static_mb is not None:
         derived["activation_mb"] = p.peak_mb - p.static_mb
-    return replace(p, **derived, **_mfu(p, bench, policy))
+    return replace(p, **derived, **health(p), **_mfu(p, bench, policy))
 
 
 def figured(bench: Benchmark, policy: BenchmarkPolicy) -> Benchmark:

@@ -254,16 +254,47 @@ def _syncs(f: Findings, p: PrecisionResult) -> None:
     where = f"precisions.{p.name}.health.syncs_in_step"
     if not p.syncs_measured:
         flag(f, Kind.EVIDENCE_MISSING, where, "host syncs were not counted; the preset counts them")
-    elif p.syncs_per_step is None:
-        flag(f, Kind.EVIDENCE_MISSING, f"{where}.per_step", "absent or not a finite number")
-    elif p.syncs_per_step < 0:
-        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.per_step", f"{p.syncs_per_step:g}")
+        return
+    for key, value in (("count", p.sync_count), ("steps", p.sync_steps)):
+        if value is None:
+            flag(f, Kind.EVIDENCE_MISSING, f"{where}.{key}", "absent or not a whole number")
+        elif value < 0 or (key == "steps" and value == 0):
+            flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.{key}", f"{value:g}")
+
+
+def _samples(f: Findings, where: str, samples: tuple[float | None, ...]) -> None:
+    if not samples:
+        flag(f, Kind.EVIDENCE_MISSING, where, "absent or empty: no window's change was recorded")
+        return
+    bad = next((i for i, v in enumerate(samples) if v is None), None)
+    if bad is not None:
+        flag(f, Kind.EVIDENCE_MISSING, f"{where}[{bad}]", "not a finite number")
+
+
+def _growth(f: Findings, p: PrecisionResult) -> None:
+    """The samples the growth thresholds judge, on every device: memory in use and the live
+    tensors' storage after each window, what the tensors held at the start, and the count of
+    those a window left attached to a graph."""
+    where = f"precisions.{p.name}.health"
+    _samples(f, f"{where}.memory_change_mb", p.memory_change_mb)
+    _samples(f, f"{where}.live_tensors.bytes_change", p.live_bytes_change)
+    if p.live_graph_tensors is None:
+        where_graph = f"{where}.live_tensors.graph_attached_added_max"
+        flag(f, Kind.EVIDENCE_MISSING, where_graph, "absent or not a whole number")
+    start = f"{where}.live_tensors.start_bytes"
+    if p.live_start_bytes is None:
+        flag(f, Kind.EVIDENCE_MISSING, start, "absent or not a finite number")
+    elif p.live_start_bytes <= 0:  # the precision's own model was live when it started
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, start, f"{p.live_start_bytes:g}")
 
 
 def _ranges(f: Findings, p: PrecisionResult) -> None:
     """Shares within their range and counts not below zero, wherever the file states them."""
+    if p.data_wait_share is not None and not 0 <= p.data_wait_share <= 1:
+        where = f"precisions.{p.name}.health.data_wait_s"
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"{p.data_wait_share:g} of timed_host_s")
     figures = (
-        ("health.data_wait_share", p.data_wait_share, lambda x: 0 <= x <= 1),
+        ("health.timed_host_s", p.timed_host_s, lambda x: x >= 0),
         ("overflow_steps", p.overflow_steps, lambda x: x >= 0),
         ("health.live_tensors.graph_attached_added_max", p.live_graph_tensors, lambda x: x >= 0),
     )
@@ -310,6 +341,7 @@ def check_evidence(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, judge
         if p.status != "ok":
             continue  # a failed precision is a finding of its own
         _losses(f, p)
+        _growth(f, p)
         _ranges(f, p)
         windows = _speed(f, p, policy, sizes)
         if windows is not None:

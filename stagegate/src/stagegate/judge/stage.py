@@ -136,8 +136,8 @@ def _performance(
     bench, record = data.benchmark, data.record
     if bench is None or record is None:
         return (), None, data
+    bench = figured(bench, policy.benchmark)  # the health checks judge derived figures
     checks = benchmark_findings(f, bench, policy, record, host)
-    bench = figured(bench, policy.benchmark)
     data = replace(data, benchmark=bench)
     if not bench.gpu_verified and policy.skippable.get(f.stage) != "no-cuda":
         f.add(
