@@ -18,6 +18,7 @@ from amptrain.benchmark.run import preset_model
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.judge import judge_stage
 from stagegate.judge.baseline import compare_to_baseline
+from stagegate.judge.benchpolicy import SIZES
 from stagegate.judge.derive import figured, speedup
 from stagegate.judge.policy import Policy, load_policy
 from stagegate.model import StageData, StageRecord, StageStatus
@@ -136,4 +137,5 @@ def test_the_policy_declares_each_preset_as_the_benchmark_runs_it(name: str) -> 
     model = preset_model(PRESETS[name])
     assert declared.flops_per_token == model.flops_per_token(PRESETS[name].seq_len)
     assert declared.device == ("cuda" if PRESETS[name].needs_cuda else "cpu")
+    assert declared.sizes == {k: getattr(PRESETS[name], k) for k in SIZES}
     assert ("memory" in declared.measures) == PRESETS[name].needs_cuda

@@ -119,7 +119,9 @@ CATALOGUE: dict[Kind, About] = {
     Kind.BENCHMARK_FAILED: About(C, "a precision of the benchmark failed or did not finish"),
     Kind.EVIDENCE_MISSING: About(C, "a benchmark figure is absent or not finite", floor=H),
     Kind.EVIDENCE_IMPOSSIBLE: About(C, "a benchmark figure no run can produce", floor=H),
-    Kind.EVIDENCE_INCONSISTENT: About(H, "a summary the raw figures contradict", floor=H),
+    Kind.EVIDENCE_INCONSISTENT: About(
+        H, "benchmark figures contradict each other or the policy", floor=H
+    ),
     Kind.EVIDENCE_UNCHECKED: About(H, "a figure the policy gives no way to check", floor=H),
     Kind.THRESHOLD_MISSED: About(H, "a measured figure misses its threshold"),
     Kind.TARGET_UNDECIDED: About(H, "a speedup's interval straddles its target", floor=H),

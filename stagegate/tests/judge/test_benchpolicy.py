@@ -73,6 +73,10 @@ def test_a_table_given_replaces_its_default_whole() -> None:
             "a list from speed, memory, accuracy, syncs",
         ),
         ({"presets": {"p": {"device": "cuda"}}}, "presets.p", "write { device"),
+        ({"presets": {"p": {**GPU, "batch_size": 0}}}, "presets.p.batch_size", "a whole number"),
+        ({"presets": {"p": {**GPU, "seq_len": 2.5}}}, "presets.p.seq_len", "a whole number"),
+        ({"presets": {"p": {**GPU, "windows": True}}}, "presets.p.windows", "a finite number"),
+        ({"presets": {"p": {**GPU, "batch": 8}}}, "presets.p", "the sizes windows"),
         ({"presets": {"p": "gpu"}}, "presets.p", "write { device"),
         ({"peak_tflops": []}, "peak_tflops", "a table of GPU name patterns"),
         ({"peak_tflops": {"X9": {**PEAKS, "fp32": 0}}}, "peak_tflops.X9.fp32", "a number above 0"),
@@ -127,6 +131,9 @@ def test_the_limits_themselves_are_allowed() -> None:
     assert (p.min_windows, p.max_windows) == (2, 2) and isinstance(p.min_windows, int)
     assert p.peak_tflops["X9"]["fp32"] == 0.5 and p.clock_tolerance_s == 599.9
     assert p.presets["cpu"].precisions == ("32-true",)  # named twice, measured once
+    assert p.presets["cpu"].sizes == {}  # no size declared: the file's own are used
+    sized = bench_policy(presets={"p": {**GPU, "window_steps": 10, "batch_size": 32}})
+    assert sized.presets["p"].sizes == {"window_steps": 10, "batch_size": 32}
     assert bench_policy(max_windows=500).max_windows == 500
 
 

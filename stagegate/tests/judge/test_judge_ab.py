@@ -6,6 +6,7 @@ and blocks too; every hostile file blocks with a finding that names its field.""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -326,3 +327,31 @@ def test_windows_longer_than_the_stage_ran_are_impossible(tmp_path: Path) -> Non
         stage = judge_stage("regression", collect_stage(rec, tmp_path), POLICY, ab_base=SHA)
         assert ("evidence_impossible" in kinds(stage)) is blocks, [f.title for f in stage.findings]
         assert any("windows" in f.title for f in stage.blocking) is blocks
+
+
+def test_gpu_windows_faster_than_the_device_computes_are_impossible(tmp_path: Path) -> None:
+    doc = on_gpu(lambda i: 1000.0)
+    doc["head"]["window_s"] = [1e-6] * doc["windows"]  # 5,120 tokens of a 633 MFLOP model
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    assert "evidence_impossible" in kinds(stage)
+    assert any("head.window_s" in f.title and "TFLOP/s" in f.title for f in stage.blocking)
+    assert not any("base.window_s" in f.title for f in stage.blocking)  # 1 s windows: possible
+
+
+def test_a_side_that_ran_other_sizes_than_the_declared_preset_blocks(tmp_path: Path) -> None:
+    doc = on_gpu(lambda i: 1000.0)
+    gpu = POLICY.benchmark.presets["gpu"]
+    sizes = {k: doc["base"]["preset"][k] for k in ("batch_size", "seq_len")}
+    sized = dataclasses.replace(gpu, sizes={**sizes, "batch_size": sizes["batch_size"] * 4})
+    policy = dataclasses.replace(
+        POLICY,
+        benchmark=dataclasses.replace(POLICY.benchmark, presets={"gpu": sized}),
+    )
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    rec = record("regression", files={"ab": str(path)}, commit=SHA, **run_that_wrote(doc))
+    data = collect_stage(sealed(rec, tmp_path), tmp_path)
+    stage = judge_stage("regression", data, policy, ab_base=OTHER)
+    titles = [f.title for f in stage.blocking if f.kind == "evidence_inconsistent"]
+    assert any("base.preset.batch_size" in t for t in titles), titles
+    assert any("head.preset.batch_size" in t for t in titles), titles

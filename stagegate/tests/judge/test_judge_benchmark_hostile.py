@@ -8,8 +8,10 @@ never a traceback. Unmodified, both real files pass."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import pytest
 
 from stagegate.collect import collect_stage
 from stagegate.judge import decide, judge_stage
-from stagegate.judge.policy import load_policy
+from stagegate.judge.policy import Policy, load_policy
 from stagegate.model import CheckOutcome, Decision, StageStatus, StageVerdict
 
 from ..builders import (
@@ -71,7 +73,7 @@ def _as_written(value: Any) -> Any:
     return value
 
 
-def judged(tmp_path: Path, doc: Doc) -> StageVerdict:
+def judged(tmp_path: Path, doc: Doc, policy: Policy = POLICY) -> StageVerdict:
     """``doc`` written as a file (non-finite figures as null), collected and judged as the
     performance stage is."""
     path = tmp_path / "benchmark.json"
@@ -79,7 +81,7 @@ def judged(tmp_path: Path, doc: Doc) -> StageVerdict:
     rec = record("performance", files={"benchmark": str(path)}, **run_of(doc))
     rec = sealed(rec, tmp_path)
     data = collect_stage(rec, tmp_path)
-    return judge_stage("performance", data, POLICY)
+    return judge_stage("performance", data, policy)
 
 
 def run_of(doc: Doc) -> dict[str, Any]:
@@ -554,6 +556,13 @@ CPU_ATTACKS: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("syncs",),
     ),
     ("only fp32", _only("32-true"), ("bf16-mixed", "absent")),
+    (
+        "CUDA memory on a CPU",
+        lambda d: _cpu_bf16(d).update(
+            memory={"measured": True, "peak_allocated_mb": 5000.0, "static_mb": 100.0}
+        ),
+        ("bf16-mixed.memory", "CUDA memory"),
+    ),
 ]
 
 
@@ -611,16 +620,79 @@ HEALTH_PLANTS = {
         "evidence_missing",
         "memory_change_mb",
     ),
+    "a memory sample short": (
+        lambda d: _cpu_bf16(d)["health"]["memory_change_mb"].pop(),
+        "evidence_inconsistent",
+        "memory_change_mb",
+    ),
 }
 
 
 @pytest.mark.parametrize("plant", sorted(HEALTH_PLANTS))
 def test_health_planted_in_the_samples_blocks_with_its_finding(tmp_path: Path, plant: str) -> None:
     """The judge derives the slope and the rate from the samples, whatever the file says: a
-    leak, a host read in the step and memory samples that are not there each block."""
+    leak, a host read in the step and memory samples that are not there, or one short, each
+    block."""
     change, kind, words = HEALTH_PLANTS[plant]
     assert judged(tmp_path, CPU).findings == ()  # the samples as measured: clean
     stage = judged(tmp_path, altered(CPU, change))
     assert decide([stage]).decision is Decision.BLOCK
     found = [(f.kind, f.title) for f in stage.blocking if "bf16-mixed" in f.title]
     assert [k for k, t in found if words in t] == [kind], found
+
+
+# --- the preset's sizes, where the policy declares them ---------------------------------------
+
+SIZES = {k: H100["preset"][k] for k in ("windows", "window_steps", "batch_size", "seq_len")}
+SIZED = dataclasses.replace(
+    POLICY,
+    benchmark=dataclasses.replace(
+        POLICY.benchmark,
+        presets={
+            **POLICY.benchmark.presets,
+            "gpu": dataclasses.replace(POLICY.benchmark.presets["gpu"], sizes=SIZES),
+        },
+    ),
+)
+
+
+def _stretched(doc: Doc) -> None:
+    """Every window 1.5 times as long, said to hold 15 steps: a 50% slower step, disguised."""
+    doc["preset"]["window_steps"] = 15
+    for result in doc["precisions"].values():
+        result["window_s"] = [w * 1.5 for w in result["window_s"]]
+        result["steps_per_window"] = 15
+
+
+def _small_batch(doc: Doc) -> None:
+    """Windows ten times too fast for the H100, said to be of batches of one row."""
+    doc["preset"]["batch_size"] = 1
+    for result in doc["precisions"].values():
+        result["window_s"] = [w * 0.1 for w in result["window_s"]]
+
+
+def test_the_real_h100_result_passes_the_sizes_the_policy_declares(tmp_path: Path) -> None:
+    stage = judged(tmp_path, H100, SIZED)
+    assert stage.status is StageStatus.PASS and stage.findings == (), stage.findings
+
+
+@pytest.mark.parametrize(
+    ("change", "kinds"),
+    [
+        (_stretched, {"evidence_inconsistent"}),
+        (_small_batch, {"evidence_inconsistent", "evidence_impossible"}),
+    ],
+)
+def test_sizes_the_file_states_against_the_declared_ones_block(
+    tmp_path: Path, change: Callable[[Doc], object], kinds: set[str]
+) -> None:
+    stage = judged(tmp_path, altered(H100, change), SIZED)
+    assert_blocked(stage, "preset.")
+    assert kinds <= {f.kind for f in stage.blocking}, [f.title for f in stage.blocking]
+    # the figures shown are derived from the declared sizes, never the file's
+    assert stage.data.benchmark is not None
+    bf16 = next(p for p in stage.data.benchmark.precisions if p.name == "bf16-mixed")
+    windows = H100["precisions"]["bf16-mixed"]["window_s"]
+    factor = 1.5 if change is _stretched else 0.1
+    step_ms = statistics.median(windows) * factor / SIZES["window_steps"] * 1e3
+    assert bf16.step_time_ms == pytest.approx(step_ms)

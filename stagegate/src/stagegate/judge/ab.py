@@ -15,6 +15,7 @@ from dataclasses import replace
 from stagegate.judge.derive import paired
 from stagegate.judge.evidence import flag
 from stagegate.judge.findings import Findings
+from stagegate.judge.physics import ab_physics
 from stagegate.judge.policy import Policy
 from stagegate.kinds import Kind
 from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
@@ -215,8 +216,10 @@ def ab_findings(
     sides = [_windows(f, s, r, n) for r, s in zip(ROLES, (run.base, run.head), strict=True)]
     if sides[0] is None or sides[1] is None or not _interleaved(f, run, n):
         return ()
-    step = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
     spec = policy.benchmark.presets[run.preset or ""]
+    if spec.device == "cuda":
+        ab_physics(f, run, spec, policy.benchmark)
+    step = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
     memory = _memory(f, run, policy) if "memory" in spec.measures else _unmeasured(f, run)
     shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}
     return tuple(replace(c, **shas) for c in (step, memory) if c is not None)

@@ -19,6 +19,10 @@ OPTIONAL_DTYPES = ("fp8",)  # a GPU without float8 tensor cores (before compute 
 MAX_WINDOWS = 500  # the exact bootstrap of 500 windows a side takes seconds
 
 
+# A preset's sizes: its timed windows, the steps of each, and the batch and sequence sizes
+SIZES = ("windows", "window_steps", "batch_size", "seq_len")
+
+
 @dataclass(frozen=True)
 class PresetSpec:
     """What a run of one preset must hold: the device it runs on, the precisions it measures
@@ -30,6 +34,9 @@ class PresetSpec:
     # The model's training FLOPs per token (forward and backward): with the windows and the
     # preset's sizes, what bounds a GPU run's throughput by the device's peak
     flops_per_token: int | None = None
+    # The sizes the preset runs with (SIZES), where declared: a file that states others ran
+    # other work, and throughput, MFU and the physics bound are derived from these instead
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 DEFAULT_PRESETS = {
@@ -122,13 +129,14 @@ def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tupl
 
 def _preset(key: str, spec: Any) -> PresetSpec:
     keys = {"device", "precisions", "measures"}
-    if not isinstance(spec, dict) or not keys <= set(spec) <= keys | {"flops_per_token"}:
+    if not isinstance(spec, dict) or not keys <= set(spec) <= keys | {"flops_per_token", *SIZES}:
         raise _fail(
             key,
             spec,
             'write { device = "cuda", precisions = [...], measures = [...] } and, optionally, '
-            "flops_per_token = N",
+            f"flops_per_token = N and the sizes {', '.join(SIZES)}",
         )
+    sizes = {k: int(_within(f"{key}.{k}", spec[k], 0, 1e9, whole=True)) for k in SIZES if k in spec}
     flops = spec.get("flops_per_token")
     if flops is not None:
         flops = int(_within(f"{key}.flops_per_token", flops, 0, 1e18, whole=True))
@@ -141,7 +149,7 @@ def _preset(key: str, spec: Any) -> PresetSpec:
         need = "speed, accuracy" + (", memory" if device == "cuda" else " and never memory")
         raise _fail(f"{key}.measures", spec["measures"], f"a {device} preset measures {need}")
     precisions = _words(f"{key}.precisions", spec["precisions"])
-    return PresetSpec(device, precisions, measures, flops)
+    return PresetSpec(device, precisions, measures, flops, sizes)
 
 
 def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:

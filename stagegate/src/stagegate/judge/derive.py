@@ -17,10 +17,10 @@ precisions are compared is decided here, not by the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from stagegate.judge.benchpolicy import BenchmarkPolicy, peak_row
+from stagegate.judge.benchpolicy import SIZES, BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.stats import RatioDistribution, median, quartiles, ratio_of_medians
 from stagegate.model import Benchmark, PrecisionResult
 
@@ -46,10 +46,17 @@ def usable(window_s: Sequence[float | None]) -> tuple[float, ...] | None:
     return values if values and len(values) == len(window_s) else None
 
 
-def tokens_per_window(bench: Benchmark, steps: float | None) -> int | None:
+def preset_sizes(bench: Benchmark, spec: PresetSpec | None) -> dict[str, object]:
+    """The preset's sizes the figures are derived from: those the policy declares for it, the
+    file's own for any it does not (the evidence checks hold the file to the declared ones)."""
+    declared = spec.sizes if spec is not None else {}
+    return {k: declared.get(k, bench.preset_spec.get(k)) for k in SIZES}
+
+
+def tokens_per_window(sizes: Mapping[str, object], steps: object) -> int | None:
     """The tokens one window trains on: its steps times the preset's batch and sequence sizes,
     each a positive whole number (else None)."""
-    sizes = [steps, bench.preset_spec.get("batch_size"), bench.preset_spec.get("seq_len")]
+    sizes = [steps, sizes.get("batch_size"), sizes.get("seq_len")]
     if any(isinstance(s, bool) or not isinstance(s, int | float) or s <= 0 for s in sizes):
         return None
     if any(s != int(s) for s in sizes):  # type: ignore[arg-type]
@@ -69,8 +76,14 @@ def flops_per_token(bench: Benchmark, policy: BenchmarkPolicy) -> int | None:
     return (spec.flops_per_token if spec is not None else None) or bench.flops_per_token
 
 
+def _steps(p: PrecisionResult, sizes: Mapping[str, object]) -> object:
+    """A precision's steps a window: the preset's where the policy declares them."""
+    return sizes.get("window_steps") if sizes.get("window_steps") else p.steps_per_window
+
+
 def _mfu(p: PrecisionResult, bench: Benchmark, policy: BenchmarkPolicy) -> dict[str, float]:
-    windows, tokens = usable(p.window_s), tokens_per_window(bench, p.steps_per_window)
+    sizes = preset_sizes(bench, policy.presets.get(bench.preset))
+    windows, tokens = usable(p.window_s), tokens_per_window(sizes, _steps(p, sizes))
     flops = flops_per_token(bench, policy)
     peaks, _ = peak_row(policy, bench.gpu_name or "")
     dtype = COMPUTE_DTYPE.get(p.name)
@@ -135,18 +148,21 @@ def health(p: PrecisionResult) -> dict[str, float | None]:
 
 def figures(p: PrecisionResult, bench: Benchmark, policy: BenchmarkPolicy) -> PrecisionResult:
     """``p`` with every figure derived from its raw ones; None where they do not allow it."""
-    windows, steps = usable(p.window_s), p.steps_per_window
+    spec = policy.presets.get(bench.preset)
+    sizes = preset_sizes(bench, spec)
+    windows, steps = usable(p.window_s), _steps(p, sizes)
     derived: dict[str, float | None] = {}
-    if windows is not None and steps:
+    if windows is not None and isinstance(steps, int | float) and steps > 0:
         mid = median(windows)
         q1, q3 = quartiles(windows) if len(windows) > 1 else (mid, mid)
-        tokens = tokens_per_window(bench, steps)
+        tokens = tokens_per_window(sizes, steps)
         derived |= {
             "step_time_ms": mid / steps * 1e3,
             "iqr_ms": (q3 - q1) / steps * 1e3,
             "tokens_per_second": tokens / mid if tokens else None,
         }
-    if p.peak_mb is not None and p.static_mb is not None:
+    measured = spec is None or "memory" in spec.measures  # CUDA memory: on a CUDA preset only
+    if measured and p.peak_mb is not None and p.static_mb is not None:
         derived["activation_mb"] = p.peak_mb - p.static_mb
     return replace(p, **derived, **health(p), **_mfu(p, bench, policy))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stagegate.judge.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
+from stagegate.judge.benchpolicy import SIZES, BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
 from stagegate.model import Benchmark, PrecisionResult
@@ -142,16 +142,24 @@ def _windows(f: Findings, p: PrecisionResult, policy: BenchmarkPolicy) -> tuple[
     return windows
 
 
-SIZES = ("windows", "window_steps", "batch_size", "seq_len")
-
-
-def _sizes(f: Findings, bench: Benchmark) -> dict[str, int] | None:
-    """The preset sizes the file states, each a positive whole number, or None."""
+def _sizes(f: Findings, bench: Benchmark, spec: PresetSpec) -> dict[str, int] | None:
+    """The preset sizes the file states, each a positive whole number and the one the policy
+    declares where it declares one, or None."""
     sizes = {k: bench.preset_spec.get(k) for k in SIZES}
     bad = [k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
     for key in bad:
         flag(f, Kind.EVIDENCE_MISSING, f"preset.{key}", "is not a positive whole number")
-    return None if bad else sizes  # type: ignore[return-value]
+    for key, declared in spec.sizes.items():
+        if key not in bad and sizes[key] != declared:
+            flag(
+                f,
+                Kind.EVIDENCE_INCONSISTENT,
+                f"preset.{key}",
+                f"is {sizes[key]}; the policy declares {declared} for preset {bench.preset}",
+                fix="run the preset as the policy declares it, or change the declaration in "
+                f"[tool.stagegate.benchmark.presets.{bench.preset}]",
+            )
+    return None if bad else {**sizes, **spec.sizes}  # type: ignore[dict-item]
 
 
 def _speed(
@@ -183,6 +191,15 @@ def _speed(
             f"is not {sizes['window_steps']}",
         )
     return windows
+
+
+def _unmeasured(f: Findings, p: PrecisionResult, preset: str) -> None:
+    """On a preset that measures no CUDA memory the file holds no memory figure: one that is
+    there was not measured by the run that claims it."""
+    held = [v for v in (p.peak_mb, p.static_mb) if v is not None]
+    if p.memory_measured or held:
+        where = f"precisions.{p.name}.memory"
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"CUDA memory on preset {preset}, which has none")
 
 
 def _positive(f: Findings, where: str, value: float | None) -> float | None:
@@ -262,10 +279,13 @@ def _syncs(f: Findings, p: PrecisionResult) -> None:
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.{key}", f"{value:g}")
 
 
-def _samples(f: Findings, where: str, samples: tuple[float | None, ...]) -> None:
+def _samples(f: Findings, where: str, samples: tuple[float | None, ...], windows: int) -> None:
+    """One finite sample after each of the precision's ``windows``."""
     if not samples:
         flag(f, Kind.EVIDENCE_MISSING, where, "absent or empty: no window's change was recorded")
         return
+    if len(samples) != windows:
+        flag(f, Kind.EVIDENCE_INCONSISTENT, where, f"{len(samples)} samples for {windows} windows")
     bad = next((i for i, v in enumerate(samples) if v is None), None)
     if bad is not None:
         flag(f, Kind.EVIDENCE_MISSING, f"{where}[{bad}]", "not a finite number")
@@ -276,8 +296,8 @@ def _growth(f: Findings, p: PrecisionResult) -> None:
     tensors' storage after each window, what the tensors held at the start, and the count of
     those a window left attached to a graph."""
     where = f"precisions.{p.name}.health"
-    _samples(f, f"{where}.memory_change_mb", p.memory_change_mb)
-    _samples(f, f"{where}.live_tensors.bytes_change", p.live_bytes_change)
+    _samples(f, f"{where}.memory_change_mb", p.memory_change_mb, len(p.window_s))
+    _samples(f, f"{where}.live_tensors.bytes_change", p.live_bytes_change, len(p.window_s))
     if p.live_graph_tensors is None:
         where_graph = f"{where}.live_tensors.graph_attached_added_max"
         flag(f, Kind.EVIDENCE_MISSING, where_graph, "absent or not a whole number")
@@ -336,10 +356,12 @@ def check_evidence(f: Findings, bench: Benchmark, policy: BenchmarkPolicy, judge
     _required(f, bench, v.spec, judged)
     if v.gpu:
         _peaks(f, bench, policy, v)
-    sizes = _sizes(f, bench)
+    sizes = _sizes(f, bench, v.spec)
     for p in bench.precisions:
         if p.status != "ok":
             continue  # a failed precision is a finding of its own
+        if "memory" not in v.spec.measures:
+            _unmeasured(f, p, bench.preset)
         _losses(f, p)
         _growth(f, p)
         _ranges(f, p)

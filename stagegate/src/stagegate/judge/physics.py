@@ -8,12 +8,13 @@ Windows faster than the device can compute are impossible: they block.
 
 from __future__ import annotations
 
-from stagegate.judge.derive import COMPUTE_DTYPE, tflops, tokens_per_window
+from stagegate.judge.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
+from stagegate.judge.derive import COMPUTE_DTYPE, preset_sizes, tflops, tokens_per_window, usable
 from stagegate.judge.evidence import Verified, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.stats import median
 from stagegate.kinds import Kind
-from stagegate.model import Benchmark
+from stagegate.model import ABRun, ABSide, Benchmark
 
 FLOPS_FIX = (
     "declare the preset's training FLOPs per token (flops_per_token under "
@@ -65,7 +66,8 @@ def physics(f: Findings, bench: Benchmark, v: Verified) -> None:
     compute dtype's peak (an MFU above 1); none where there is no GPU peak."""
     if not v.gpu or v.peaks is None or v.spec is None:
         return
-    tokens = tokens_per_window(bench, bench.preset_spec.get("window_steps"))
+    sizes = preset_sizes(bench, v.spec)
+    tokens = tokens_per_window(sizes, sizes.get("window_steps"))
     if tokens is None:
         return  # the evidence checks named the missing size
     flops = _flops(f, bench, v)
@@ -89,3 +91,31 @@ def physics(f: Findings, bench: Benchmark, v: Verified) -> None:
                 detail=f"{tokens:,} tokens a window over the windows' median "
                 f"{median(windows):.4g} s, times {flops:,} FLOPs a token",
             )
+
+
+def _ab_sizes(f: Findings, role: str, side: ABSide, spec: PresetSpec) -> dict[str, object]:
+    """One side's preset sizes, each held to the policy's declaration (the steps of a window
+    are the A/B run's own setting), and the declared ones where there are."""
+    for key, declared in spec.sizes.items():
+        if key != "window_steps" and side.preset.get(key) != declared:
+            said = f"is {str(side.preset.get(key))[:20]}; the policy declares {declared}"
+            flag(f, Kind.EVIDENCE_INCONSISTENT, f"A/B {role}.preset.{key}", said)
+    return {**side.preset, **spec.sizes}
+
+
+def ab_physics(f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy) -> None:
+    """An A/B run on a CUDA preset: each side ran the declared preset, and its windows imply
+    no more arithmetic than the GPU's dense peak in the precision's compute dtype."""
+    peaks, _ = peak_row(policy, run.machine.gpu_name or "")
+    dtype = COMPUTE_DTYPE.get(run.precision or "", "")
+    flops = spec.flops_per_token
+    peak = peaks.get(dtype) if peaks is not None and flops is not None else None
+    for role, side in (("base", run.base), ("head", run.head)):
+        sizes = _ab_sizes(f, role, side, spec)
+        tokens = tokens_per_window(sizes, side.preset.get("steps_per_window"))
+        windows = usable(side.window_s)
+        if peak is None or flops is None or tokens is None or windows is None:
+            continue  # nothing to bound it by: the evidence checks name what is missing
+        if (arithmetic := tflops(windows, tokens, flops)) > peak:
+            said = f"{arithmetic:,.1f} TFLOP/s, above the GPU's dense {dtype} peak of {peak:g}"
+            flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"A/B {role}.window_s", said)
