@@ -201,8 +201,12 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             "tests/integration",
             "-m",
             "integration",
-            # In one process: a few long tests, two of them torchrun jobs of two processes
-            # each; pytest-xdist took 35 to 41 s against 41 s (docs/development.md).
+            # A worker a core, each test file on one worker (its module fixtures run once):
+            # 70 s against 100 s in one process on two cores (docs/development.md).
+            "-n",
+            "auto",
+            "--dist",
+            "loadfile",
             "-p",
             "no:cacheprovider",
             f"--junitxml={junit}",
