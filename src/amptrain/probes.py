@@ -165,6 +165,23 @@ def expected_matmul_dtype(
     return str(autocast_dtype or param_dtype or torch.float32).removeprefix("torch.")
 
 
+@contextmanager
+def scanning_new_objects() -> Iterator[None]:
+    """Inside, :func:`live_tensors` sees only the objects made since entering: those from
+    before (every imported module's, a test session's) are frozen out of the garbage
+    collector's view (:func:`gc.freeze`), so a scan walks what the run made, not the whole
+    process. A process that froze objects itself keeps them as it had them."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect()  # what is garbage already is freed, not frozen
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def live_tensors() -> dict[str, float]:
     """Tensors Python holds now: how many, their storage (each counted once), and how many
     are still attached to an autograd graph (each of those keeps the graph's saved tensors)."""

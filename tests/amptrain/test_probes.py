@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -204,3 +205,31 @@ def test_live_tensors_leaves_fake_tensors_out() -> None:
     assert after["count"] == before["count"]
     assert after["bytes"] == before["bytes"]
     del fake
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    """The process's objects out of the permanent generation (tests/conftest.py freezes what
+    collection made), as in a process that froze none; frozen again after the test."""
+    gc.unfreeze()
+    yield
+    gc.freeze()
+
+
+def test_a_scan_inside_a_run_walks_only_what_the_run_made(thawed: None) -> None:
+    before = torch.ones(1000)  # 4,000 bytes made before the run
+    with probes.scanning_new_objects():
+        start = probes.live_tensors()
+        assert start["bytes"] < before.nbytes  # not seen: frozen out of the scan
+        made = torch.ones(2000)
+        assert probes.live_tensors()["bytes"] == start["bytes"] + made.nbytes
+    assert gc.get_freeze_count() == 0  # the process's objects are as they were
+    assert probes.live_tensors()["bytes"] >= before.nbytes + made.nbytes
+
+
+def test_objects_the_caller_froze_stay_frozen(thawed: None) -> None:
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with probes.scanning_new_objects():
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == frozen

@@ -417,7 +417,21 @@ def run_benchmark(
     its compilation happens in the warm-up, before any timed window.
     A failed precision (out of memory, non-finite loss, an error) is recorded as such and the
     others still run. ``arms_hook`` sees the built arms before warm-up (for instrumentation).
+    The live-tensor scans see what the benchmark made (:func:`probes.scanning_new_objects`).
     """
+    with probes.scanning_new_objects():
+        return _run_benchmark(preset, precisions, device, seed, compile, on_window, arms_hook)
+
+
+def _run_benchmark(
+    preset: Preset,
+    precisions: list[str],
+    device: torch.device,
+    seed: int,
+    compile: bool,
+    on_window: Callable[[str], None],
+    arms_hook: Callable[[list[Arm]], None] | None,
+) -> dict[str, Any]:
     seed_everything(seed)
     # 4: the sync pass and the dtype pass
     steps = preset.warmup_steps + preset.windows * preset.window_steps + 4
