@@ -17,10 +17,12 @@ operators torch dispatches and the tensors Python holds:
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import sys
+import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,36 +167,51 @@ def expected_matmul_dtype(
     return str(autocast_dtype or param_dtype or torch.float32).removeprefix("torch.")
 
 
+# The tensors that existed when scanning_new_objects froze the rest: still counted, by weak
+# reference (one made before a run can grow in place during it: resize_, set_)
+_FROZEN_TENSORS: list[weakref.ref[torch.Tensor]] = []
+
+
+def _tensors(objects: Iterable[object]) -> Iterator[torch.Tensor]:
+    """The real tensors among ``objects``: type() alone is read (no attribute lookups on an
+    object), and a fake tensor, which has no storage, is left out."""
+    for obj in objects:
+        if issubclass(type(obj), torch.Tensor) and not issubclass(type(obj), FakeTensor):
+            yield obj  # type: ignore[misc]
+
+
 @contextmanager
 def scanning_new_objects() -> Iterator[None]:
-    """Inside, :func:`live_tensors` sees only the objects made since entering: those from
-    before (every imported module's, a test session's) are frozen out of the garbage
-    collector's view (:func:`gc.freeze`), so a scan walks what the run made, not the whole
-    process. A process that froze objects itself keeps them as it had them."""
+    """Inside, :func:`live_tensors` walks only the objects made since entering, and the
+    tensors there were then: the other objects from before (every imported module's, a test
+    session's) are frozen out of the garbage collector's view (:func:`gc.freeze`), so a scan
+    walks what the run made, not the whole process. A process that froze objects itself keeps
+    them as it had them."""
     if gc.get_freeze_count():
         yield
         return
     gc.collect()  # what is garbage already is freed, not frozen
+    _FROZEN_TENSORS[:] = [weakref.ref(t) for t in _tensors(gc.get_objects())]
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
+        _FROZEN_TENSORS.clear()
 
 
 def live_tensors() -> dict[str, float]:
     """Tensors Python holds now: how many, their storage (each counted once), and how many
     are still attached to an autograd graph (each of those keeps the graph's saved tensors)."""
     gc.collect()
+    frozen = (t for t in (ref() for ref in _FROZEN_TENSORS) if t is not None)
     storages: dict[int, int] = {}
     count = graph = 0
-    for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor) or issubclass(type(obj), FakeTensor):
-            continue  # type(): no attribute lookups on obj; a fake tensor has no storage
+    for tensor in itertools.chain(_tensors(gc.get_objects()), frozen):
         count += 1
-        graph += obj.grad_fn is not None
+        graph += tensor.grad_fn is not None
         try:
-            storage = obj.untyped_storage()
+            storage = tensor.untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()
         except (RuntimeError, NotImplementedError):  # sparse or meta tensors: no plain storage
             continue

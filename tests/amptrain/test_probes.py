@@ -216,15 +216,18 @@ def thawed() -> Iterator[None]:
     gc.freeze()
 
 
-def test_a_scan_inside_a_run_walks_only_what_the_run_made(thawed: None) -> None:
+def test_a_scan_inside_a_run_sees_what_it_made_and_the_tensors_from_before(thawed: None) -> None:
     before = torch.ones(1000)  # 4,000 bytes made before the run
     with probes.scanning_new_objects():
         start = probes.live_tensors()
-        assert start["bytes"] < before.nbytes  # not seen: frozen out of the scan
+        assert start["bytes"] >= before.nbytes  # seen, by weak reference
         made = torch.ones(2000)
         assert probes.live_tensors()["bytes"] == start["bytes"] + made.nbytes
+        before.resize_(3000)  # one from before that grows in place is still seen growing
+        assert probes.live_tensors()["bytes"] == start["bytes"] + made.nbytes + 8000
     assert gc.get_freeze_count() == 0  # the process's objects are as they were
     assert probes.live_tensors()["bytes"] >= before.nbytes + made.nbytes
+    assert not probes._FROZEN_TENSORS  # no reference to the run's tensors is kept
 
 
 def test_objects_the_caller_froze_stay_frozen(thawed: None) -> None:
