@@ -355,3 +355,51 @@ def test_a_side_that_ran_other_sizes_than_the_declared_preset_blocks(tmp_path: P
     titles = [f.title for f in stage.blocking if f.kind == "evidence_inconsistent"]
     assert any("base.preset.batch_size" in t for t in titles), titles
     assert any("head.preset.batch_size" in t for t in titles), titles
+
+
+def _fast(doc: Doc) -> Doc:
+    for role in ROLES:
+        doc[role]["window_s"] = [1e-3] * doc["windows"]  # far above an H100's peak
+    return doc
+
+
+def _bf16_named_so(doc: Doc) -> None:
+    doc["precision"] = "bf16"
+
+
+def _no_steps(doc: Doc) -> None:
+    for role in ROLES:
+        doc[role]["preset"].pop("steps_per_window")
+
+
+def _huge_sizes(doc: Doc) -> None:
+    for role in ROLES:
+        doc[role]["preset"].update(batch_size=1e300, seq_len=1e300)
+
+
+def _unknown_gpu(doc: Doc) -> None:
+    doc["machine_info"]["gpu_name"] = "NVIDIA L4"  # a GPU the peak table has no row for
+
+
+ROLES = ("base", "head")
+UNBOUNDED = {
+    _bf16_named_so: ("evidence_inconsistent", "precision"),
+    _no_steps: ("evidence_missing", "preset"),
+    _huge_sizes: ("evidence_missing", "preset"),
+    _unknown_gpu: ("evidence_unchecked", "gpu_name"),
+}
+
+
+@pytest.mark.parametrize("corrupt", UNBOUNDED, ids=lambda c: c.__name__.strip("_"))
+def test_gpu_windows_that_cannot_be_bounded_never_pass(
+    tmp_path: Path, corrupt: Callable[[Doc], None]
+) -> None:
+    """Windows no GPU computes that fast, in a file whose precision, sizes or GPU leave the
+    peak unknown: the unknown is a finding of its own, never a quiet pass."""
+    doc = _fast(on_gpu(lambda i: 1000.0))
+    assert "evidence_impossible" in kinds(judged(tmp_path, doc, ab_base=OTHER))
+    corrupt(doc)
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    kind, field = UNBOUNDED[corrupt]
+    assert any(f.kind == kind and field in f.title for f in stage.blocking), stage.findings
+    assert decide([stage]).decision is Decision.BLOCK

@@ -696,3 +696,12 @@ def test_sizes_the_file_states_against_the_declared_ones_block(
     factor = 1.5 if change is _stretched else 0.1
     step_ms = statistics.median(windows) * factor / SIZES["window_steps"] * 1e3
     assert bf16.step_time_ms == pytest.approx(step_ms)
+
+
+@pytest.mark.parametrize("size", [10**20, 1e300])
+def test_a_size_too_large_to_run_blocks_and_derives_nothing(tmp_path: Path, size: float) -> None:
+    """No policy size declared: the file's own, past any preset, would overflow the figures."""
+    stage = judged(tmp_path, altered(H100, lambda d: d["preset"].update(batch_size=size)))
+    assert_blocked(stage, "preset.batch_size")
+    assert stage.data.benchmark is not None
+    assert all(p.tokens_per_second is None for p in stage.data.benchmark.precisions)

@@ -129,6 +129,10 @@ def _setup(f: Findings, run: ABRun, policy: Policy) -> int | None:
         where = f"{run.device!r}, while preset {run.preset} runs on {spec.device}"
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, "A/B device", where)
         return None
+    if run.precision not in spec.precisions:
+        said = f"{str(run.precision)[:40]!r} is not one of preset {run.preset}'s precisions"
+        flag(f, Kind.EVIDENCE_INCONSISTENT, "A/B precision", said)
+        return None
     if spec.device == "cuda" and not run.machine.gpu_name:
         # the GPU it names is what the record's observation of the machine is held against
         flag(f, Kind.EVIDENCE_MISSING, "A/B machine_info.gpu_name", "absent on a CUDA preset")

@@ -57,11 +57,17 @@ def tokens_per_window(sizes: Mapping[str, object], steps: object) -> int | None:
     """The tokens one window trains on: its steps times the preset's batch and sequence sizes,
     each a positive whole number (else None)."""
     sizes = [steps, sizes.get("batch_size"), sizes.get("seq_len")]
-    if any(isinstance(s, bool) or not isinstance(s, int | float) or s <= 0 for s in sizes):
-        return None
-    if any(s != int(s) for s in sizes):  # type: ignore[arg-type]
+    if not all(is_size(s) for s in sizes):
         return None
     return int(sizes[0]) * int(sizes[1]) * int(sizes[2])  # type: ignore[arg-type]
+
+
+def is_size(value: object) -> bool:
+    """A size a preset can run: a positive whole number below the policy's bound of 1e9 (a
+    product of larger ones would overflow the arithmetic derived from it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 < value < 1e9 and value == int(value)
 
 
 def tflops(windows: Sequence[float], tokens: int, flops_per_token: int) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stagegate.judge.benchpolicy import SIZES, BenchmarkPolicy, PresetSpec, peak_row
+from stagegate.judge.derive import is_size
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
 from stagegate.model import Benchmark, PrecisionResult
@@ -146,9 +147,9 @@ def _sizes(f: Findings, bench: Benchmark, spec: PresetSpec) -> dict[str, int] | 
     """The preset sizes the file states, each a positive whole number and the one the policy
     declares where it declares one, or None."""
     sizes = {k: bench.preset_spec.get(k) for k in SIZES}
-    bad = [k for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    bad = [k for k, v in sizes.items() if not isinstance(v, int) or not is_size(v)]
     for key in bad:
-        flag(f, Kind.EVIDENCE_MISSING, f"preset.{key}", "is not a positive whole number")
+        flag(f, Kind.EVIDENCE_MISSING, f"preset.{key}", "is not a whole number from 1 to 1e9")
     for key, declared in spec.sizes.items():
         if key not in bad and sizes[key] != declared:
             flag(

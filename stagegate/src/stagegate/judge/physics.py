@@ -103,19 +103,38 @@ def _ab_sizes(f: Findings, role: str, side: ABSide, spec: PresetSpec) -> dict[st
     return {**side.preset, **spec.sizes}
 
 
+def _ab_bound(
+    f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy
+) -> tuple[float | None, int | None]:
+    """The GPU's dense peak in the A/B precision's compute dtype, and the model's FLOPs per
+    token; a finding for either that cannot be known (the run is then unchecked, never met)."""
+    peaks, _ = peak_row(policy, run.machine.gpu_name or "")
+    dtype = COMPUTE_DTYPE.get(run.precision or "", "")
+    peak = peaks.get(dtype) if peaks is not None else None
+    if peak is None:
+        gpu = str(run.machine.gpu_name)[:80]
+        said = f"no dense {dtype or '?'} peak for {gpu!r} in the policy's peak_tflops"
+        flag(f, Kind.EVIDENCE_UNCHECKED, "A/B machine_info.gpu_name", said)
+    if spec.flops_per_token is None:
+        said = f"preset {run.preset} declares no flops_per_token: the windows cannot be bounded"
+        flag(f, Kind.EVIDENCE_UNCHECKED, "A/B preset", said, fix=FLOPS_FIX)
+    return peak, spec.flops_per_token
+
+
 def ab_physics(f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy) -> None:
     """An A/B run on a CUDA preset: each side ran the declared preset, and its windows imply
     no more arithmetic than the GPU's dense peak in the precision's compute dtype."""
-    peaks, _ = peak_row(policy, run.machine.gpu_name or "")
-    dtype = COMPUTE_DTYPE.get(run.precision or "", "")
-    flops = spec.flops_per_token
-    peak = peaks.get(dtype) if peaks is not None and flops is not None else None
+    peak, flops = _ab_bound(f, run, spec, policy)
     for role, side in (("base", run.base), ("head", run.head)):
         sizes = _ab_sizes(f, role, side, spec)
         tokens = tokens_per_window(sizes, side.preset.get("steps_per_window"))
         windows = usable(side.window_s)
+        if tokens is None:
+            where = f"A/B {role}.preset"
+            flag(f, Kind.EVIDENCE_MISSING, where, "its steps_per_window, batch_size and seq_len")
         if peak is None or flops is None or tokens is None or windows is None:
-            continue  # nothing to bound it by: the evidence checks name what is missing
+            continue  # the window checks name windows that are not there
         if (arithmetic := tflops(windows, tokens, flops)) > peak:
-            said = f"{arithmetic:,.1f} TFLOP/s, above the GPU's dense {dtype} peak of {peak:g}"
+            said = f"{arithmetic:,.1f} TFLOP/s, above the GPU's dense peak of {peak:g}"
+            said += f" for {run.precision}"
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"A/B {role}.window_s", said)
