@@ -26,6 +26,7 @@ POLICY = load_policy(POLICY_FILE)
 SELF = json.loads((FIXTURES / "ab-cpu-self.json").read_text())
 SHA = SELF["head"]["sha"]
 OTHER = "1" * 40
+ROLES = ("base", "head")
 Doc = dict[str, Any]
 
 
@@ -381,7 +382,6 @@ def _unknown_gpu(doc: Doc) -> None:
     doc["machine_info"]["gpu_name"] = "NVIDIA L4"  # a GPU the peak table has no row for
 
 
-ROLES = ("base", "head")
 UNBOUNDED = {
     _bf16_named_so: ("evidence_inconsistent", "precision"),
     _no_steps: ("evidence_missing", "preset"),
