@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -16,6 +17,8 @@ import pytest
 
 from stagegate.collect import load_record
 from stagegate.errors import UsageError
+from stagegate.record import proctree
+from stagegate.record.proctree import children, end_tree, subreaper
 from stagegate.record.runner import TAIL_CHARS, run_stage
 
 PY = sys.executable
@@ -356,7 +359,7 @@ import os, sys, time
 if os.fork():
     sys.exit(0)  # the command returns at once
 os.setsid()
-end = time.time() + 3
+end = time.time() + float(sys.argv[2])
 while time.time() < end:
     if os.fork():
         os._exit(0)  # the parent dies: the child goes on under a new pid
@@ -364,12 +367,63 @@ open(sys.argv[1], "w").write("survived")
 """
 
 
-def test_a_process_that_keeps_changing_its_pid_does_not_outlive_the_stage(tmp_path: Path) -> None:
+def _hop(tmp_path: Path, stages: int, life_s: float, stage_s: float) -> bool:
+    """Whether a pid hopper that lives ``life_s`` outlived any of ``stages`` stages."""
     marker = tmp_path / "survived"
     hopper = tmp_path / "hopper.py"
     hopper.write_text(HOPPER)
-    for _ in range(3):
-        run_stage("docs", ["sh", "-c", f"{PY} {hopper} {marker} & sleep 1"],
+    for _ in range(stages):
+        run_stage("docs", ["sh", "-c", f"{PY} {hopper} {marker} {life_s} & sleep {stage_s}"],
                   out_dir=tmp_path / "raw", stdout=io.StringIO(), stderr=io.StringIO())  # fmt: skip
-    time.sleep(4)
-    assert not marker.exists()
+    time.sleep(life_s + 1)
+    return marker.exists()
+
+
+def test_a_process_that_keeps_changing_its_pid_does_not_outlive_the_stage(tmp_path: Path) -> None:
+    assert not _hop(tmp_path, stages=3, life_s=3, stage_s=1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_a_process_that_keeps_changing_its_pid_does_not_outlive_a_busy_machine(
+    tmp_path: Path,
+) -> None:
+    # On a busy machine the hopper is mostly seen as the zombie its last pid left: it forks
+    # between the listing of /proc and the reading of its entry. These timings let it outlive
+    # its stage in most runs on two loaded cores before a dead process's group was killed.
+    busy = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        assert not _hop(tmp_path, stages=5, life_s=1.5, stage_s=0.3)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_a_process_no_scan_sees_alive_is_ended_through_its_dead_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the scans see of a process that forks as /proc is read is the zombie of the pid it
+    # left: that zombie's process group, which it is still in, is killed before it is reaped.
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)"
+    with subreaper():
+        keep = children()
+        parent = subprocess.Popen([PY, "-c", code], start_new_session=True)
+        while not os.waitid(os.P_PID, parent.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG):
+            time.sleep(0.01)  # exited, not reaped: a zombie
+        table = proctree._table
+        hidden = {p for p, row in table().items() if row[2] == parent.pid} - {parent.pid}
+
+        def scan() -> dict[int, tuple[int, str, int]]:  # every scan misses the live child
+            return {p: row for p, row in table().items() if p not in hidden or row[1] == "Z"}
+
+        monkeypatch.setattr(proctree, "_table", scan)
+        try:
+            assert end_tree(None, keep) == 0
+            assert len(hidden) == 1 and not any(_alive(p) for p in hidden)
+        finally:
+            for pid in hidden:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            parent.wait()

@@ -76,26 +76,24 @@ def children() -> set[int]:
 def _descendants(
     table: dict[int, tuple[int, str, int]], keep: set[int]
 ) -> tuple[set[int], set[int]]:
-    """(live descendants, this process's own zombie children), leaving out ``keep``'s trees."""
+    """(live descendants, dead ones not yet reaped), leaving out ``keep``'s trees."""
     below: dict[int, list[int]] = {}
     for pid, (parent, *_) in table.items():
         below.setdefault(parent, []).append(pid)
-    me, live, zombies = os.getpid(), set(), set()
-    todo = [p for p in below.get(me, []) if p not in keep]
+    live, dead = set(), set()
+    todo = [p for p in below.get(os.getpid(), []) if p not in keep]
     while todo:
         pid = todo.pop()
-        if table[pid][1] == "Z":
-            if table[pid][0] == me:
-                zombies.add(pid)
-        else:
-            live.add(pid)
+        (dead if table[pid][1] == "Z" else live).add(pid)
         todo += below.get(pid, [])
-    return live, zombies
+    return live, dead
 
 
 def _kill(pids: set[int], table: dict[int, tuple[int, str, int]]) -> None:
     """SIGKILL each of ``pids`` and its process group: a group is signalled at once, so a
-    process that forks and exits to change its pid cannot slip between two kills."""
+    process that forks and exits to change its pid cannot slip between two kills. A dead
+    one's group counts too: a process that forks as /proc is read is missed by every scan,
+    and what the scan sees of it is the zombie its last pid left, in the same group."""
     groups = {table[pid][2] for pid in pids if pid in table} - {os.getpgrp(), 0, 1}
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -106,6 +104,7 @@ def _kill(pids: set[int], table: dict[int, tuple[int, str, int]]) -> None:
 
 
 def _reap(pids: set[int]) -> None:
+    """Reap those of ``pids`` that are this process's zombie children."""
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
@@ -126,11 +125,11 @@ def end_tree(group: int | None, keep: set[int]) -> int:
     quiet = 0  # scans in a row that found no process and no exit: a process that forks and
     for _ in range(_ROUNDS):  # exits as /proc is read leaves a zombie of ours each time
         table = _table()
-        live, zombies = _descendants(table, keep)
-        _reap(zombies)
-        quiet = 0 if live or zombies else quiet + 1
+        live, dead = _descendants(table, keep)
+        _kill(live | dead, table)  # before the dead are reaped: until then no new process
+        _reap(dead)  # can take their group's id
+        quiet = 0 if live or dead else quiet + 1
         if quiet == _QUIET_SCANS:
             return 0
-        _kill(live, table)
         time.sleep(0.01)  # let the kernel deliver the signals before looking again
     return max(len(live), 1)  # still busy after every round: something is left
