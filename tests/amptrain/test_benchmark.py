@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import mmap
+import sys
 import warnings
 from collections.abc import Callable
 from importlib import resources
@@ -381,3 +382,17 @@ def test_commit_info_without_git_is_the_commit_the_job_gave(
     assert commit_info() == {"id": "a" * 40, "dirty": None, "branch": None}
     monkeypatch.delenv("GITHUB_SHA")
     assert commit_info()["id"] is None
+
+
+def test_a_precision_that_cannot_be_built_is_a_result_and_the_others_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fp8 where torchao is not installed (`nox -s performance` installs no extras)."""
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torchao", None)  # an import of it raises ImportError
+    preset = dataclasses.replace(SMOKE, windows=2, num_workers=0)
+    doc = run_benchmark(preset, ["32-true", "fp8"], CPU)
+    fp8 = doc["precisions"]["fp8"]
+    assert fp8["status"] == "error" and "torchao" in fp8["error"], fp8
+    assert doc["precisions"]["32-true"]["status"] == "ok"

@@ -250,6 +250,8 @@ def run_arms(
 ) -> None:
     """Warm every arm up, then time windows interleaved (A B A B ...) so drift hits all alike."""
     for arm in arms:
+        if arm.status != "ok":
+            continue  # it could not be built: a result already
         try:
             run_steps(arm, preset.warmup_steps, device)
             arm.losses.clear()  # the loss curve starts with the first timed step
