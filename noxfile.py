@@ -299,7 +299,7 @@ def integration(session: nox.Session) -> None:
 @nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])
 def performance(session: nox.Session) -> None:
     """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset)."""
-    install(session)
+    install(session, "fp8")  # both presets measure an fp8 arm
     run_performance(session, session.posargs)
 
 
