@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stagegate.judge.benchpolicy import SIZES, BenchmarkPolicy, PresetSpec, peak_row
-from stagegate.judge.derive import is_size
+from stagegate.judge.derive import is_size, preset_sizes
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
 from stagegate.model import Benchmark, PrecisionResult
@@ -160,7 +160,7 @@ def _sizes(f: Findings, bench: Benchmark, spec: PresetSpec) -> dict[str, int] | 
                 fix="run the preset as the policy declares it, or change the declaration in "
                 f"[tool.stagegate.benchmark.presets.{bench.preset}]",
             )
-    return None if bad else {**sizes, **spec.sizes}  # type: ignore[dict-item]
+    return None if bad else preset_sizes(bench, spec)  # type: ignore[return-value]
 
 
 def _speed(
