@@ -42,6 +42,16 @@ def test_a_failed_test_explains_the_exit_code_alone() -> None:
     assert kinds(judge_stage("execution", data, POLICY)) == [("CRITICAL", "test_failed")]
 
 
+def test_a_failed_command_is_named_beside_findings_that_do_not_explain_it() -> None:
+    # a benchmark that crashed, leaving the file an earlier run of another commit wrote
+    data = performance(bench(gpu=False))
+    crashed = replace(data.record, exit_code=1, commit="f" * 40, stderr_tail="StopIteration")
+    v = judge_stage("performance", replace(data, record=crashed), REPO_POLICY)
+    assert ("HIGH", "evidence_inconsistent") in kinds(v) and v.status is StageStatus.FAIL
+    failed = next(f for f in v.findings if f.kind == "stage_failed")
+    assert failed.severity.value == "CRITICAL" and failed.detail == "StopIteration"
+
+
 @pytest.mark.parametrize(
     ("kw", "said"),
     [

@@ -178,6 +178,25 @@ def _regression(
     return ab_findings(f, data.ab, policy, ab_base, commit)
 
 
+# What the stage's own tool reports when it fails: with one of these blocking, a non-zero exit
+# says nothing more. Any other blocking finding (a stale file, a file from another commit) is
+# not why the command failed, and the failure is named beside it.
+EXPLAINS_EXIT = frozenset(
+    {
+        Kind.STAGE_FAILED,
+        Kind.TEST_FAILED,
+        Kind.INTEGRATION_RAISED,
+        Kind.LINT_ERROR,
+        Kind.BENCHMARK_FAILED,
+    }
+)
+
+
+def _exit_explained(f: Findings) -> bool:
+    """A blocking finding already says why the command exited non-zero."""
+    return any(x.severity.blocks and x.kind in EXPLAINS_EXIT for x in f.items)
+
+
 def _undecided_only(f: Findings) -> bool:
     """Every blocking finding is an A/B interval too wide to decide: NOT VERIFIED, not FAIL."""
     blocking = [x for x in f.items if x.severity.blocks]
@@ -275,7 +294,7 @@ def judge_stage(
         check(f, data, name, policy)
     checks, baseline, data = _performance(f, data, policy, baselines, baseline_problem, host)
     ab = _regression(f, data, policy, ab_base)
-    if record.exit_code not in (0, None) and not f.blocking:
+    if record.exit_code not in (0, None) and not _exit_explained(f):
         f.add(
             Kind.STAGE_FAILED,
             f"stage command exited {record.exit_code}",
