@@ -49,7 +49,7 @@ TrainStep.__call__ = _slowed(TrainStep.__call__)
 """
 
 pytestmark = pytest.mark.slow
-SMALL = ["--windows", "8", "--steps", "10"]
+SMALL = ["--windows", "8", "--steps", "20"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -138,6 +138,7 @@ def test_a_planted_slowdown_blocks_and_a_commit_against_itself_never_does(
     code, doc, text = _judged(path, slow, clean, tmp_path / "slow")
     assert (doc["base"]["sha"], doc["head"]["sha"]) == (clean, slow)
     assert doc["format_version"] == 2 and "summary" not in doc  # raw windows only
+    assert doc["precision"] == "bf16-mixed"  # what people train in, unless told otherwise
     low, high = ab.summary(doc)["step_time_ratio_ci95"]  # what the command prints
     print(f"planted: head/base {ab.summary(doc)['step_time_ratio']:.3f} ({low:.3f}-{high:.3f})")
     assert code == 1 and "ab_regression" not in text  # findings show titles, not kinds
@@ -166,25 +167,33 @@ def test_a_base_without_the_benchmark_is_refused_with_what_to_do(tmp_path: Path)
     assert code == 2 and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--precision", "16-mixed"], "32-true, bf16-mixed, fp8"),  # what cpu-smoke runs
+        (["--device", "nonsense"], "--device"),
+    ],
+)
+def test_a_setting_no_worker_can_run_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], said: str
+) -> None:
+    out = tmp_path / "ab.json"
+    with pytest.raises(SystemExit) as refused:
+        ab.main(["--against", "HEAD", *option, "--out", str(out)])
+    assert refused.value.code == 2 and not out.exists() and said in capsys.readouterr().err
+
+
 def test_a_worker_that_fails_leaves_a_file_that_says_so(
     repo: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     path, clean, _ = repo
+    broken = tmp_path / "src"  # a head whose training step raises
+    shutil.copytree(path / "src", broken)
+    engine = broken / "amptrain" / "engine.py"
+    engine.write_text(engine.read_text() + "\nTrainStep.__call__ = None\n")
     out = tmp_path / "ab.json"
-    code = ab.main(
-        [
-            "--repo",
-            str(path),
-            "--against",
-            clean,
-            "--head",
-            clean,
-            "--precision",
-            "nonsense",
-            "--out",
-            str(out),
-        ]
-    )
+    args = ["--repo", str(path), "--against", clean, "--head-src", str(broken)]
+    code = ab.main([*args, "--head-sha", "e" * 40, "--windows", "2", "--out", str(out)])
     doc = json.loads(out.read_text())
-    assert code == 1 and doc["status"] == "error" and "nonsense" in doc["error"]
+    assert code == 1 and doc["status"] == "error" and "head worker" in doc["error"]
     assert "summary" not in doc and len(doc["head"]["window_s"]) < doc["windows"]

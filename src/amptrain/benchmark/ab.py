@@ -36,6 +36,9 @@ from amptrain.benchmark.stats import bootstrap_ratio_ci, ratio_of_medians
 FORMAT_VERSION = 2  # 2: raw windows only, no summary
 KIND = "amptrain-ab"
 WORKER = Path(__file__).with_name("abworker.py")
+# The precision people fine-tune in: what the A/B measures unless told otherwise (every preset
+# runs it; the others, fp8 among them, are the benchmark's to compare).
+DEFAULT_PRECISION = "bf16-mixed"
 
 
 class ABError(RuntimeError):
@@ -270,7 +273,7 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
     device = args.device or ("cuda" if preset.needs_cuda else "cpu")
     settings = {
         "preset": preset.name,
-        "precision": args.precision or preset.precisions[-1],
+        "precision": args.precision,
         "device": device,
         # One thread on a CPU: a step split across cores that other work shares waits for the
         # slowest of them, and its time then measures the machine's load, not the step.
@@ -311,7 +314,9 @@ def _parser() -> argparse.ArgumentParser:
             f"--{role}-sha", help=f"the {role}'s full commit id (with --{role}-src)"
         )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu-smoke")
-    parser.add_argument("--precision", help="default: the preset's last (bf16-mixed)")
+    parser.add_argument(
+        "--precision", default=DEFAULT_PRECISION, help=f"default: {DEFAULT_PRECISION}"
+    )
     parser.add_argument("--device", help="default: cuda for the gpu preset, else cpu")
     # 30 rounds of 20 steps: on two loaded cores (load average 9) an A/B of a commit against
     # itself gave an interval of +-3.3% (cpu-smoke); see docs/ab.md.
@@ -329,6 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.windows < 2 or args.steps < 1:
         parser.error("--windows: at least 2 a side; --steps: at least 1")
+    try:
+        torch.device(args.device or "cpu")
+    except RuntimeError as exc:
+        parser.error(f"--device: {exc}")
+    runs = PRESETS[args.preset].precisions
+    if args.precision not in runs:
+        parser.error(f"--precision: the {args.preset} preset runs {', '.join(runs)}")
     try:
         doc = run_ab(args)
     except ABError as exc:
