@@ -107,3 +107,23 @@ def test_hadolint_is_clean_on_the_dockerfile() -> None:
         cwd=ROOT,
     )
     assert json.loads(out.stdout) == []
+
+
+def test_a_tool_that_cannot_run_fails_the_stage_and_the_others_still_write_their_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    found = static_checks._bin
+    monkeypatch.setattr(
+        static_checks,
+        "_bin",
+        lambda name: str(tmp_path / "gone") if name == "hadolint" else found(name),
+    )
+    monkeypatch.setattr(static_checks, "imports", lambda: [])  # every module imported: slow
+    monkeypatch.setattr(sys, "argv", ["static_checks.py", "--out", str(tmp_path / "lint")])
+    assert static_checks.main() == 1
+    written = sorted(p.name for p in (tmp_path / "lint").iterdir())
+    assert written == [
+        "check-jsonschema.json", "imports.json", "ruff.json", "shellcheck.json", "zizmor.json",
+    ]  # fmt: skip
+    out, err = capsys.readouterr()
+    assert "could not run hadolint" in err and out.index("ruff:") < out.index("shellcheck:")
