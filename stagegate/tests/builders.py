@@ -162,8 +162,8 @@ def precision(
     **kw: object,
 ) -> PrecisionResult:
     """A clean precision result, raw figures only: five windows around ``step_ms`` a step, no
-    growth, no syncs, finite losses; CUDA memory (a fifth of it static) unless ``peak_mb`` is
-    None."""
+    growth, no syncs, a finite loss a timed step; CUDA memory (a fifth of it static) unless
+    ``peak_mb`` is None."""
     median = step_ms * PRESET_SPEC["window_steps"] / 1e3
     base = dict(
         status="ok",
@@ -178,7 +178,7 @@ def precision(
         val_loss=2.0 + (0.9 - accuracy),
         val_accuracy=accuracy,
         overflow_steps=0,
-        loss_curve=(3.0, 2.0),
+        loss_curve=tuple(3.0 - 0.01 * i for i in range(len(SPREAD) * PRESET_SPEC["window_steps"])),
         memory_change_mb=growing(0.0),
         memory_source="cuda_allocated",
         data_wait_s=0.01,

@@ -80,3 +80,42 @@ def test_an_impossible_warning_count_blocks_naming_it(root: Path, count: object)
     stage = _execution(json.loads(Path("reports/verdict.json").read_text(encoding="utf-8")))
     assert stage["status"] == "ERROR"
     assert any("entry 0 count" in f["title"] for f in stage["findings"])
+
+
+def _stage(name: str) -> dict:
+    verdict = json.loads(Path("reports/verdict.json").read_text(encoding="utf-8"))
+    return next(s for s in verdict["stages"] if s["name"] == name)
+
+
+@pytest.mark.parametrize(
+    ("window_s", "field"),
+    [
+        (1e-9, "precisions.32-true.window_s"),  # petaFLOP/s from the two cores the record saw
+        (5e-324, "precisions.32-true.window_s"),
+        (1e308, "benchmark file times"),  # together longer than the stage: inf, not a crash
+    ],
+)
+def test_cpu_windows_no_machine_can_time_block_as_impossible(
+    root: Path, window_s: float, field: str
+) -> None:
+    def plant(d: dict) -> None:
+        for p in d["precisions"].values():
+            p["window_s"] = [window_s] * len(p["window_s"])
+
+    _edit("benchmark.json", plant)
+    reseal(RAW)
+    assert report_cli(root) == 1
+    impossible = [
+        f for f in _stage("performance")["findings"] if f["kind"] == "evidence_impossible"
+    ]
+    assert any(field in f["title"] for f in impossible), impossible
+
+
+def test_a_loss_curve_shorter_than_the_steps_timed_blocks(root: Path) -> None:
+    # half the losses: the steps the windows claim were not all trained
+    _edit("benchmark.json", lambda d: d["precisions"]["bf16-mixed"].update(
+        loss_curve=d["precisions"]["bf16-mixed"]["loss_curve"][::2]))  # fmt: skip
+    reseal(RAW)
+    assert report_cli(root) == 1
+    (found,) = [f for f in _stage("performance")["findings"] if f["kind"] != "slow_test"]
+    assert found["kind"] == "evidence_inconsistent" and "bf16-mixed.loss_curve" in found["title"]

@@ -107,6 +107,16 @@ def test_on_a_gpu_fp8_must_beat_bf16_by_its_own_target(
     assert passed == (outcome is CheckOutcome.MET)
 
 
+@pytest.mark.parametrize(("fp8_ms", "impossible"), [(50.0, False), (40.0, True), (25.0, True)])
+def test_fp8_beyond_twice_bf16_is_impossible_on_an_h100(fp8_ms: float, impossible: bool) -> None:
+    # fp8 against bf16-mixed: the fp8/bf16 peak ratio (2x) and half the bytes (2x) bound it,
+    # not the fp8/fp32 ratio (29.5x)
+    found = titles(on(with_fp8(bench(), fp8_arm(fp8_ms)), H100), Kind.EVIDENCE_IMPOSSIBLE)
+    assert bool(found) is impossible, found
+    if impossible:
+        assert "fp8 vs bf16-mixed" in found[0] and "fp8/bf16 peak ratio 2x" in found[0]
+
+
 @pytest.mark.parametrize(("capability", "impossible"), [("9.0", False), ("8.9", False),
                                                         ("8.6", True), ("8.0", True)])  # fmt: skip
 def test_float8_on_a_gpu_whose_observed_compute_capability_has_none_is_impossible(

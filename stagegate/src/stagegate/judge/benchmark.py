@@ -242,7 +242,7 @@ def benchmark_findings(
     provenance_findings(f, bench, record, policy.benchmark.clock_tolerance_s, host)
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     fp8_evidence(f, bench, record)
-    physics(f, bench, verified)
+    physics(f, bench, verified, record.environment.get("cpu_count"), policy.benchmark)
     rows = compare(f, bench, verified, policy)
     for p in bench.precisions:
         if p.status != "ok":

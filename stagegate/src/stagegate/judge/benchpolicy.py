@@ -80,6 +80,10 @@ class BenchmarkPolicy:
     # The file's datetime lies within the stage's run (its record's start to its end) give or
     # take this: each side is written to the whole second, so 1 s each.
     clock_tolerance_s: float = 2.0
+    # What one CPU core can compute, in any dtype: above the matrix units of any current server
+    # core (a 2048-FLOP-a-cycle bfloat16 tile unit at 3.5 GHz is 7.2). A run on a CPU is bounded
+    # by it times the cores stagegate run saw.
+    cpu_peak_tflops_per_core: float = 8.0
 
 
 def _name_words(text: str) -> set[str]:
@@ -179,6 +183,7 @@ _NUMBERS = {
     "min_windows": (1, MAX_WINDOWS + 1, True),
     "max_windows": (1, MAX_WINDOWS + 1, True),
     "clock_tolerance_s": (0, 600, False),
+    "cpu_peak_tflops_per_core": (0, 1000, False),
 }
 
 

@@ -36,34 +36,39 @@ class Row:
     unverified: dict[str, str] = field(default_factory=dict)  # metric -> why
 
 
-def _ceiling(f: Findings, where: str, name: str, speedup: float, v: Verified) -> str:
-    """Why the speedup is not possible on the GPU, or "".
+def _ceiling(f: Findings, where: str, c: Comparison, speedup: float, v: Verified) -> str:
+    """Why the speedup of ``c`` is not possible on the GPU, or "".
 
     Each kernel of a step does the same work in either precision: a compute-bound one runs at
     most as much faster as the precision's peak outruns the baseline's arithmetic, a
     memory-bound one at most 2x (half the bytes), so the step can speed up no more than the
-    ratio of peaks. The baseline's arithmetic is taken as IEEE fp32 whatever its name: TF32
-    mode lets matmuls use tensor cores but leaves attention and other kernels in fp32 (on an
-    H100, bf16-mixed ran 2.70x faster than 32-tf32, whose tensor-core peaks differ 2x).
+    larger of the two. A baseline in fp32 or TF32 is taken as IEEE fp32: TF32 mode lets
+    matmuls use tensor cores but leaves attention and other kernels in fp32 (on an H100,
+    bf16-mixed ran 2.70x faster than 32-tf32, whose tensor-core peaks differ 2x). Against a
+    bf16 baseline (fp8 against bf16-mixed) the ratio is to the bf16 peak.
     """
     if v.peaks is None:
         return v.peaks_why
-    dtype = COMPUTE_DTYPE.get(name)
-    if dtype is None:
-        why = f"no compute dtype is known for precision {name!r}"
+    dtype, base = COMPUTE_DTYPE.get(c.precision), COMPUTE_DTYPE.get(c.baseline)
+    if dtype is None or base is None:
+        unknown = c.precision if dtype is None else c.baseline
+        why = f"no compute dtype is known for precision {unknown!r}"
         flag(f, Kind.EVIDENCE_UNCHECKED, where, why, fix="compare a known precision")
         return why
-    if dtype not in v.peaks:
-        return f"the GPU has no {dtype} peak"  # physics finds the run impossible
-    ceiling = v.peaks[dtype] / v.peaks["fp32"]
+    base = "fp32" if base in ("fp32", "tf32") else base
+    if dtype not in v.peaks or base not in v.peaks:
+        return f"the GPU has no {dtype} or {base} peak"  # physics finds the run impossible
+    ceiling = max(v.peaks[dtype] / v.peaks[base], 2.0)
     if speedup <= ceiling:
         return ""
     flag(
         f,
         Kind.EVIDENCE_IMPOSSIBLE,
         where,
-        f"{speedup:.3g}x from the windows, above the GPU's {dtype}/fp32 peak ratio {ceiling:.3g}x",
-        detail="the peak ratio is from the policy's peak_tflops table",
+        f"{speedup:.3g}x from the windows, above the GPU's {dtype}/{base} peak ratio "
+        f"{ceiling:.3g}x",
+        detail="the peak ratio is from the policy's peak_tflops table; a memory-bound kernel "
+        "gains at most 2x",
     )
     return f"above the GPU's peak ratio ({ceiling:.3g}x)"
 
@@ -77,7 +82,7 @@ def _speed(f: Findings, c: Comparison, v: Verified, row: Row) -> None:
         return
     ratio, interval = speedup(top, bottom)
     row.comparison = replace(row.comparison, speedup=ratio, speedup_ci95=interval)
-    why = _ceiling(f, _at("speedup", c), c.precision, ratio, v) if v.gpu else ""
+    why = _ceiling(f, _at("speedup", c), c, ratio, v) if v.gpu else ""
     if why:
         row.unverified["speedup"] = why
 

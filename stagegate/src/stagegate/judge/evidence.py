@@ -252,11 +252,15 @@ def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
 
 
 def _losses(f: Findings, p: PrecisionResult) -> None:
-    """A precision whose status is ok trained on finite losses, and says so."""
+    """A precision whose status is ok trained on finite losses, one a timed step, and says so."""
     where = f"precisions.{p.name}.loss_curve"
     if not p.loss_curve:
         flag(f, Kind.EVIDENCE_MISSING, where, "empty: no timed step's loss was recorded")
         return
+    steps = p.steps_per_window
+    if steps is not None and len(p.loss_curve) != len(p.window_s) * steps:
+        said = f"holds {len(p.loss_curve)} losses for {len(p.window_s)} windows of {steps:g} steps"
+        flag(f, Kind.EVIDENCE_INCONSISTENT, where, said)
     bad = next((i for i, v in enumerate(p.loss_curve) if v is None), None)
     if bad is not None:
         flag(

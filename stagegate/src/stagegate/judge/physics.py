@@ -1,6 +1,7 @@
 """Physics bounds the figures: the arithmetic a run did (its tokens per second, from the raw
 windows and the preset's sizes, times the model's FLOPs per token) cannot exceed the dense peak
-of the GPU it ran on (the policy's peak table, for the GPU the record observed). MFU is derived
+of the GPU it ran on (the policy's peak table, for the GPU the record observed), or on a CPU
+the policy's peak a core times the cores the record observed. MFU is derived
 from the same figures (:mod:`stagegate.judge.derive`); a file holds none.
 
 Windows faster than the device can compute are impossible: they block.
@@ -61,32 +62,48 @@ def _no_peak(f: Findings, name: str, dtype: str) -> None:
     )
 
 
-def physics(f: Findings, bench: Benchmark, v: Verified) -> None:
-    """A finding for each GPU precision whose verified windows imply more arithmetic than its
-    compute dtype's peak (an MFU above 1); none where there is no GPU peak."""
-    if not v.gpu or v.peaks is None or v.spec is None:
+def _cpu_peak(cores: int | None, policy: BenchmarkPolicy) -> dict[str, float]:
+    """Every dtype's peak on a CPU of ``cores`` cores (what stagegate run saw): the policy's
+    figure for one core times the cores; none where the record saw no count."""
+    if not cores:
+        return {}
+    peak = cores * policy.cpu_peak_tflops_per_core
+    return {dtype: peak for dtype in set(COMPUTE_DTYPE.values())}
+
+
+def physics(
+    f: Findings, bench: Benchmark, v: Verified, cores: int | None, policy: BenchmarkPolicy
+) -> None:
+    """A finding for each precision whose verified windows imply more arithmetic than its
+    device can do: on a GPU its compute dtype's dense peak (an MFU above 1), on a CPU the
+    policy's peak a core times the cores the record saw."""
+    if v.spec is None:
+        return
+    peaks = v.peaks if v.gpu else _cpu_peak(cores, policy)
+    if not peaks:
         return
     sizes = preset_sizes(bench, v.spec)
     tokens = tokens_per_window(sizes, sizes.get("window_steps"))
     if tokens is None:
         return  # the evidence checks named the missing size
-    flops = _flops(f, bench, v)
+    flops = _flops(f, bench, v) if v.gpu else v.spec.flops_per_token or bench.flops_per_token
     if flops is None:
         return
+    device = "the GPU's dense" if v.gpu else f"{cores} CPU cores'"
     for name, windows in v.windows.items():
         dtype = COMPUTE_DTYPE.get(name)
         if dtype is None:
             continue  # the comparison's check names a precision of no known dtype
-        if dtype not in v.peaks:
+        if dtype not in peaks:
             _no_peak(f, name, dtype)
             continue
-        arithmetic, peak = tflops(windows, tokens, flops), v.peaks[dtype]
+        arithmetic, peak = tflops(windows, tokens, flops), peaks[dtype]
         if arithmetic > peak:
             flag(
                 f,
                 Kind.EVIDENCE_IMPOSSIBLE,
                 f"precisions.{name}.window_s",
-                f"{arithmetic:,.1f} TFLOP/s of training arithmetic, above the GPU's dense "
+                f"{arithmetic:,.1f} TFLOP/s of training arithmetic, above {device} "
                 f"{dtype} peak of {peak:g} TFLOP/s",
                 detail=f"{tokens:,} tokens a window over the windows' median "
                 f"{median(windows):.4g} s, times {flops:,} FLOPs a token",
