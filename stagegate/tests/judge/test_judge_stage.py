@@ -140,8 +140,14 @@ def test_a_declared_stage_that_did_not_run_is_not_verified_only_when_not_require
     assert not skipped.required and "performance" in skipped.note
     assert "NOT VERIFIED" in skipped.note
     missing = judge_stage("integration", StageData(None), REPO_POLICY)
-    assert decide([skipped]).decision is Decision.PASS
     assert decide([skipped, missing]).decision is Decision.BLOCK
+    ran = judge_stage("execution", StageData(record(), suite=suite(case("a"))), POLICY)
+    assert decide([ran, skipped]).decision is Decision.PASS
+    # judged alone (--only performance), a stage that never ran verified nothing
+    alone = decide([skipped])
+    assert alone.decision is Decision.BLOCK and alone.blocking_reasons == (
+        "nothing was verified: no stage judged here ran",
+    )
 
 
 def test_a_required_skippable_stage_that_did_not_run_blocks() -> None:

@@ -45,7 +45,7 @@ def test_a_finding_that_does_not_block_costs_points_but_passes() -> None:
 def _verdict(name: str, status: StageStatus, required: bool) -> StageVerdict:
     return StageVerdict(
         name=name, status=status, required=required, score=100, findings=(), deductions=(),
-        data=StageData(None),
+        data=StageData(record(name)),
     )  # fmt: skip
 
 

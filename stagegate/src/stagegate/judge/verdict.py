@@ -77,12 +77,15 @@ def _reasons(stages: Sequence[StageVerdict]) -> list[str]:
             reasons.append(f"stage {s.name} is {s.status.value}")
     for s in stages:
         reasons += [f"{x.severity.value} in {s.name}: {x.title}" for x in s.blocking]
+    if not any(s.data is not None and s.data.record is not None for s in stages):
+        reasons.append("nothing was verified: no stage judged here ran")  # --only, all unrun
     return reasons
 
 
 def decide(stages: Sequence[StageVerdict]) -> Verdict:
-    """BLOCK on any CRITICAL or HIGH finding or any required stage that failed, errored or is
-    missing; otherwise PASS. NOT VERIFIED is only ever given to a stage the policy lets skip."""
+    """BLOCK on any CRITICAL or HIGH finding, any required stage that failed, errored or is
+    missing, or no stage judged that ran; otherwise PASS. NOT VERIFIED is only ever given to a
+    stage the policy lets skip."""
     reasons = _reasons(stages)
     fixes = dict.fromkeys(f"{x.title}: {x.fix}" for s in stages for x in s.blocking if x.fix)
     total = sum(d.points for s in stages for d in s.deductions)
