@@ -256,6 +256,7 @@ class FileCoverage:
     path: str
     percent: float
     missing_lines: tuple[int, ...]
+    counts: tuple[int, int] | None = None  # lines and branches covered, and all of them
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,40 @@ def test_malformed_json_files_say_what_is_wrong(
     path.write_text(content)
     with pytest.raises(InputError, match=message):
         reader(path)
+
+
+def _summary(lines: int, of: int, percent: float) -> dict[str, float]:
+    return {"covered_lines": lines, "num_statements": of, "percent_covered": percent}
+
+
+@pytest.mark.parametrize(
+    ("totals", "files", "said"),
+    [
+        # totals claim 99%; the one file counts 1 of 100 lines
+        (_summary(99, 100, 99.0), [_summary(1, 100, 1.0)], "do not add up"),
+        (_summary(1, 100, 99.0), [_summary(1, 100, 1.0)], "is not the 1 of 100"),
+        (
+            _summary(2, 100, 2.0),
+            [_summary(1, 50, 2.0), _summary(1, 50, 20.0)],
+            "is not the 1 of 50",
+        ),
+        (_summary(101, 100, 100.0), [_summary(101, 100, 100.0)], "more lines"),
+        (_summary(5, 10, 50.0), [{"percent_covered": 50.0}], "do not add up"),
+    ],
+)
+def test_coverage_counts_that_contradict_each_other_are_refused(
+    tmp_path: Path, totals: dict, files: list[dict], said: str
+) -> None:
+    doc = {"totals": totals, "files": {f"f{i}.py": {"summary": s} for i, s in enumerate(files)}}
+    with pytest.raises(InputError) as caught:
+        read_coverage(_write(tmp_path, doc))
+    assert said in str(caught.value)
+
+
+def test_coverage_counts_of_lines_and_branches_give_its_percent(tmp_path: Path) -> None:
+    # as coverage json writes them: (covered lines + branches) / (lines + branches)
+    a = {**_summary(8, 10, 75.0), "covered_branches": 1, "num_branches": 2}
+    b = {**_summary(10, 10, 100.0), "covered_branches": 0, "num_branches": 0}
+    totals = {**_summary(18, 20, 86.36363636), "covered_branches": 1, "num_branches": 2}
+    doc = {"totals": totals, "files": {"a.py": {"summary": a}, "b.py": {"summary": b}}}
+    assert read_coverage(_write(tmp_path, doc)).percent == pytest.approx(86.36, abs=0.01)

@@ -52,7 +52,39 @@ def read_coverage(path: Path) -> Coverage:
         raise InputError(f"coverage file {path}: 'totals' and 'files' are not objects")
     per_file = [_file_coverage(path, name, entry) for name, entry in sorted(files.items())]
     total = _percent(totals.get("percent_covered"), f"{path}: totals.percent_covered")
+    counted = _counts(totals, total, f"coverage file {path}: totals")
+    summed = [f.counts for f in per_file]
+    if counted is not None and (
+        None in summed or (sum(c[0] for c in summed), sum(c[1] for c in summed)) != counted
+    ):
+        raise InputError(
+            f"coverage file {path}: totals count {counted[0]} of {counted[1]} lines and branches "
+            "covered, and its files' summaries do not add up to that: it was not written by "
+            "'coverage json' as it is"
+        )
     return Coverage(percent=total, files=tuple(per_file))
+
+
+COUNTS = ("covered_lines", "num_statements", "covered_branches", "num_branches")
+
+
+def _counts(summary: dict[str, Any], percent: float, where: str) -> tuple[int, int] | None:
+    """What a summary counts, covered and all (lines and branches), or None where it counts
+    nothing; the counts must be whole, the covered no more than all, and give its percent."""
+    if not any(k in summary for k in COUNTS):
+        return None
+    lines, statements, branches, all_branches = counts = [summary.get(k, 0) for k in COUNTS]
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
+        raise InputError(f"{where}: {', '.join(COUNTS)} must be whole numbers of at least 0")
+    if lines > statements or branches > all_branches:
+        raise InputError(f"{where}: more lines or branches covered than there are")
+    covered, total = lines + branches, statements + all_branches
+    if abs((100.0 * covered / total if total else 100.0) - percent) > 0.01:
+        raise InputError(
+            f"{where}: percent_covered {percent:g} is not the {covered} of {total} lines and "
+            "branches it counts"
+        )
+    return covered, total
 
 
 def _file_coverage(path: Path, name: str, entry: Any) -> FileCoverage:
@@ -60,6 +92,7 @@ def _file_coverage(path: Path, name: str, entry: Any) -> FileCoverage:
     if not isinstance(summary, dict):
         raise InputError(f"coverage file {path}: {name[:200]} has no 'summary' object")
     percent = _percent(summary.get("percent_covered"), f"{path}: {name[:200]} percent_covered")
+    counts = _counts(summary, percent, f"coverage file {path}: {name[:200]}")
     missing = entry.get("missing_lines", [])
     if not isinstance(missing, list) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in missing
@@ -67,7 +100,7 @@ def _file_coverage(path: Path, name: str, entry: Any) -> FileCoverage:
         raise InputError(
             f"coverage file {path}: {name[:200]} missing_lines is not a list of line numbers"
         )
-    return FileCoverage(name, percent, tuple(missing))
+    return FileCoverage(name, percent, tuple(missing), counts)
 
 
 def read_warnings(path: Path) -> tuple[WarningEntry, ...]:
