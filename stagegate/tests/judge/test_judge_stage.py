@@ -11,7 +11,7 @@ from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy
 from stagegate.model import Decision, MissingFile, StageData, StageStatus
 
-from ..builders import REPO_POLICY, bench, case, performance, record, suite
+from ..builders import REPO_POLICY, bench, case, gpu_machine, performance, record, suite
 
 POLICY = Policy()
 TAIL = "".join(f"{i % 10}" for i in range(1000))
@@ -177,6 +177,21 @@ def test_a_cpu_benchmark_is_not_verified_unless_the_gpu_stage_is_required() -> N
     required = next(f for f in gate.findings if f.kind == "stage_failed")
     assert "cpu-smoke" in required.detail and "cpu" in required.detail
     assert decide([gate]).decision is Decision.BLOCK
+
+
+def test_going_without_cuda_on_a_machine_with_a_gpu_blocks() -> None:
+    # a CPU benchmark, and CUDA tests that all skipped, on a machine stagegate run saw a GPU on
+    data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
+    on_gpu = replace(data.record, environment=gpu_machine("NVIDIA H100 80GB HBM3"))
+    skipped = suite(case("a", "skipped", message="needs CUDA"))
+    cuda = StageData(record("cuda", environment=on_gpu.environment), suite=skipped)
+    cuda_spec = replace(REPO_POLICY.stages["cuda"], skippable="no-cuda")
+    policy = replace(REPO_POLICY, stages={**REPO_POLICY.stages, "cuda": cuda_spec})
+    for name, stage in (("performance", replace(data, record=on_gpu)), ("cuda", cuda)):
+        v = judge_stage(name, stage, policy)
+        assert v.status is StageStatus.FAIL and ("CRITICAL", "machine_mismatch") in kinds(v)
+        assert "H100" in next(f for f in v.findings if f.kind == "machine_mismatch").title
+    assert judge_stage("performance", data, policy).status is StageStatus.NOT_VERIFIED
 
 
 def test_the_not_verified_note_names_only_what_the_preset_measured() -> None:

@@ -93,6 +93,20 @@ def _gpu(f: Findings, what: str, claimed: str, env: Mapping[str, Any]) -> None:
         )
 
 
+def gpu_unused_findings(f: Findings, what: str, record: StageRecord) -> None:
+    """``what`` went without CUDA, which the policy excuses only where there is none: a
+    stage whose machine stagegate run saw GPUs on has no such excuse."""
+    devices, _ = _devices(record.environment)
+    if devices:
+        f.add(
+            Kind.MACHINE_MISMATCH,
+            f"{what} as if without CUDA; the stage's machine had "
+            + ", ".join(repr(d[:80]) for d in devices),
+            fix="run the stage on the GPU the machine has (a torch built with CUDA), or "
+            "where there is none",
+        )
+
+
 def claim_findings(f: Findings, what: str, claim: MachineClaim, record: StageRecord) -> None:
     """Each machine fact ``what`` (a file of the stage) claims is the one the record saw."""
     env = record.environment

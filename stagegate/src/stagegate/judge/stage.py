@@ -19,7 +19,7 @@ from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.commits import commit_findings
 from stagegate.judge.derive import figured
 from stagegate.judge.findings import Findings
-from stagegate.judge.machine import machine_findings
+from stagegate.judge.machine import gpu_unused_findings, machine_findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.policy import Policy
 from stagegate.judge.results import RESULT_CHECKS
@@ -214,6 +214,14 @@ def _undecided_note(checks: tuple[ABCheck, ...]) -> str:
     )
 
 
+def _skips_cuda(name: str, data: StageData, policy: Policy) -> bool:
+    """The stage left what needs CUDA unverified, as its policy lets it where there is none."""
+    cpu_run = data.benchmark is not None and not data.benchmark.gpu_verified
+    return policy.skippable.get(name) == "no-cuda" and (
+        cpu_run or _skipped_without_cuda(name, data, policy)
+    )
+
+
 def _skipped_without_cuda(name: str, data: StageData, policy: Policy) -> bool:
     """A stage the policy lets skip without CUDA whose every test skipped (or none was found)."""
     suite = data.suite
@@ -294,6 +302,8 @@ def judge_stage(
         check(f, data, name, policy)
     checks, baseline, data = _performance(f, data, policy, baselines, baseline_problem, host)
     ab = _regression(f, data, policy, ab_base)
+    if _skips_cuda(name, data, policy):
+        gpu_unused_findings(f, f"{name} skipped what needs CUDA", record)
     if record.exit_code not in (0, None) and not _exit_explained(f):
         f.add(
             Kind.STAGE_FAILED,
