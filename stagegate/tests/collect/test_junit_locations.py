@@ -174,3 +174,22 @@ def test_a_relative_frame_that_climbs_out_of_the_checkout_is_not_ours(tmp_path: 
     assert innermost_frame("sub/../tests/t.py:3: in t\nsub/../../up.py:1: E", root) == Location(
         "sub/../tests/t.py", 3
     )
+
+
+def test_a_long_run_of_path_characters_is_read_once_not_once_a_character() -> None:
+    # 'a.a.a...' with no ':' after it: each start used to rescan the rest (quadratic: minutes
+    # at this length); SIGALRM turns such a hang into a failure, far above the milliseconds it
+    # takes when each path is scanned once
+    import signal
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("first_frame scanned the text once for each of its characters")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        text = "a." * 40_000 + "\n  at src/x.cpp:7"
+        assert first_frame(text, Path("."), None, ["src/x.cpp"]) == Location("src/x.cpp", 7)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

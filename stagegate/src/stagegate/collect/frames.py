@@ -27,7 +27,11 @@ _PYTEST_FRAME = re.compile(rf"^(?P<file>{_DRIVE}[^\s:][^:\n]*\.py):{_LINE}: ", r
 # Python's own frames: a SyntaxError's place ('File "src/pkg/mod.py", line 2'), --tb=native.
 _PYTHON_FRAME = re.compile(rf'File "(?P<file>[^"\n]+\.py)", line {_LINE}')
 # Any other producer: "file.ext:LINE" (GoogleTest, Catch2's "at f.cpp:5", JavaScript stacks).
-_ANY_FRAME = re.compile(rf"(?P<file>{_DRIVE}[\w./\\@+~-]+\.[A-Za-z]\w{{0,5}}):{_LINE}")
+# A path is taken whole, from where it starts, never given back (possessive): a long run of
+# path characters is scanned once, not once from each of its characters (that was quadratic).
+_PATH = r"[\w./\\@+~-]"
+_ANY_FRAME = re.compile(rf"(?<!{_PATH})(?P<file>{_DRIVE}{_PATH}++):{_LINE}")
+_EXTENSION = re.compile(r"\.[A-Za-z]\w{0,5}\Z")
 # JVM stack lines: "at com.example.CalcTest.adds(CalcTest.java:31)" (Kotlin, Scala alike).
 _JVM_FRAME = re.compile(rf"\bat\s+(?P<cls>[\w$.]+)\.[\w$<>-]+\((?P<file>[^():\s]+\.\w+):{_LINE}\)")
 _FILE_URL = re.compile(r"file://(?:/(?=[A-Za-z]:))?")
@@ -131,7 +135,9 @@ def first_frame(
     frames = [
         (m["file"], int(m["line"]))
         for m in _ANY_FRAME.finditer(text)
-        if not text[: m.start()].endswith("node:") and not in_dependency(m["file"])
+        if _EXTENSION.search(m["file"])
+        and not text.endswith("node:", 0, m.start())
+        and not in_dependency(m["file"])
     ]
     own = [f for f in frames if _same_file(f[0], own_files)]
     chosen = (own or frames or [None])[0]
