@@ -102,6 +102,7 @@ def test_each_stage_runs_sealed_with_the_tree_read_only_and_a_fresh_folder(host:
     for argv in runs:
         assert argv[argv.index("--network") + 1] == "none" and "--read-only" in argv
         assert argv[argv.index("--cap-drop") + 1] == "ALL"
+        assert argv[argv.index("PYTHONNOUSERSITE=1") - 1] == "--env"  # no usercustomize
         volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
         assert volumes[0] == f"{host['pr']}:/workspace:ro" and len(volumes) == 2
         outs.append(volumes[1])

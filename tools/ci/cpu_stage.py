@@ -133,7 +133,9 @@ def container_argv(stage: Stage, pr: Path, out: Path, image: str, sha: str) -> l
     env = {
         "HOME": "/tmp", "CI": "true", "PYTHONDONTWRITEBYTECODE": "1", "WANDB_MODE": "disabled",
         "GITHUB_SHA": sha, "PYTHONPATH": "/tmp/w/src:/tmp/w/stagegate/src",
-        "PYTEST_PLUGINS": PLUGIN, "COVERAGE_FILE": "/tmp/.coverage", **stage.env,
+        "PYTEST_PLUGINS": PLUGIN, "COVERAGE_FILE": "/tmp/.coverage",
+        "PYTHONNOUSERSITE": "1",  # no usercustomize from a folder the change holds
+        **stage.env,
     }  # fmt: skip
     prepare = (
         "cp -a /workspace/. /tmp/w && mkdir -p /tmp/w/reports && rm -rf /tmp/w/reports/raw"
