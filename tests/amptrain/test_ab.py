@@ -197,3 +197,27 @@ def test_a_worker_that_fails_leaves_a_file_that_says_so(
     doc = json.loads(out.read_text())
     assert code == 1 and doc["status"] == "error" and "head worker" in doc["error"]
     assert "summary" not in doc and len(doc["head"]["window_s"]) < doc["windows"]
+
+
+def test_a_head_that_replaces_the_clocks_does_not_time_itself(
+    repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    path, clean, _ = repo
+    head = tmp_path / "src"  # the clean code, with clocks that run ten times slow
+    shutil.copytree(path / "src", head)
+    init = head / "amptrain" / "__init__.py"
+    init.write_text(init.read_text() + CLOCKS_TEN_TIMES_SLOW)
+    out = tmp_path / "ab.json"
+    args = ["--repo", str(path), "--against", clean, "--head-src", str(head)]
+    assert ab.main([*args, "--head-sha", "e" * 40, "--windows", "4", "--out", str(out)]) == 0
+    ratio = ab.summary(json.loads(out.read_text()))["step_time_ratio"]
+    assert ratio > 0.5, f"head/base {ratio:.2f}: the head's clocks timed it"
+
+
+CLOCKS_TEN_TIMES_SLOW = """
+import time as _time
+
+for _name in ("perf_counter", "thread_time", "monotonic", "time"):
+    _real = getattr(_time, _name)
+    setattr(_time, _name, lambda _real=_real: _real() * 0.1)
+"""

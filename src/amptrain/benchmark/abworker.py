@@ -19,15 +19,14 @@ import time
 import traceback
 from typing import IO, Any
 
+# The clocks, taken before the side's library is imported: a commit that replaced
+# time.perf_counter or time.thread_time would otherwise time its own windows.
+WALL, CPU = time.perf_counter, time.thread_time
+
 
 def _answer(out: IO[str], doc: dict[str, Any]) -> None:
     out.write(json.dumps(doc) + "\n")
     out.flush()
-
-
-def _sync(torch: Any, device: Any) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Side:
@@ -36,6 +35,8 @@ class Side:
     def __init__(self, settings: dict[str, Any]) -> None:
         import torch
 
+        # torch's own synchronize, taken before the side's library could replace it
+        self.synchronize = torch.cuda.synchronize
         import amptrain
         from amptrain.benchmark import run
         from amptrain.benchmark.presets import PRESETS
@@ -57,12 +58,16 @@ class Side:
         model = run.preset_model(self.preset)
         self.arm = run.build_arm(settings["precision"], model, self.preset, data, self.device)
         run.run_steps(self.arm, self.preset.warmup_steps, self.device)
-        _sync(torch, self.device)
+        self.sync()
         # On a CPU the step runs on this one thread: its CPU time is the step's cost, whatever
         # else the machine runs; waiting (a sleep, a lock) is left out. A GPU's step is timed
         # on the wall clock between synchronizations.
-        self.clock = time.perf_counter if self.device.type == "cuda" else time.thread_time
+        self.clock = WALL if self.device.type == "cuda" else CPU
         self.library = os.path.dirname(os.path.abspath(amptrain.__file__))
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.synchronize(self.device)
 
     def window(self) -> dict[str, Any]:
         """One timed window: seconds, peak CUDA memory in MB (None elsewhere), last loss."""
@@ -71,10 +76,10 @@ class Side:
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         self.arm.losses.clear()
-        _sync(torch, device)
+        self.sync()
         start = self.clock()
         self.run.run_steps(self.arm, self.steps, device)
-        _sync(torch, device)
+        self.sync()
         seconds = self.clock() - start
         peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
         return {"window_s": seconds, "peak_mb": peak, "loss": float(self.arm.losses[-1])}
