@@ -5,12 +5,14 @@
 #
 #   SHA=<40 hex> [PLANT_SHA=<40 hex> PLANT_SRC=DIR] tools/gpu_check.sh [ITEM...]
 #
-# ITEMs, in the order given (default: all four, in this order):
+# ITEMs, in the order given (default: all five, in this order):
 #   cuda     the cuda-marked tests as the cuda stage (JUnit), judged with --require cuda
 #   ab       the A/B regression stage on the gpu preset: the commit against itself (must PASS,
 #            half-width under 1%), then PLANT_SRC's commit (a planted slowdown) against SHA
 #            (must BLOCK with its ratio and interval)
 #   profile  benchmarks/step_profile.py on the gpu preset: eager and compiled, top kernels
+#   fsdp     benchmarks/fsdp_vs_ddp.py in one process on the PRESET's model, bf16-mixed: the
+#            model unsharded against sharded with strategy="fsdp"'s fully_shard (a group of one)
 #   bench    the judged benchmark, compiled: python -m amptrain.benchmark --preset "$PRESET" --compile
 #            (its fp8 arm needs torchao 0.18.0, amptrain[fp8]: put its wheel in WHEELS where the
 #            machine lacks it; without it the arm fails, and the judge blocks)
@@ -71,7 +73,12 @@ EOF
 }
 
 facts() {
-    nvidia-smi >"$OUT/machine.txt" 2>&1
+    {
+        nvidia-smi
+        nvidia-smi -L  # a MIG slice is listed under its GPU
+        nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,mig.mode.current \
+            --format=csv,noheader,nounits
+    } >"$OUT/machine.txt" 2>&1
     "$PY" - >>"$OUT/machine.txt" 2>&1 <<'EOF'
 import importlib.util, platform, torch
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
@@ -114,6 +121,12 @@ ab() {
     fi
 }
 
+fsdp() {
+    timeout 300 "$PY" benchmarks/fsdp_vs_ddp.py --preset "$PRESET" --precision bf16-mixed \
+        --windows 10 --steps 10 --out "$OUT/fsdp"
+    echo "== fsdp exited $?"
+}
+
 profile() {
     timeout 300 "$PY" benchmarks/step_profile.py --preset gpu --top 16 \
         --out "$OUT/step-profile.json"
@@ -128,11 +141,12 @@ bench() {
 }
 
 items=("$@")
-[ ${#items[@]} -gt 0 ] || items=(cuda ab profile bench)
+[ ${#items[@]} -gt 0 ] || items=(cuda ab fsdp profile bench)
 facts
 for item in "${items[@]}"; do
     case "$item" in
-        cuda | ab | profile | bench) start=$SECONDS; "$item"; echo "== $item: $((SECONDS - start)) s" ;;
-        *) echo "gpu_check: unknown item $item (cuda, ab, profile, bench)" >&2; exit 2 ;;
+        cuda | ab | fsdp | profile | bench)
+            start=$SECONDS; "$item"; echo "== $item: $((SECONDS - start)) s" ;;
+        *) echo "gpu_check: unknown item $item (cuda, ab, fsdp, profile, bench)" >&2; exit 2 ;;
     esac
 done

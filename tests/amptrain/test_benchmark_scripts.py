@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fine_tune_throughput
@@ -148,6 +149,20 @@ def test_fsdp_vs_ddp_prints_each_window_the_median_ratio_and_each_ranks_bytes() 
                           "  ddp 1.0000  fsdp 3.0000"]  # fmt: skip
     assert lines[4] == "FSDP/DDP step time: 1.500 (median of 3 windows)"  # of 1.5, 1, 3
     assert lines[-1] == "  rank 3 fsdp: params 100, grads 100, optimizer 200; total 400"
+
+
+def test_fsdp_vs_ddp_in_one_process_shards_a_presets_model_over_a_group_of_one(
+    tmp_path: Path,
+) -> None:
+    argv = ["--preset", "cpu-smoke", "--layers", "9", "--precision", "bf16-mixed"]
+    assert fsdp_vs_ddp.main([*argv, "--windows", "2", "--steps", "1", "--out", str(tmp_path)]) == 0
+    assert not torch.distributed.is_initialized()  # its group of one is ended
+    doc = json.loads((tmp_path / "fsdp_vs_ddp.json").read_text())
+    assert doc["settings"]["layers"] == 2 and doc["settings"]["vocab"] == 64  # the preset's
+    assert doc["world_size"] == 1 and list(doc["seconds_per_step"]) == ["unsharded", "fsdp"]
+    [held] = doc["held_bytes_by_rank"]  # one rank holds everything either way
+    assert held["unsharded"] == held["fsdp"] and held["fsdp"]["params"] == doc["param_bytes_whole"]
+    assert doc["machine"]["torch"] == torch.__version__  # the machine it ran on
 
 
 @pytest.mark.parametrize("bad", [["--steps", "0"], ["--windows", "0"], ["--warmup", "-1"]])
