@@ -268,6 +268,25 @@ def ab_runs(data: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def fsdp_one_device(data: dict[str, Any]) -> str:
+    """benchmarks/fsdp_vs_ddp.py in one process: each arm's seconds per step, its ratio to the
+    first arm (the median of the windows' ratios) and the memory its steps allocated."""
+    times, settings = data["seconds_per_step"], data["settings"]
+    first = next(iter(times))
+    [peaks] = data["peak_bytes_above_resident_by_rank"]
+    rows = [
+        f"| {settings['precision']}, {settings['windows']}x{settings['steps']} steps "
+        f"| s/step | / {first} | peak above resident |",
+        "|---|---|---|---|",
+    ]
+    for name, seconds in times.items():
+        ratio = median([a / b for a, b in zip(seconds, times[first], strict=True)])
+        rows.append(
+            f"| {name} | {median(seconds):.4f} | {ratio:.3f} | {peaks[name] / 2**30:.1f} GiB |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def fine_tune_throughput(data: dict[str, Any]) -> str:
     """Tokens per second of the bare step and of fine_tune, and their ratio."""
     rows = [
@@ -316,6 +335,7 @@ TABLES: dict[str, Table] = {
     "h200-findings": Table(H200_BENCH, benchmark_findings),
     "h200-step-profile": Table(H200 / "step-profile-eager-and-compiled.json", step_profile),
     "h200-ab": Table(H200_AB, ab_runs),
+    "h200-fsdp": Table(H200 / "fsdp-vs-unsharded.json", fsdp_one_device),
     "policy": Table(Path("pyproject.toml"), policy_thresholds),
 }
 
