@@ -85,13 +85,13 @@ def test_zizmor_levels_ignored_findings_and_fallback_places(tmp_path: Path) -> N
         ("zizmor", "sev-Low", "style", "w.yml", 3),
         ("zizmor", "sev-Informational", "style", "w.yml", 3),
         ("zizmor", "sev-Unknown", "warning", "w.yml", 3),
-        ("zizmor", "sev-Odd", "warning", "w.yml", 3),
-        ("zizmor", "no-severity", "warning", "w.yml", 3),
-        ("zizmor", "kept", "warning", "w.yml", 3),
-        ("zizmor", "no-primary", "warning", "g.yml", 5),
-        ("zizmor", "primary-later", "warning", "w.yml", 3),
-        ("zizmor", "nowhere", "warning", "?", None),
-        ("zizmor", "no-desc", "warning", "w.yml", 3),
+        ("zizmor", "sev-Odd", "error", "w.yml", 3),  # a level zizmor never writes
+        ("zizmor", "no-severity", "error", "w.yml", 3),
+        ("zizmor", "kept", "error", "w.yml", 3),
+        ("zizmor", "no-primary", "error", "g.yml", 5),
+        ("zizmor", "primary-later", "error", "w.yml", 3),
+        ("zizmor", "nowhere", "error", "?", None),
+        ("zizmor", "no-desc", "error", "w.yml", 3),
     ]
     assert found[0].message == "about sev-High" and found[-1].message == ""
 
@@ -133,8 +133,8 @@ def test_hadolint_levels(tmp_path: Path) -> None:
         ("hadolint", "DL2", "warning", "Dockerfile", 2),
         ("hadolint", "DL3", "style", "Dockerfile", 3),
         ("hadolint", "DL4", "style", "Dockerfile", 4),
-        ("hadolint", "DL5", "warning", "Dockerfile", 5),
-        ("hadolint", "DL9", "warning", "Dockerfile", None),
+        ("hadolint", "DL5", "error", "Dockerfile", 5),  # a level hadolint never writes
+        ("hadolint", "DL9", "error", "Dockerfile", None),
     ]
     assert [f.message for f in found] == ["m1", "m2", "m3", "m4", "m5", "m9"]
 

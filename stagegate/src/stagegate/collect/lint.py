@@ -57,7 +57,7 @@ def _zizmor(items: Any) -> list[LintFinding]:
     for f in items:
         if f.get("ignored"):
             continue
-        severity = (f.get("determinations") or {}).get("severity", "Unknown")
+        severity = (f.get("determinations") or {}).get("severity")
         loc = next(
             (x for x in f.get("locations", []) if x["symbolic"].get("kind") == "Primary"),
             (f.get("locations") or [None])[0],
@@ -72,7 +72,7 @@ def _zizmor(items: Any) -> list[LintFinding]:
                 "zizmor",
                 f["ident"],
                 f.get("desc", ""),
-                levels.get(severity, "warning"),
+                levels.get(severity, "error"),  # none, or one zizmor never writes
                 Location(file, line),
             )
         )
@@ -86,7 +86,7 @@ def _hadolint(items: Any) -> list[LintFinding]:
             "hadolint",
             f["code"],
             f["message"],
-            levels.get(f.get("level"), "warning"),
+            levels.get(f.get("level"), "error"),  # none, or one hadolint never writes
             Location(_rel(f["file"]), f.get("line")),
         )
         for f in items
