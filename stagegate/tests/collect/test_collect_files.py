@@ -4,7 +4,6 @@ half-written stage leaves them."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +36,30 @@ def test_an_empty_file_is_named_for_what_it_should_hold(tmp_path: Path, reader, 
     assert "empty" in str(caught.value)
 
 
-@pytest.mark.parametrize("percent", [0, 0.5, 100])
-def test_any_coverage_from_none_to_all_is_a_figure(tmp_path: Path, percent: float) -> None:
-    doc = {"totals": {"percent_covered": percent}, "files": {}}
+def _file(lines: int, of: int, percent: float) -> dict[str, Any]:
+    """A file's entry as coverage json writes it: its summary and its missing lines."""
+    return {
+        "summary": _summary(lines, of, percent),
+        "missing_lines": list(range(1, of - lines + 1)),
+    }
+
+
+@pytest.mark.parametrize(("lines", "of", "percent"), [(0, 4, 0), (1, 200, 0.5), (4, 4, 100)])
+def test_any_coverage_from_none_to_all_is_a_figure(
+    tmp_path: Path, lines: int, of: int, percent: float
+) -> None:
+    doc = {"totals": _summary(lines, of, percent), "files": {"a.py": _file(lines, of, percent)}}
     assert read_coverage(_write(tmp_path, doc)).percent == percent
 
 
 def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
-    good = {"summary": {"percent_covered": 50}}
-    doc = {"totals": {"percent_covered": True}, "files": {"a.py": good}}
+    good = _file(1, 2, 50.0)
+    doc = {"totals": {**_summary(1, 2, 50.0), "percent_covered": True}, "files": {"a.py": good}}
     path = _write(tmp_path, doc)
     with pytest.raises(InputError) as caught:
         read_coverage(path)
     assert str(path) in str(caught.value) and "totals.percent_covered" in str(caught.value)
-    doc = {
-        "totals": {"percent_covered": 50},
-        "files": {"b.py": {"summary": {"percent_covered": "x"}}},
-    }
+    doc = {"totals": _summary(1, 2, 50.0), "files": {"b.py": {"summary": {"percent_covered": "x"}}}}
     path = _write(tmp_path, doc)
     with pytest.raises(InputError) as caught:
         read_coverage(path)
@@ -61,10 +67,7 @@ def test_coverage_figures_must_be_numbers(tmp_path: Path) -> None:
 
 
 def test_coverage_without_missing_lines_has_none(tmp_path: Path) -> None:
-    doc = {
-        "totals": {"percent_covered": 100},
-        "files": {"a.py": {"summary": {"percent_covered": 100}}},
-    }
+    doc = {"totals": _summary(3, 3, 100.0), "files": {"a.py": {"summary": _summary(3, 3, 100.0)}}}
     coverage = read_coverage(_write(tmp_path, doc))
     assert coverage.files[0].missing_lines == () and coverage.percent == 100.0
 
@@ -85,9 +88,12 @@ def test_curves_malformed_and_not_measured(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         read_curves(path)
     assert str(path) in str(caught.value) and "'loss'" in str(caught.value)
-    curves = read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, null, "x"]}}'))
-    loss = curves.series["loss"]
-    assert loss[:2] == (2.0, 1.5) and all(math.isnan(v) for v in loss[2:])
+    assert read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5]}}')).series == {
+        "loss": (2.0, 1.5)
+    }
+    for bad in ("null", '"x"', "true", "1e999"):  # 1e999: inf
+        with pytest.raises(InputError, match=r"'loss' holds .* at \[2\] \(1 values"):
+            read_curves(_write(tmp_path, f'{{"curves": {{"loss": [2, 1.5, {bad}]}}}}'))
     with pytest.raises(InputError, match=r"literal NaN.* at \$\.curves\.loss\[2\]"):
         read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, NaN]}}'))
 
@@ -132,16 +138,29 @@ def _summary(lines: int, of: int, percent: float) -> dict[str, float]:
             "is not the 1 of 50",
         ),
         (_summary(101, 100, 100.0), [_summary(101, 100, 100.0)], "more lines"),
-        (_summary(5, 10, 50.0), [{"percent_covered": 50.0}], "do not add up"),
+        (_summary(5, 10, 50.0), [{"percent_covered": 50.0}], "no covered_lines and num_statements"),
+        # a percent alone, over a file that counts 10%; or a total of nothing measured
+        ({"percent_covered": 95.0}, [_summary(10, 100, 10.0)], "no covered_lines"),
+        (_summary(0, 0, 100.0), [], "measured no line of code"),
+        # the summary counts 2 lines not covered and lists 1
+        (_summary(3, 5, 60.0), [{**_summary(3, 5, 60.0), "missing_lines": [4]}], "lists 1 missing"),
     ],
 )
 def test_coverage_counts_that_contradict_each_other_are_refused(
     tmp_path: Path, totals: dict, files: list[dict], said: str
 ) -> None:
-    doc = {"totals": totals, "files": {f"f{i}.py": {"summary": s} for i, s in enumerate(files)}}
+    entries = {f"f{i}.py": _entry(s) for i, s in enumerate(files)}
     with pytest.raises(InputError) as caught:
-        read_coverage(_write(tmp_path, doc))
+        read_coverage(_write(tmp_path, {"totals": totals, "files": entries}))
     assert said in str(caught.value)
+
+
+def _entry(summary: dict[str, Any]) -> dict[str, Any]:
+    """A file's entry with the missing lines its summary counts, unless it lists its own."""
+    if "missing_lines" in summary:
+        return {"summary": summary, "missing_lines": summary["missing_lines"]}
+    missing = summary.get("num_statements", 0) - summary.get("covered_lines", 0)
+    return {"summary": summary, "missing_lines": list(range(1, missing + 1))}
 
 
 def test_coverage_counts_of_lines_and_branches_give_its_percent(tmp_path: Path) -> None:
@@ -149,5 +168,5 @@ def test_coverage_counts_of_lines_and_branches_give_its_percent(tmp_path: Path) 
     a = {**_summary(8, 10, 75.0), "covered_branches": 1, "num_branches": 2}
     b = {**_summary(10, 10, 100.0), "covered_branches": 0, "num_branches": 0}
     totals = {**_summary(18, 20, 86.36363636), "covered_branches": 1, "num_branches": 2}
-    doc = {"totals": totals, "files": {"a.py": {"summary": a}, "b.py": {"summary": b}}}
+    doc = {"totals": totals, "files": {"a.py": _entry(a), "b.py": _entry(b)}}
     assert read_coverage(_write(tmp_path, doc)).percent == pytest.approx(86.36, abs=0.01)

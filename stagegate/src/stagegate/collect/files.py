@@ -53,10 +53,12 @@ def read_coverage(path: Path) -> Coverage:
     per_file = [_file_coverage(path, name, entry) for name, entry in sorted(files.items())]
     total = _percent(totals.get("percent_covered"), f"{path}: totals.percent_covered")
     counted = _counts(totals, total, f"coverage file {path}: totals")
-    summed = [f.counts for f in per_file]
-    if counted is not None and (
-        None in summed or (sum(c[0] for c in summed), sum(c[1] for c in summed)) != counted
-    ):
+    if counted[1] == 0:
+        raise InputError(
+            f"coverage file {path} measured no line of code (its totals count none): run the "
+            "tests with coverage of the package they test (--cov, or [tool.coverage.run] source)"
+        )
+    if (sum(f.counts[0] for f in per_file), sum(f.counts[1] for f in per_file)) != counted:
         raise InputError(
             f"coverage file {path}: totals count {counted[0]} of {counted[1]} lines and branches "
             "covered, and its files' summaries do not add up to that: it was not written by "
@@ -68,11 +70,14 @@ def read_coverage(path: Path) -> Coverage:
 COUNTS = ("covered_lines", "num_statements", "covered_branches", "num_branches")
 
 
-def _counts(summary: dict[str, Any], percent: float, where: str) -> tuple[int, int] | None:
-    """What a summary counts, covered and all (lines and branches), or None where it counts
-    nothing; the counts must be whole, the covered no more than all, and give its percent."""
-    if not any(k in summary for k in COUNTS):
-        return None
+def _counts(summary: dict[str, Any], percent: float, where: str) -> tuple[int, int]:
+    """What a summary counts, covered and all (lines and branches, as ``coverage json`` writes
+    them); the counts must be whole, the covered no more than all, and give its percent."""
+    if not all(k in summary for k in COUNTS[:2]):
+        raise InputError(
+            f"{where}: no {' and '.join(COUNTS[:2])}, which 'coverage json' writes: a percent "
+            "alone is a claim the gate cannot check"
+        )
     lines, statements, branches, all_branches = counts = [summary.get(k, 0) for k in COUNTS]
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
         raise InputError(f"{where}: {', '.join(COUNTS)} must be whole numbers of at least 0")
@@ -100,6 +105,11 @@ def _file_coverage(path: Path, name: str, entry: Any) -> FileCoverage:
         raise InputError(
             f"coverage file {path}: {name[:200]} missing_lines is not a list of line numbers"
         )
+    if len(missing) != summary["num_statements"] - summary["covered_lines"]:
+        raise InputError(
+            f"coverage file {path}: {name[:200]} lists {len(missing)} missing lines, and its "
+            f"summary counts {summary['num_statements'] - summary['covered_lines']} not covered"
+        )
     return FileCoverage(name, percent, tuple(missing), counts)
 
 
@@ -124,7 +134,8 @@ def _warning(path: Path, i: int, w: Any) -> WarningEntry:
 
 
 def read_curves(path: Path) -> Curves:
-    """``{"curves": {"name": [numbers]}}``: series to chart (non-finite values become None)."""
+    """``{"curves": {"name": [numbers]}}``: series to chart, each value a finite number (a
+    stage whose run diverged, or that wrote something else, has no figure to show)."""
     data = load_json(path, "metrics file")
     curves = data.get("curves") if isinstance(data, dict) else None
     if not isinstance(curves, dict):
@@ -133,8 +144,15 @@ def read_curves(path: Path) -> Curves:
     for name, values in curves.items():
         if not isinstance(values, list):
             raise InputError(f"metrics file {path}: curve {name!r} is not a list")
-        series[str(name)] = tuple(
-            float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan
-            for v in values
-        )
+        bad = [i for i, v in enumerate(values) if not _finite(v)]
+        if bad:
+            raise InputError(
+                f"metrics file {path}: curve {str(name)[:80]!r} holds {str(values[bad[0]])[:40]} "
+                f"at [{bad[0]}] ({len(bad)} values that are not finite numbers)"
+            )
+        series[str(name)] = tuple(float(v) for v in values)
     return Curves(series)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
