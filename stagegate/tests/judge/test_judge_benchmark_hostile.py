@@ -160,9 +160,11 @@ BAD: dict[str, object] = {
     "inf": math.inf,
     "zero": 0,
     "negative": -1.0,
+    "huge": 1e308,  # more than any machine holds or does
 }
 ALL = tuple(BAD)
 NOT_ZERO = ("deleted", "NaN", "inf", "negative")  # zero is this field's true value
+FINITE = ("deleted", "NaN", "inf", "zero", "negative")  # huge windows: too long for their stage
 
 
 def _bf16(d: Doc) -> Doc:
@@ -175,8 +177,8 @@ def _fp32(d: Doc) -> Doc:
 
 # (container, key, the words a finding must name, the corruptions no run can produce)
 FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, ...]]] = [
-    (lambda d: _bf16(d)["window_s"], 3, ("bf16-mixed", "window_s"), ALL),
-    (lambda d: _fp32(d)["window_s"], 0, ("32-true", "window_s"), ALL),
+    (lambda d: _bf16(d)["window_s"], 3, ("bf16-mixed", "window_s"), FINITE),
+    (lambda d: _fp32(d)["window_s"], 0, ("32-true", "window_s"), FINITE),
     (_bf16, "window_s", ("bf16-mixed", "window_s"), ("deleted", "NaN", "zero", "negative")),
     (_bf16, "steps_per_window", ("bf16-mixed", "steps_per_window"), ALL),
     (lambda d: _bf16(d)["memory"], "peak_allocated_mb", ("bf16-mixed", "peak_allocated"), ALL),
@@ -190,7 +192,7 @@ FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, 
     (lambda d: _bf16(d)["loss_curve"], 5, ("bf16-mixed", "loss_curve"), ("NaN", "inf")),
     (_bf16, "loss_curve", ("bf16-mixed", "loss_curve"), ("NaN", "zero")),
     (lambda d: _bf16(d)["health"]["syncs_in_step"], "count", ("bf16-mixed", "sync"), NOT_ZERO),
-    (lambda d: _bf16(d)["health"]["syncs_in_step"], "steps", ("bf16-mixed", "sync"), ALL),
+    (lambda d: _bf16(d)["health"]["syncs_in_step"], "steps", ("bf16-mixed", "sync"), FINITE),
     (lambda d: _bf16(d)["health"]["syncs_in_step"], "measured", ("bf16-mixed", "sync"), ALL),
     (_bf16, "health", ("bf16-mixed", "health"), ("deleted", "NaN", "zero")),
     (
@@ -203,7 +205,7 @@ FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, 
         lambda d: _bf16(d)["health"]["memory_change_mb"],
         2,
         ("bf16-mixed", "memory_change_mb[2]"),
-        ("NaN", "inf"),
+        ("NaN", "inf", "huge"),
     ),
     (
         lambda d: _bf16(d)["health"]["live_tensors"],
@@ -215,7 +217,7 @@ FIELDS: list[tuple[Callable[[Doc], Any], str | int, tuple[str, ...], tuple[str, 
         lambda d: _bf16(d)["health"]["live_tensors"]["bytes_change"],
         4,
         ("bf16-mixed", "bytes_change[4]"),
-        ("NaN", "inf"),
+        ("NaN", "inf", "huge"),
     ),
     (
         lambda d: _bf16(d)["health"]["live_tensors"],

@@ -203,6 +203,20 @@ def _unmeasured(f: Findings, p: PrecisionResult, preset: str) -> None:
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"CUDA memory on preset {preset}, which has none")
 
 
+ADDRESSABLE_BYTES = 2**48  # x86-64's and arm64's 48-bit virtual address space: 256 TiB
+MB = 2**20
+
+
+def _addressable(f: Findings, where: str, value: float, unit: int) -> bool:
+    """Whether ``value`` (in bytes of ``unit``) fits what a process can address; a finding
+    where it does not."""
+    if abs(value) * unit <= ADDRESSABLE_BYTES:
+        return True
+    said = f"{value:g}: more than the {ADDRESSABLE_BYTES:,} bytes a process can address"
+    flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, said)
+    return False
+
+
 def _positive(f: Findings, where: str, value: float | None) -> float | None:
     if value is None:
         flag(f, Kind.EVIDENCE_MISSING, where, "absent or not a finite number")
@@ -210,7 +224,7 @@ def _positive(f: Findings, where: str, value: float | None) -> float | None:
     if value <= 0:
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, f"{value:g} MB")
         return None
-    return value
+    return value if _addressable(f, where, value, MB) else None
 
 
 def _memory(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
@@ -284,8 +298,11 @@ def _syncs(f: Findings, p: PrecisionResult) -> None:
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.{key}", f"{value:g}")
 
 
-def _samples(f: Findings, where: str, samples: tuple[float | None, ...], windows: int) -> None:
-    """One finite sample after each of the precision's ``windows``."""
+def _samples(
+    f: Findings, where: str, samples: tuple[float | None, ...], windows: int, unit: int = 1
+) -> None:
+    """One finite sample after each of the precision's ``windows``, each a change (in bytes
+    of ``unit``) no larger than what a process can address."""
     if not samples:
         flag(f, Kind.EVIDENCE_MISSING, where, "absent or empty: no window's change was recorded")
         return
@@ -294,6 +311,9 @@ def _samples(f: Findings, where: str, samples: tuple[float | None, ...], windows
     bad = next((i for i, v in enumerate(samples) if v is None), None)
     if bad is not None:
         flag(f, Kind.EVIDENCE_MISSING, f"{where}[{bad}]", "not a finite number")
+    for i, value in enumerate(samples):
+        if value is not None and not _addressable(f, f"{where}[{i}]", value, unit):
+            break
 
 
 def _growth(f: Findings, p: PrecisionResult) -> None:
@@ -301,7 +321,7 @@ def _growth(f: Findings, p: PrecisionResult) -> None:
     tensors' storage after each window, what the tensors held at the start, and the count of
     those a window left attached to a graph."""
     where = f"precisions.{p.name}.health"
-    _samples(f, f"{where}.memory_change_mb", p.memory_change_mb, len(p.window_s))
+    _samples(f, f"{where}.memory_change_mb", p.memory_change_mb, len(p.window_s), MB)
     _samples(f, f"{where}.live_tensors.bytes_change", p.live_bytes_change, len(p.window_s))
     if p.live_graph_tensors is None:
         where_graph = f"{where}.live_tensors.graph_attached_added_max"
@@ -311,6 +331,8 @@ def _growth(f: Findings, p: PrecisionResult) -> None:
         flag(f, Kind.EVIDENCE_MISSING, start, "absent or not a finite number")
     elif p.live_start_bytes <= 0:  # the precision's own model was live when it started
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, start, f"{p.live_start_bytes:g}")
+    else:
+        _addressable(f, start, p.live_start_bytes, 1)
 
 
 def _ranges(f: Findings, p: PrecisionResult) -> None:
