@@ -96,6 +96,18 @@ def test_an_interval_across_the_limit_is_not_verified_and_never_passes(tmp_path:
     assert decide([stage]).decision is Decision.BLOCK
 
 
+@pytest.mark.parametrize("side", ROLES)
+def test_cpu_windows_faster_than_the_cores_the_record_saw_can_compute_block(
+    tmp_path: Path, side: str
+) -> None:
+    doc = scaled(lambda i: 1.0)
+    doc[side]["window_s"] = [w / 1e6 for w in doc[side]["window_s"]]  # 20 steps in microseconds
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    (impossible,) = [f for f in stage.blocking if f.kind == "evidence_impossible"]
+    assert f"A/B {side}.window_s" in impossible.title and "CPU cores' peak" in impossible.title
+    assert decide([stage]).decision is Decision.BLOCK
+
+
 def on_gpu(head_mb: Callable[[int], float]) -> Doc:
     """The real file as the gpu preset writes it: on CUDA, with each window's peak memory
     (the base's 1000 MB, the head's ``head_mb(i)``)."""

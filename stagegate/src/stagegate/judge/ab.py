@@ -210,9 +210,15 @@ def _unmeasured(f: Findings, run: ABRun) -> None:
 
 
 def ab_findings(
-    f: Findings, run: ABRun, policy: Policy, expected_base: str | None, head_commit: str | None
+    f: Findings,
+    run: ABRun,
+    policy: Policy,
+    expected_base: str | None,
+    head_commit: str | None,
+    cores: int | None = None,
 ) -> tuple[ABCheck, ...]:
-    """Findings about an A/B file, and the outcome of each ratio it lets the judge compute."""
+    """Findings about an A/B file, and the outcome of each ratio it lets the judge compute
+    (``cores``: the CPUs the stage's record saw, which bound a CPU run's arithmetic)."""
     n = _setup(f, run, policy)
     if n is None or not _commits(f, run, expected_base, head_commit):
         return ()
@@ -221,8 +227,7 @@ def ab_findings(
     if sides[0] is None or sides[1] is None or not _interleaved(f, run, n):
         return ()
     spec = policy.benchmark.presets[run.preset or ""]
-    if spec.device == "cuda":
-        ab_physics(f, run, spec, policy.benchmark)
+    ab_physics(f, run, spec, policy.benchmark, cores)
     step = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
     memory = _memory(f, run, policy) if "memory" in spec.measures else _unmeasured(f, run)
     shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}

@@ -124,10 +124,15 @@ def _ab_sizes(f: Findings, role: str, side: ABSide, spec: PresetSpec) -> dict[st
 
 
 def _ab_bound(
-    f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy
+    f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy, cores: int | None
 ) -> tuple[float | None, int | None]:
-    """The GPU's dense peak in the A/B precision's compute dtype, and the model's FLOPs per
-    token; a finding for either that cannot be known (the run is then unchecked, never met)."""
+    """The device's peak in the A/B precision's compute dtype, and the model's FLOPs per
+    token. On a GPU its dense peak, a finding for either that cannot be known (the run is then
+    unchecked, never met); on a CPU the policy's peak a core times the cores the record saw,
+    the run left unbounded where the cores or the FLOPs are unknown (as a CPU benchmark is)."""
+    if spec.device != "cuda":
+        dtype = COMPUTE_DTYPE.get(run.precision or "", "")
+        return _cpu_peak(cores, policy).get(dtype), spec.flops_per_token
     peaks, _ = peak_row(policy, run.machine.gpu_name or "")
     dtype = COMPUTE_DTYPE.get(run.precision or "", "")
     peak = peaks.get(dtype) if peaks is not None else None
@@ -141,10 +146,14 @@ def _ab_bound(
     return peak, spec.flops_per_token
 
 
-def ab_physics(f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy) -> None:
-    """An A/B run on a CUDA preset: each side ran the declared preset, and its windows imply
-    no more arithmetic than the GPU's dense peak in the precision's compute dtype."""
-    peak, flops = _ab_bound(f, run, spec, policy)
+def ab_physics(
+    f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolicy, cores: int | None
+) -> None:
+    """Each side of an A/B run ran the declared preset, and its windows imply no more
+    arithmetic than its device's peak in the precision's compute dtype (on a CPU, of the
+    ``cores`` the record saw)."""
+    peak, flops = _ab_bound(f, run, spec, policy, cores)
+    device = "the GPU's dense peak" if spec.device == "cuda" else f"{cores} CPU cores' peak"
     for role, side in (("base", run.base), ("head", run.head)):
         sizes = _ab_sizes(f, role, side, spec)
         tokens = tokens_per_window(sizes, side.preset.get("steps_per_window"))
@@ -155,6 +164,6 @@ def ab_physics(f: Findings, run: ABRun, spec: PresetSpec, policy: BenchmarkPolic
         if peak is None or flops is None or tokens is None or windows is None:
             continue  # the window checks name windows that are not there
         if (arithmetic := tflops(windows, tokens, flops)) > peak:
-            said = f"{arithmetic:,.1f} TFLOP/s, above the GPU's dense peak of {peak:g}"
+            said = f"{arithmetic:,.1f} TFLOP/s, above {device} of {peak:g}"
             said += f" for {run.precision}"
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"A/B {role}.window_s", said)

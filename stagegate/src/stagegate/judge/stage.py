@@ -175,7 +175,8 @@ def _regression(
             )
         return ()
     commit = data.record.commit if data.record is not None else None
-    return ab_findings(f, data.ab, policy, ab_base, commit)
+    cores = data.record.environment.get("cpu_count") if data.record is not None else None
+    return ab_findings(f, data.ab, policy, ab_base, commit, cores)
 
 
 # What the stage's own tool reports when it fails: with one of these blocking, a non-zero exit
