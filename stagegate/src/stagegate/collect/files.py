@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stagegate.collect.jsonfile import load_json
+from stagegate.collect.jsonfile import finite, load_json
 from stagegate.errors import InputError
 from stagegate.model import Coverage, Curves, FileCoverage, Location, WarningEntry
 
@@ -144,15 +144,12 @@ def read_curves(path: Path) -> Curves:
     for name, values in curves.items():
         if not isinstance(values, list):
             raise InputError(f"metrics file {path}: curve {name!r} is not a list")
-        bad = [i for i, v in enumerate(values) if not _finite(v)]
+        numbers = [finite(v) for v in values]
+        bad = [i for i, v in enumerate(numbers) if v is None]
         if bad:
             raise InputError(
                 f"metrics file {path}: curve {str(name)[:80]!r} holds {str(values[bad[0]])[:40]} "
                 f"at [{bad[0]}] ({len(bad)} values that are not finite numbers)"
             )
-        series[str(name)] = tuple(float(v) for v in values)
+        series[str(name)] = tuple(v for v in numbers if v is not None)
     return Curves(series)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
