@@ -117,9 +117,11 @@ def test_a_rank_waits_at_exit_until_gloos_threads_let_go_of_their_last_collectiv
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     dist.all_reduce(torch.ones(1))
-    idle = distributed._gloo_workers()
-    assert len(idle) >= 2  # the group's workers, found by their name
-    busy = {tid: ("R", *counts) for tid, (_, *counts) in idle.items()}
+    found = distributed._gloo_workers()
+    assert len(found) >= 2  # the group's workers, found by their name
+    # as read here, a worker may still be running (freeing this all_reduce): the states are set
+    idle = {tid: ("S", *counts) for tid, (_, *counts) in found.items()}
+    busy = {tid: ("R", *counts) for tid, (_, *counts) in found.items()}
     seen, polls = iter([busy, busy, idle]), []  # one is freeing its tensors, then all sleep
 
     def workers() -> dict[str, tuple[str, ...]]:
