@@ -6,10 +6,12 @@ errors; each is reported as what it is."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -139,15 +141,20 @@ def _unit() -> int:
     )
 
 
+INTEGRATION_FILES = {
+    "junit": "reports/raw/junit-integration.xml",
+    "metrics": "reports/raw/integration-metrics.json",
+}
+
+
 def _integration(*, write_metrics: bool = True) -> int:
     """The integration stage, declaring its curves; written unless ``write_metrics`` is False."""
-    metrics = "reports/raw/integration-metrics.json"
     return _stage(
         "integration",
-        {"junit": "reports/raw/junit-integration.xml", "metrics": metrics},
+        INTEGRATION_FILES,
         "tests/integration",
         "--junitxml=reports/raw/junit-integration.xml",
-        env={"PROJECT_METRICS": metrics} if write_metrics else {},
+        env={"PROJECT_METRICS": INTEGRATION_FILES["metrics"]} if write_metrics else {},
     )
 
 
@@ -205,6 +212,29 @@ def test_a_declared_output_the_stage_did_not_produce_blocks(project: Path) -> No
     assert _unit() == 0 and _integration(write_metrics=False) == 0
     code, summary = _report()
     assert code == 1 and "integration-metrics.json was not produced" in summary
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        # the command runs no test at all: both files are the earlier run's
+        lambda: _stage("integration", INTEGRATION_FILES, "--version"),
+        # the tests run again, and the curves are the earlier run's
+        lambda: _integration(write_metrics=False),
+    ],
+    ids=["no-test-ran", "old-curves"],
+)
+def test_a_declared_file_left_from_an_earlier_run_is_not_this_runs(
+    project: Path, again: Callable[[], int]
+) -> None:
+    assert _unit() == 0 and _integration() == 0 and _report()[0] == 0
+    metrics = Path("reports/raw/integration-metrics.json")
+    assert again() == 0 and metrics.is_file()
+    code, summary = _report()
+    assert code == 1 and "| [integration](integration.md) | **PASS** |" not in summary
+    assert "integration-metrics.json was not written by this run" in summary
+    record = json.loads(Path("reports/raw/integration.json").read_text())
+    assert str(metrics) in record["stale"]
 
 
 def test_a_stage_that_declares_none_of_its_outputs_blocks_naming_each(project: Path) -> None:

@@ -123,6 +123,18 @@ class Finding:
     fix: str = ""
 
 
+def named_files(files: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(kind, path, label) for every file of a stage's ``files`` (kind -> path, or {tool: path}
+    for lint); lint files are labelled ``lint:TOOL``, the others by their kind."""
+    out: list[tuple[str, str, str]] = []
+    for kind, value in files.items():
+        if isinstance(value, Mapping):
+            out += [(kind, str(path), f"{kind}:{tool}") for tool, path in value.items()]
+        else:
+            out.append((kind, str(value), kind))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class StageRecord:
     """One run of one stage's command, whatever its outcome (what ``stagegate run`` writes)."""
@@ -153,6 +165,9 @@ class StageRecord:
     # Other stages' records (and the files they seal, and the run log) that were changed or
     # removed while this stage's command ran: one stage's command rewrote another's results.
     altered: list[str] = field(default_factory=list)
+    # Files of ``sha256`` that were there before the command started and that it left as they
+    # were (the same inode, size and change time): an earlier run's, not this one's results.
+    stale: list[str] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
@@ -165,15 +180,8 @@ class StageRecord:
         )
 
     def named_files(self) -> list[tuple[str, str, str]]:
-        """(kind, path, label) for every file the record names; lint files are labelled
-        ``lint:TOOL``, the others by their kind."""
-        out: list[tuple[str, str, str]] = []
-        for kind, value in self.files.items():
-            if isinstance(value, dict):
-                out += [(kind, str(path), f"{kind}:{tool}") for tool, path in value.items()]
-            else:
-                out.append((kind, str(value), kind))
-        return out
+        """(kind, path, label) for every file the record names (:func:`named_files`)."""
+        return named_files(self.files)
 
     def to_json(self) -> str:
         """The record as JSON text."""
@@ -434,6 +442,7 @@ class MissingFile:
     message: str
     # The record holds its sha256: the stage wrote it, and something removed it afterwards.
     disappeared: bool = False
+    stale: bool = False  # there, but left from before the stage: its command did not write it
 
 
 @dataclass(frozen=True)

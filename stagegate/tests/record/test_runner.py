@@ -96,6 +96,25 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
     }
 
 
+def test_a_declared_file_the_command_left_untouched_is_recorded_as_an_earlier_runs(
+    tmp_path: Path,
+) -> None:
+    files = {k: tmp_path / f"{k}.json" for k in ("junit", "coverage", "metrics", "warnings")}
+    for path in files.values():
+        path.write_text("{}")
+    # rewritten with the same bytes, replaced, removed; warnings left as it was
+    again = f"open({str(files['junit'])!r}, 'w').write('{{}}')"
+    new = str(tmp_path / "new")
+    moved = f"import os; open({new!r}, 'w').write('{{}}'); os.replace({new!r}, "
+    moved += f"{str(files['coverage'])!r})"
+    gone = f"import os; os.remove({str(files['metrics'])!r})"
+    record, code, _, _ = _run(
+        tmp_path, PY, "-c", f"{again}; {moved}; {gone}", files={k: str(p) for k, p in files.items()}
+    )
+    assert code == 0 and record.stale == [str(files["warnings"])]
+    assert load_record(tmp_path / "execution.json").stale == record.stale
+
+
 # A grandchild that leaves the stage's process group and session (setsid, or a daemon's double
 # fork), waits until the stage's command has ended, then rewrites the stage's files for as long
 # as it lives. It writes its pid first, so the test can tell it was started and is gone.

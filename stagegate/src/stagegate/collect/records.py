@@ -45,6 +45,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "runner_error": (_TEXT, True),
     "uncommitted": ((list,), True),
     "altered": ((list,), False),
+    "stale": ((list,), False),
 }
 
 
@@ -118,7 +119,7 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             return f"{key} holds {type(value).__name__}"
     if not all(isinstance(c, str) for c in data.get("command", [])):
         return "command holds something that is not text"
-    for key in ("uncommitted", "altered"):
+    for key in ("uncommitted", "altered", "stale"):
         if not all(isinstance(p, str) for p in data.get(key) or []):
             return f"{key} holds something that is not a path"
     if not _is_text_map(data.get("files", {}), nested=True):

@@ -40,6 +40,10 @@ READERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
 }
 
 
+# Why a file the stage declared, and that is there, is not read as its result
+STALE = "it was there before the stage's command started, which left it untouched: an earlier run's"
+
+
 def _read(reader: Callable[[Path], Any], path: Path) -> Any:
     """Run one reader; a bug in it is reported against the file, never raised past here."""
     try:
@@ -62,6 +66,8 @@ def _junit_reader(record: StageRecord, raw_dir: Path, value: str) -> Callable[[P
     where = locate(record, raw_dir, sibling)
     if where.missing and record.sha256[sibling] is None:
         return read_junit
+    if sibling in record.stale:
+        raise InputError(f"pytest counts file {sibling} is refused: {STALE}")
     if where.refused or where.missing:
         reason = where.refused or "it was there when the stage ended and is gone"
         raise InputError(f"pytest counts file {sibling} is refused: {reason}")
@@ -90,6 +96,9 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
     for kind, value, reader, key in _readers(record):
         if reader is None:
             errors.append(f"record names an unknown kind of file {kind!r}")
+            continue
+        if value in record.stale:
+            missing.append(MissingFile(kind, value, STALE, stale=True))
             continue
         where = locate(record, raw_dir, value)
         if where.refused:

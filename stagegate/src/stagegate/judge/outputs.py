@@ -59,6 +59,15 @@ def _missing(f: Findings, data: StageData, missing: MissingFile, required: bool)
             fix="find what deletes files under the raw directory between the stage and the "
             "report (a test or a script cleaning it), then run the stage again",
         )
+    elif missing.stale:
+        blocks = required or missing.kind not in OPTIONAL_FILES
+        f.add(
+            Kind.OUTPUT_MISSING if blocks else Kind.SIDE_FILE_MISSING,
+            f"{name} was not written by this run",
+            detail=f"{missing.path} ({flag}): {missing.message}; it is not read",
+            fix=f"make the stage's command write {missing.path} on every run (or remove the "
+            "file before the stage), then run the stage again",
+        )
     elif required or missing.kind not in OPTIONAL_FILES:
         f.add(
             Kind.OUTPUT_MISSING,

@@ -21,7 +21,13 @@ from typing import IO, Any
 
 from stagegate.errors import UsageError
 from stagegate.io import sha256_file, write_atomic
-from stagegate.model import RUN_LOG, StageRecord, counts_path, stage_name_problem
+from stagegate.model import (
+    RUN_LOG,
+    StageRecord,
+    counts_path,
+    named_files,
+    stage_name_problem,
+)
 from stagegate.record.machine import observe
 from stagegate.record.proctree import children, end_tree, subreaper
 from stagegate.record.watch import altered, inside, watch
@@ -251,11 +257,31 @@ def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
                 )
 
 
-def _sealed(record: StageRecord) -> list[str]:
-    """The files whose hash the record keeps: those it names, and beside each JUnit file the
-    counts stagegate's pytest plugin writes (the judge reads them with it)."""
-    named = record.named_files()
+def _sealed(files: Mapping[str, Any]) -> list[str]:
+    """The files whose hash a record keeps: those the stage declares (``files``), and beside
+    each JUnit file the counts stagegate's pytest plugin writes (the judge reads them with it)."""
+    named = named_files(files)
     return [path for _, path, _ in named] + [counts_path(p) for k, p, _ in named if k == "junit"]
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    """What changes whenever a file is written or replaced (its change time cannot be set
+    back); None where there is no file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _present(paths: list[str]) -> dict[str, tuple[int, ...]]:
+    """The identity of each of ``paths`` that is there."""
+    return {p: found for p in paths if (found := _identity(p)) is not None}
+
+
+def _stale(before: dict[str, tuple[int, ...]]) -> list[str]:
+    """The files that were there before the command and that it left exactly as they were."""
+    return [path for path, was in before.items() if _identity(path) == was]
 
 
 def _sealed_hash(path: Path) -> str | None:
@@ -272,7 +298,7 @@ def _sealed_hash(path: Path) -> str | None:
 
 def _hashes(record: StageRecord) -> dict[str, str | None]:
     """The sha256 of every file the record seals, None for one that is not there."""
-    return {path: _sealed_hash(Path(path)) for path in _sealed(record)}
+    return {path: _sealed_hash(Path(path)) for path in _sealed(record.files)}
 
 
 def _record(
@@ -349,6 +375,7 @@ def run_stage(
     with subreaper():
         facts = _before(out_dir, env)  # the machine and the tree, before the command runs
         watched = watch(out_dir, stage)  # what other stages left: the command must not touch it
+        earlier = _present(_sealed(files))  # an earlier run's, until written
         began = time.monotonic()
         out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
     record = _record(
@@ -361,6 +388,7 @@ def run_stage(
         files=files,
         out_dir=str(out_dir),
         altered=altered(watched),
+        stale=_stale(earlier),
         **facts,
     )
     if watched.problem and not record.runner_error:
