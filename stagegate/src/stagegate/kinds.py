@@ -115,10 +115,12 @@ CATALOGUE: dict[Kind, About] = {
     Kind.INPUT_MALFORMED: About(C, "a file is over its reader's bounds or not valid", floor=H),
     Kind.MACHINE_UNOBSERVED: About(C, "a record holds no observation of its machine", floor=H),
     Kind.MACHINE_MISMATCH: About(C, "a file claims a machine the record did not see", floor=H),
-    Kind.CLOCK_FUTURE: About(C, "a record or file is dated after the report's clock", floor=H),
+    Kind.CLOCK_FUTURE: About(
+        C, "a record or file is dated after the report or outside its run", floor=H
+    ),
     Kind.BENCHMARK_FAILED: About(C, "a precision of the benchmark failed or did not finish"),
     Kind.EVIDENCE_MISSING: About(C, "a benchmark figure is absent or not finite", floor=H),
-    Kind.EVIDENCE_IMPOSSIBLE: About(C, "a benchmark figure no run can produce", floor=H),
+    Kind.EVIDENCE_IMPOSSIBLE: About(C, "a figure no run can produce", floor=H),
     Kind.EVIDENCE_INCONSISTENT: About(
         H, "benchmark figures contradict each other or the policy", floor=H
     ),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -233,6 +234,36 @@ class TestCase:
         return self.outcome != "skipped"
 
 
+Span = tuple[datetime, datetime]  # the earliest and the latest of some times
+
+
+def _spanned(span: Span | None, at: datetime) -> Span:
+    return (at, at) if span is None else (min(span[0], at), max(span[1], at))
+
+
+@dataclass(frozen=True)
+class Dated:
+    """When a JUnit file's suites say they started, and the longest time one says it took: the
+    file's claims about the clock, held against its stage's run by the judge. Timestamps with
+    an offset are kept in UTC (``aware``); those without one are the producer's local time
+    (``naive``). A timestamp that is no ISO 8601 time is no claim, and is passed over."""
+
+    aware: Span | None = None
+    naive: Span | None = None
+    longest_s: float = 0.0
+
+    def seen(self, timestamp: str | None, time_s: float) -> Dated:
+        """These times with one suite's ``timestamp`` and ``time`` added."""
+        longest = max(self.longest_s, time_s)
+        try:
+            at = datetime.fromisoformat((timestamp or "").strip())
+        except ValueError:
+            return replace(self, longest_s=longest) if longest != self.longest_s else self
+        if at.tzinfo is None:
+            return replace(self, naive=_spanned(self.naive, at), longest_s=longest)
+        return replace(self, aware=_spanned(self.aware, at.astimezone(UTC)), longest_s=longest)
+
+
 @dataclass(frozen=True)
 class TestSuite:
     """Every test case of one or more JUnit files."""
@@ -243,6 +274,7 @@ class TestSuite:
     source: str
     # "suite NAME declares 250 tests, the file holds 1" for each suite that holds fewer
     count_mismatches: tuple[str, ...] = ()
+    dated: Dated = Dated()
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""

@@ -33,7 +33,11 @@ SAMPLES = CORPUS / "producers"  # the sample tests the corpus files were written
 def _verdict(suite: TestSuite) -> tuple[Decision, list[str]]:
     """The decision of an execution stage whose only evidence is ``suite`` (its command exited
     0), and the kinds and titles of its findings."""
-    data = StageData(record(files={"junit": "junit.xml"}), suite=suite)
+    began = suite.dated.aware[0] if suite.dated.aware else None  # the run that wrote it
+    start = began.isoformat(timespec="seconds") if began else "2026-01-01T00:00:00Z"
+    data = StageData(
+        record(files={"junit": "junit.xml"}, start=start, duration_s=120.0), suite=suite
+    )
     result = judge_stage("execution", data, Policy())
     titles = [f"{f.kind}: {f.title}" for f in result.findings]
     return decide([result]).decision, titles

@@ -75,7 +75,7 @@ def test_no_test_ran_is_not_a_pass_whether_there_were_none_or_all_were_skipped()
 
 def test_skips_warnings_slow_tests_and_coverage() -> None:
     data = StageData(
-        record(),
+        record(duration_s=10.0),
         suite=suite(
             case("a", duration_s=9.0),
             case("s1", "skipped", message="needs CUDA"),

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from stagegate.collect.junit import read_junit
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.findings import Findings
-from stagegate.judge.machine import claim_findings, record_findings
+from stagegate.judge.machine import claim_findings, junit_clock_findings, record_findings
 from stagegate.judge.policy import Policy
-from stagegate.model import Decision, MachineClaim, StageData
+from stagegate.model import Decision, MachineClaim, Severity, StageData, TestSuite
 
 from ..builders import (
     CPU_MACHINE,
@@ -153,3 +154,41 @@ def test_the_judge_holds_a_record_against_the_clock_it_is_given() -> None:
     with_clock = judge_stage("execution", data, Policy(), now=NOW)
     assert [f.kind for f in with_clock.findings] == ["clock_future"]
     assert decide([with_clock]).decision is Decision.BLOCK
+
+
+def _junit(tmp_path: Path, timestamp: str, suite_s: float, case_s: float) -> TestSuite:
+    path = tmp_path / "junit.xml"
+    path.write_text(
+        f'<testsuites><testsuite name="s" tests="1" time="{suite_s}" timestamp="{timestamp}">'
+        f'<testcase classname="t" name="a" time="{case_s}"/></testsuite></testsuites>'
+    )
+    return read_junit(path, root=tmp_path)
+
+
+# The stage ran from 2026-01-01T00:00:00Z for 60 s; the clock tolerance is 2 s.
+@pytest.mark.parametrize(
+    ("timestamp", "suite_s", "case_s", "kinds"),
+    [
+        ("2026-01-01T00:00:01+00:00", 50, 49, []),
+        ("2026-01-01T01:00:30+01:00", 50, 49, []),  # the same time in another zone
+        ("2019-01-01T00:00:00+00:00", 50, 49, ["clock_future"]),
+        ("2026-01-01T00:01:05Z", 0, 0, ["clock_future"]),  # after the run ended
+        ("2026-01-01T10:00:00", 50, 49, []),  # local time at UTC+10
+        ("2025-12-31T13:00:00", 50, 49, []),  # at UTC-11
+        ("2025-12-31T11:00:00", 50, 49, ["clock_future"]),  # no zone is 13 h behind
+        ("2026-01-01T15:00:00", 50, 49, ["clock_future"]),  # nor 15 h ahead
+        ("yesterday", 50, 49, []),  # no time: no claim
+        ("2026-01-01T00:00:01Z", 86400, 49, ["evidence_impossible"]),
+        ("2026-01-01T00:00:01Z", 50, 70, ["evidence_impossible"]),
+        ("2026-01-01T00:00:01Z", 61.5, 61.5, []),  # within the tolerance
+    ],
+)
+def test_a_junit_file_is_dated_inside_its_stages_run_and_took_no_longer(
+    tmp_path: Path, timestamp: str, suite_s: float, case_s: float, kinds: list[str]
+) -> None:
+    f = Findings("execution", Policy())
+    junit_clock_findings(
+        f, _junit(tmp_path, timestamp, suite_s, case_s), record(duration_s=60.0), 2.0
+    )
+    assert sorted(_kinds(f)) == kinds
+    assert all(x.severity is Severity.CRITICAL for x in f.items)

@@ -29,7 +29,7 @@ import defusedxml.ElementTree as SafeET
 from stagegate.collect.frames import first_frame, innermost_frame, last_frame, relative
 from stagegate.collect.jsonfile import load_json
 from stagegate.errors import InputError, MissingFileError
-from stagegate.model import Failure, Location, TestCase, TestSuite
+from stagegate.model import Dated, Failure, Location, TestCase, TestSuite
 
 __all__ = [
     "innermost_frame",
@@ -86,6 +86,7 @@ class _Context:
     mismatches: list[str] = field(default_factory=list)
     suites: int = 0  # <testsuite> elements opened so far
     cases: int = 0  # <testcase> elements read so far
+    dated: Dated = field(default_factory=Dated)  # the suites' timestamps and times
 
 
 def _int(value: str | None) -> int | None:
@@ -381,6 +382,7 @@ def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: 
         name, file = elem.get("name") or "", elem.get("file") or ""
         declared = {a: _count(elem.get(a)) for a in _DECLARED}
         suites.append(_Suite(elem.tag, name, ctx.suites, file, declared))
+        ctx.dated = ctx.dated.seen(elem.get("timestamp"), _seconds(elem.get("time") or "0"))
     open_.append(elem)
 
 
@@ -525,7 +527,10 @@ def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -
     )
     del grouped
     return TestSuite(
-        cases=_distinct(cases, places), source=str(path), count_mismatches=tuple(ctx.mismatches)
+        cases=_distinct(cases, places),
+        source=str(path),
+        count_mismatches=tuple(ctx.mismatches),
+        dated=ctx.dated,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
-from stagegate.model import MachineClaim, StageData, StageRecord
+from stagegate.model import MachineClaim, StageData, StageRecord, TestSuite
 
 # What stagegate run observes of every machine, by itself (stagegate.record.machine.observe)
 FACTS = ("python", "platform", "machine", "cpu_count", "accelerators")
@@ -136,6 +136,8 @@ def machine_findings(
         claim_findings(f, "the benchmark file", data.benchmark.machine, record)
         windows = [w for p in data.benchmark.precisions for w in p.window_s]
         _timed_within_run(f, "the benchmark file", windows, record, tolerance_s)
+    if data.suite is not None:
+        junit_clock_findings(f, data.suite, record, tolerance_s)
     if data.ab is not None:
         claim_findings(f, "the A/B file", data.ab.machine, record)
         _within_run(f, "the A/B file", data.ab.datetime, record, tolerance_s)
@@ -187,5 +189,61 @@ def _within_run(
             f"{what} is dated {written[:40]}, outside the stage's run ({record.start[:40]}, "
             f"{record.duration_s:.0f} s)",
             detail=f"clock tolerance {tolerance_s:g} s",
+            fix=FIX,
+        )
+
+
+# A time without a UTC offset is the producer's local time: some zone from UTC-12 to UTC+14.
+BEHIND, AHEAD = timedelta(hours=12), timedelta(hours=14)
+
+
+def _run_span(record: StageRecord, tolerance_s: float) -> tuple[datetime, datetime] | None:
+    """When the stage's run began and ended by the record's clock, widened by the tolerance."""
+    try:
+        start = datetime.fromisoformat(record.start).astimezone(UTC)
+    except (TypeError, ValueError):
+        return None  # the record's reader refuses a start that is no time
+    slack = timedelta(seconds=tolerance_s)
+    return start - slack, start + timedelta(seconds=max(record.duration_s, 0.0)) + slack
+
+
+def _dated_outside(suite: TestSuite, run: tuple[datetime, datetime]) -> str:
+    """The first suite timestamp that no clock inside the run could have written, or ''."""
+    begin, end = run
+    aware, naive = suite.dated.aware, suite.dated.naive
+    for at in aware or ():
+        if not begin <= at <= end:
+            return at.isoformat()
+    local = (begin.replace(tzinfo=None) - BEHIND, end.replace(tzinfo=None) + AHEAD)
+    for at in naive or ():
+        if not local[0] <= at <= local[1]:
+            return f"{at.isoformat()} (no UTC offset: any zone's time in the run passes)"
+    return ""
+
+
+def junit_clock_findings(
+    f: Findings, suite: TestSuite, record: StageRecord, tolerance_s: float
+) -> None:
+    """A JUnit file's suites started inside its stage's run, and none of its tests or suites
+    took longer than the run did, as the record's own clock measured it."""
+    longest = max([suite.dated.longest_s, *(c.duration_s for c in suite.cases)])
+    if longest > max(record.duration_s, 0.0) + tolerance_s:
+        f.add(
+            Kind.EVIDENCE_IMPOSSIBLE,
+            f"the JUnit file says a test took {longest:,.1f} s in a stage that ran "
+            f"{record.duration_s:.1f} s",
+            detail=f"{suite.source}; clock tolerance {tolerance_s:g} s; the stage's duration "
+            "is stagegate run's own measurement",
+            fix=FIX,
+        )
+    run = _run_span(record, tolerance_s)
+    outside = _dated_outside(suite, run) if run else ""
+    if outside:
+        f.add(
+            Kind.CLOCK_FUTURE,
+            f"the JUnit file is dated {outside[:80]}, outside the stage's run "
+            f"({record.start[:40]}, {record.duration_s:.0f} s)",
+            detail=f"{suite.source}; clock tolerance {tolerance_s:g} s: an earlier run's "
+            "results, or a clock that is wrong",
             fix=FIX,
         )
