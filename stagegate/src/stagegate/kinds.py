@@ -76,6 +76,7 @@ class Kind(StrEnum):
     IMPROVEMENT = "improvement"
     MEMORY_GROWTH = "memory_growth"
     HOST_SYNC = "host_sync"
+    NOT_LEARNING = "not_learning"
     AUTOCAST_MISMATCH = "autocast_mismatch"
     AB_REGRESSION = "ab_regression"
     AB_UNDECIDED = "ab_undecided"
@@ -132,6 +133,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.IMPROVEMENT: About(INFO, "faster or smaller than the stored baseline"),
     Kind.MEMORY_GROWTH: About(H, "memory or live tensors grow from window to window"),
     Kind.HOST_SYNC: About(H, "the training step waits on the host"),
+    Kind.NOT_LEARNING: About(H, "the training loss does not fall over the timed steps"),
     Kind.AUTOCAST_MISMATCH: About(H, "matrix multiplies compute in another dtype than planned"),
     Kind.AB_REGRESSION: About(H, "the head's step is slower than the base's beyond the limit"),
     Kind.AB_UNDECIDED: About(H, "the A/B interval straddles the limit", floor=H),

@@ -349,6 +349,21 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("bf16-mixed", "val_accuracy"),
     ),
     (
+        "a loss of 1e308 beside the accuracy of a trained model",
+        lambda d: _bf16(d).update(val_loss=1e308),
+        ("bf16-mixed", "val_loss", "float32"),
+    ),
+    (
+        "a loss lower than its wrong tokens alone cost (accuracy 0.5 at loss 0.1)",
+        lambda d: _bf16(d).update(val_accuracy=0.5, val_loss=0.1),
+        ("bf16-mixed", "val_loss", "ln 2"),
+    ),
+    (
+        "a negative training loss",
+        lambda d: _bf16(d)["loss_curve"].__setitem__(3, -0.5),
+        ("bf16-mixed", "loss_curve[3]", "negative"),
+    ),
+    (
         "bf16-mixed's windows alone implying an MFU above 100%",
         lambda d: _scale_windows(d, "bf16-mixed", 1 / 4),
         ("bf16-mixed", "window_s", "TFLOP/s", "peak"),
@@ -707,3 +722,22 @@ def test_a_size_too_large_to_run_blocks_and_derives_nothing(tmp_path: Path, size
     assert_blocked(stage, "preset.batch_size")
     assert stage.data.benchmark is not None
     assert all(p.tokens_per_second is None for p in stage.data.benchmark.precisions)
+
+
+@pytest.mark.parametrize("shape", ["rises", "stays"])
+def test_a_loss_that_does_not_fall_blocks_each_precision_though_they_agree(
+    tmp_path: Path, shape: str
+) -> None:
+    """Every precision alike (a broken optimizer step): each comparison between them passes,
+    so each precision's own curve must show that the model learned."""
+
+    def untrained(d: Doc) -> None:
+        for p in d["precisions"].values():
+            step = 0.01 if shape == "rises" else 0.0
+            p["loss_curve"] = [2.0 + step * i for i in range(len(p["loss_curve"]))]
+
+    stage = judged(tmp_path, altered(H100, untrained))
+    assert decide([stage]).decision is Decision.BLOCK
+    assert {f.kind for f in stage.blocking} == {"not_learning"}
+    named = sorted(f.title.partition(":")[0] for f in stage.blocking)
+    assert named == sorted(H100["precisions"])

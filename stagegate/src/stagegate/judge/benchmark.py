@@ -6,6 +6,7 @@ of every one (the performance view shows it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import median
 from typing import Any
 
 from stagegate.judge.benchmark_provenance import provenance_findings
@@ -143,7 +144,27 @@ def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
         )
 
 
-PRECISION_CHECKS = (_memory_checks, _sync_check)
+def _learning_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
+    """The timed steps train the model: the median loss of their last quarter is below that of
+    their first. A loss that rises, or stays where it began, in every precision alike passes
+    every comparison between them; this check is each one's own."""
+    losses = p.loss_curve
+    if not losses or any(v is None for v in losses):
+        return  # an empty or non-finite curve is an evidence finding
+    quarter = max(1, len(losses) // 4)
+    first, last = median(losses[:quarter]), median(losses[-quarter:])
+    if last < first:
+        return
+    f.add(
+        Kind.NOT_LEARNING,
+        f"{p.name}: the training loss went from {first:.4g} to {last:.4g} over the timed steps",
+        detail=f"medians of the first and the last {quarter} of {len(losses)} steps' losses",
+        fix="check the optimizer step, the learning rate and its schedule, the loss and the "
+        "gradient scaling: the same run trained before",
+    )
+
+
+PRECISION_CHECKS = (_memory_checks, _sync_check, _learning_check)
 
 
 def _location(text: str) -> Location:

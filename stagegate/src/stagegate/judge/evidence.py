@@ -259,10 +259,32 @@ def _accuracy(f: Findings, p: PrecisionResult) -> tuple[float, float] | None:
     if not 0 <= p.val_accuracy <= 1:
         flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_accuracy", f"{p.val_accuracy:g}")
         return None
-    if p.val_loss < 0:  # a cross-entropy
-        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_loss", f"{p.val_loss:g}")
+    problem = _cross_entropy_problem(p.val_loss, p.val_accuracy)
+    if problem:
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}.val_loss", problem)
         return None
     return p.val_accuracy, p.val_loss
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite loss a float32 (or narrower) step gives
+LN2 = 0.6931471805599453
+
+
+def _cross_entropy_problem(loss: float, accuracy: float | None = None) -> str:
+    """Why ``loss`` is no mean token cross-entropy (natural log) of a model computing in float32
+    or narrower whose argmax ``accuracy`` is measured on the same tokens, or ''. A token
+    predicted wrong gave the right one at most half the probability: it costs at least ln 2."""
+    if loss < 0:
+        return f"{loss:g}: a cross-entropy is never negative"
+    if loss > FLOAT32_MAX:
+        return f"{loss:g}: over the largest finite float32, {FLOAT32_MAX:.4g}"
+    floor = (1 - accuracy) * LN2 if accuracy is not None else 0.0
+    if loss < floor * (1 - 1e-6):  # float32 rounding of ln 2
+        return (
+            f"{loss:g} with token accuracy {accuracy:g}: each wrong token costs at least ln 2, "
+            f"so the loss is at least {floor:.4g}"
+        )
+    return ""
 
 
 def _losses(f: Findings, p: PrecisionResult) -> None:
@@ -275,6 +297,16 @@ def _losses(f: Findings, p: PrecisionResult) -> None:
     if steps is not None and len(p.loss_curve) != len(p.window_s) * steps:
         said = f"holds {len(p.loss_curve)} losses for {len(p.window_s)} windows of {steps:g} steps"
         flag(f, Kind.EVIDENCE_INCONSISTENT, where, said)
+    wrong = next(
+        (
+            (i, why)
+            for i, v in enumerate(p.loss_curve)
+            if v is not None and (why := _cross_entropy_problem(v))
+        ),
+        None,
+    )
+    if wrong is not None:
+        flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"{where}[{wrong[0]}]", wrong[1])
     bad = next((i for i, v in enumerate(p.loss_curve) if v is None), None)
     if bad is not None:
         flag(

@@ -241,7 +241,7 @@ def _skipped_note(name: str, data: StageData) -> str:
 def _not_verified_note(bench: Benchmark, policy: Policy) -> str:
     spec = policy.benchmark.presets.get(bench.preset)
     measures = spec.measures if spec is not None else ()
-    judged = ["finite losses"]
+    judged = ["finite losses that fall"]
     judged += ["host syncs in the step"] if "syncs" in measures else []
     judged += ["autocast dtypes"] if "autocast" in measures else []
     judged += ["live tensors across steps", "accuracy parity between precisions"]
