@@ -15,7 +15,7 @@ from typing import Any
 
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
-from stagegate.model import MachineClaim, StageData, StageRecord, TestSuite
+from stagegate.model import MachineClaim, PrecisionResult, StageData, StageRecord, TestSuite
 
 # What stagegate run observes of every machine, by itself (stagegate.record.machine.observe)
 FACTS = ("python", "platform", "machine", "cpu_count", "accelerators")
@@ -135,6 +135,7 @@ def machine_findings(
     if data.benchmark is not None:
         claim_findings(f, "the benchmark file", data.benchmark.machine, record)
         windows = [w for p in data.benchmark.precisions for w in p.window_s]
+        windows += [_sync_steps_s(p) for p in data.benchmark.precisions]
         _timed_within_run(f, "the benchmark file", windows, record, tolerance_s)
     if data.suite is not None:
         junit_clock_findings(f, data.suite, record, tolerance_s)
@@ -145,6 +146,16 @@ def machine_findings(
         _timed_within_run(f, "the A/B file", windows, record, tolerance_s)
 
 
+def _sync_steps_s(p: PrecisionResult) -> float | None:
+    """How long the steps a precision counted host syncs over took at the median speed of its
+    own windows (each window bounded by the peak): more steps than the stage had time for
+    would thin any count out to nothing per step."""
+    windows = sorted(w for w in p.window_s if w is not None and 0 < w < math.inf)
+    if not windows or not p.steps_per_window or not p.sync_steps or p.sync_steps < 0:
+        return None
+    return p.sync_steps * windows[len(windows) // 2] / p.steps_per_window
+
+
 def _timed_within_run(
     f: Findings,
     what: str,
@@ -152,14 +163,16 @@ def _timed_within_run(
     record: StageRecord,
     tolerance_s: float,
 ) -> None:
-    """The windows a file timed ran one after another inside its stage: together they cannot
-    be longer than the stage's run, as the record's own clock measured it."""
+    """The windows a file timed (and the steps it counted syncs over) ran one after another
+    inside its stage: together they cannot be longer than the stage's run, as the record's own
+    clock measured it."""
     # sum, not fsum: windows of 1e308 s add up to infinity (fsum raises), which is impossible
     timed = sum(w for w in windows if w is not None and 0 < w < math.inf)
     if timed > max(record.duration_s, 0.0) + tolerance_s:
         f.add(
             Kind.EVIDENCE_IMPOSSIBLE,
-            f"{what} times {timed:.1f} s of windows in a stage that ran {record.duration_s:.1f} s",
+            f"{what} times {timed:.1f} s of windows and steps in a stage that ran "
+            f"{record.duration_s:.1f} s",
             detail=f"clock tolerance {tolerance_s:g} s; the stage's duration is stagegate "
             "run's own measurement",
             fix=FIX,
