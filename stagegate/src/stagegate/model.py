@@ -166,8 +166,8 @@ class StageRecord:
     # Other stages' records (and the files they seal, and the run log) that were changed or
     # removed while this stage's command ran: one stage's command rewrote another's results.
     altered: list[str] = field(default_factory=list)
-    # Files of ``sha256`` that were there before the command started and that it left as they
-    # were (the same inode, size and change time): an earlier run's, not this one's results.
+    # Files of ``sha256`` that were there before the command started and that it did not write
+    # (the same inode, size and modification time): an earlier run's, not this one's results.
     stale: list[str] = field(default_factory=list)
 
     @property

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -99,20 +100,49 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
 def test_a_declared_file_the_command_left_untouched_is_recorded_as_an_earlier_runs(
     tmp_path: Path,
 ) -> None:
-    files = {k: tmp_path / f"{k}.json" for k in ("junit", "coverage", "metrics", "warnings")}
+    kinds = ("junit", "coverage", "metrics", "warnings", "benchmark")
+    files = {k: tmp_path / f"{k}.json" for k in kinds}
     for path in files.values():
         path.write_text("{}")
-    # rewritten with the same bytes, replaced, removed; warnings left as it was
+    # rewritten with the same bytes, replaced, removed; warnings left as it was; the benchmark
+    # only given another mode and a second link, as a chown -R or chmod -R of the folder does
     again = f"open({str(files['junit'])!r}, 'w').write('{{}}')"
+    mode = f"os.chmod({str(files['benchmark'])!r}, 0o600); "
+    mode += f"os.link({str(files['benchmark'])!r}, {str(tmp_path / 'link')!r})"
     new = str(tmp_path / "new")
     moved = f"import os; open({new!r}, 'w').write('{{}}'); os.replace({new!r}, "
     moved += f"{str(files['coverage'])!r})"
     gone = f"import os; os.remove({str(files['metrics'])!r})"
     record, code, _, _ = _run(
-        tmp_path, PY, "-c", f"{again}; {moved}; {gone}", files={k: str(p) for k, p in files.items()}
+        tmp_path,
+        PY,
+        "-c",
+        f"{again}; {moved}; {gone}; {mode}",
+        files={k: str(p) for k, p in files.items()},
     )
-    assert code == 0 and record.stale == [str(files["warnings"])]
+    assert code == 0 and record.stale == [str(files["warnings"]), str(files["benchmark"])]
     assert load_record(tmp_path / "execution.json").stale == record.stale
+
+
+def test_what_the_command_sees_of_the_clock_lies_inside_the_records_run(tmp_path: Path) -> None:
+    """The record's start and duration are the command's: observing the machine first (here
+    an nvidia-smi that takes 2 s to answer) moves neither, so a file the command dates at its
+    end is inside the run the judge holds it to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsleep 2\nexit 9\n")
+    smi.chmod(0o755)
+    seen = tmp_path / "seen.txt"
+    stamp = "datetime.datetime.now(datetime.UTC).isoformat()"
+    write = f"import datetime, time; a = {stamp}; time.sleep(0.3); b = {stamp}; "
+    write += f"open({str(seen)!r}, 'w').write(a + ' ' + b)"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    record, code, _, _ = _run(tmp_path, PY, "-c", write, env=env)
+    start = datetime.fromisoformat(record.start)
+    end = start + timedelta(seconds=record.duration_s)
+    assert code == 0
+    assert all(start <= datetime.fromisoformat(t) <= end for t in seen.read_text().split())
 
 
 # A grandchild that leaves the stage's process group and session (setsid, or a daemon's double

@@ -265,13 +265,14 @@ def _sealed(files: Mapping[str, Any]) -> list[str]:
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
-    """What changes whenever a file is written or replaced (its change time cannot be set
-    back); None where there is no file."""
+    """What changes whenever a file (or the file a link names) is written or replaced, and not
+    when only its owner, mode or links change (``chown -R`` of a folder a container wrote);
+    None where there is no file."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _present(paths: list[str]) -> dict[str, tuple[int, ...]]:
@@ -371,11 +372,12 @@ def run_stage(
     _check(stage, out_dir, files)
     env = dict(os.environ if env is None else env)
     err = stderr or sys.stderr
-    start = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     with subreaper():
         facts = _before(out_dir, env)  # the machine and the tree, before the command runs
         watched = watch(out_dir, stage)  # what other stages left: the command must not touch it
         earlier = _present(_sealed(files))  # an earlier run's, until written
+        # The command's run, by one clock: what it writes is dated between start and its end
+        start = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         began = time.monotonic()
         out = _execute(stage, command, env, timeout_s, stdout or sys.stdout, err)
     record = _record(
