@@ -729,7 +729,7 @@ def test_a_size_too_large_to_run_blocks_and_derives_nothing(tmp_path: Path, size
     assert all(p.tokens_per_second is None for p in stage.data.benchmark.precisions)
 
 
-@pytest.mark.parametrize("shape", ["rises", "stays"])
+@pytest.mark.parametrize("shape", ["rises", "stays", "noise"])
 def test_a_loss_that_does_not_fall_blocks_each_precision_though_they_agree(
     tmp_path: Path, shape: str
 ) -> None:
@@ -739,7 +739,12 @@ def test_a_loss_that_does_not_fall_blocks_each_precision_though_they_agree(
     def untrained(d: Doc) -> None:
         for p in d["precisions"].values():
             step = 0.01 if shape == "rises" else 0.0
-            p["loss_curve"] = [2.0 + step * i for i in range(len(p["loss_curve"]))]
+            # noise: a curve whose last quarter's median is a little lower, within its spread
+            wobble = [0.0, 0.05, -0.05, 0.02, -0.03] if shape == "noise" else [0.0]
+            p["loss_curve"] = [
+                2.0 + step * i + wobble[i % len(wobble)] - 0.0001 * i * (shape == "noise")
+                for i in range(len(p["loss_curve"]))
+            ]
 
     stage = judged(tmp_path, altered(H100, untrained))
     assert decide([stage]).decision is Decision.BLOCK

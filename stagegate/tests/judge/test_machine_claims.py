@@ -156,7 +156,7 @@ def test_the_judge_holds_a_record_against_the_clock_it_is_given() -> None:
     assert decide([with_clock]).decision is Decision.BLOCK
 
 
-def _junit(tmp_path: Path, timestamp: str, suite_s: float, case_s: float) -> TestSuite:
+def _junit(tmp_path: Path, timestamp: str, suite_s: object, case_s: object) -> TestSuite:
     path = tmp_path / "junit.xml"
     path.write_text(
         f'<testsuites><testsuite name="s" tests="1" time="{suite_s}" timestamp="{timestamp}">'
@@ -181,10 +181,14 @@ def _junit(tmp_path: Path, timestamp: str, suite_s: float, case_s: float) -> Tes
         ("2026-01-01T00:00:01Z", 86400, 49, ["evidence_impossible"]),
         ("2026-01-01T00:00:01Z", 50, 70, ["evidence_impossible"]),
         ("2026-01-01T00:00:01Z", 61.5, 61.5, []),  # within the tolerance
+        ("2026-01-01T00:00:01Z", 50, "inf", ["evidence_impossible"]),
+        ("2026-01-01T00:00:01Z", "NaN", 49, ["evidence_impossible"]),
+        ("2026-01-01T00:00:01Z", 50, "1e400", ["evidence_impossible"]),
+        ("2026-01-01T00:00:01Z", 50, "soon", []),  # no number: no claim
     ],
 )
 def test_a_junit_file_is_dated_inside_its_stages_run_and_took_no_longer(
-    tmp_path: Path, timestamp: str, suite_s: float, case_s: float, kinds: list[str]
+    tmp_path: Path, timestamp: str, suite_s: object, case_s: object, kinds: list[str]
 ) -> None:
     f = Findings("execution", Policy())
     junit_clock_findings(

@@ -230,7 +230,19 @@ def _seconds(text: str) -> float:
     return duration if math.isfinite(duration) and duration > 0 else 0.0
 
 
+def _claimed(text: str | None) -> float:
+    """A ``time`` attribute as the duration it claims: infinite for a number that is not
+    finite ("inf", "1e400", "NaN"), which no run took; 0 for no number."""
+    try:
+        duration = float(text or "0")
+    except ValueError:
+        return 0.0
+    return duration if math.isfinite(duration) else math.inf
+
+
 def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
+    if not math.isfinite(_claimed(case.get("time"))):
+        ctx.dated = ctx.dated.seen(None, math.inf)
     nodeid, file = _nodeid(case, ctx)
     outcome, message, failures, attempts = _outcome(case, ctx, suite)
     duration = _seconds(case.get("time") or "0")
@@ -382,7 +394,7 @@ def _open(elem: ET.Element, open_: list[ET.Element], suites: list[_Suite], ctx: 
         name, file = elem.get("name") or "", elem.get("file") or ""
         declared = {a: _count(elem.get(a)) for a in _DECLARED}
         suites.append(_Suite(elem.tag, name, ctx.suites, file, declared))
-        ctx.dated = ctx.dated.seen(elem.get("timestamp"), _seconds(elem.get("time") or "0"))
+        ctx.dated = ctx.dated.seen(elem.get("timestamp"), _claimed(elem.get("time")))
     open_.append(elem)
 
 

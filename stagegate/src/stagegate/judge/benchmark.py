@@ -6,7 +6,7 @@ of every one (the performance view shows it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from statistics import median
+from statistics import median, quantiles
 from typing import Any
 
 from stagegate.judge.benchmark_provenance import provenance_findings
@@ -144,21 +144,32 @@ def _autocast_check(f: Findings, p: PrecisionResult, spec: PresetSpec) -> None:
         )
 
 
+def _spread(values: list[float]) -> float:
+    """The interquartile range of ``values`` (0 for fewer than two)."""
+    if len(values) < 2:
+        return 0.0
+    low, _, high = quantiles(values, n=4)
+    return high - low
+
+
 def _learning_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> None:
     """The timed steps train the model: the median loss of their last quarter is below that of
-    their first. A loss that rises, or stays where it began, in every precision alike passes
+    their first by more than the last quarter's own spread (a flat curve's noise falls half
+    the time). A loss that rises, or stays where it began, in every precision alike passes
     every comparison between them; this check is each one's own."""
-    losses = p.loss_curve
-    if not losses or any(v is None for v in losses):
+    losses = [v for v in p.loss_curve if v is not None]
+    if not losses or len(losses) < len(p.loss_curve):
         return  # an empty or non-finite curve is an evidence finding
     quarter = max(1, len(losses) // 4)
     first, last = median(losses[:quarter]), median(losses[-quarter:])
-    if last < first:
+    spread = _spread(losses[-quarter:])
+    if first - last > spread:
         return
     f.add(
         Kind.NOT_LEARNING,
         f"{p.name}: the training loss went from {first:.4g} to {last:.4g} over the timed steps",
-        detail=f"medians of the first and the last {quarter} of {len(losses)} steps' losses",
+        detail=f"medians of the first and the last {quarter} of {len(losses)} steps' losses; "
+        f"a fall must exceed the last quarter's interquartile range, {spread:.4g}",
         fix="check the optimizer step, the learning rate and its schedule, the loss and the "
         "gradient scaling: the same run trained before",
     )
