@@ -241,11 +241,12 @@ def _claimed(text: str | None) -> float:
 
 
 def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
-    if not math.isfinite(_claimed(case.get("time"))):
+    time_text = case.get("time") or "0"
+    duration = _seconds(time_text)
+    if not duration and not math.isfinite(_claimed(time_text)):
         ctx.dated = ctx.dated.seen(None, math.inf)
     nodeid, file = _nodeid(case, ctx)
     outcome, message, failures, attempts = _outcome(case, ctx, suite)
-    duration = _seconds(case.get("time") or "0")
     first = failures[0] if failures else None
     location = first.location if first else _case_location(case, ctx)
     name = _named(case.get("name") or "")

@@ -168,13 +168,21 @@ def _timed_within_run(
     clock measured it."""
     # sum, not fsum: windows of 1e308 s add up to infinity (fsum raises), which is impossible
     timed = sum(w for w in windows if w is not None and 0 < w < math.inf)
-    if timed > max(record.duration_s, 0.0) + tolerance_s:
+    _longer_than_run(
+        f, timed, f"{what} times {timed:.1f} s of windows and steps", "", record, tolerance_s
+    )
+
+
+def _longer_than_run(
+    f: Findings, seconds: float, said: str, source: str, record: StageRecord, tolerance_s: float
+) -> None:
+    """A file that ``said`` it took ``seconds`` in one go: no longer than its stage ran."""
+    if seconds > max(record.duration_s, 0.0) + tolerance_s:
         f.add(
             Kind.EVIDENCE_IMPOSSIBLE,
-            f"{what} times {timed:.1f} s of windows and steps in a stage that ran "
-            f"{record.duration_s:.1f} s",
-            detail=f"clock tolerance {tolerance_s:g} s; the stage's duration is stagegate "
-            "run's own measurement",
+            f"{said} in a stage that ran {record.duration_s:.1f} s",
+            detail=f"{source}clock tolerance {tolerance_s:g} s; the stage's duration is "
+            "stagegate run's own measurement",
             fix=FIX,
         )
 
@@ -185,8 +193,10 @@ def _within_run(
     """A file the stage wrote is dated inside the stage's run."""
     try:
         at = datetime.fromisoformat(written).astimezone(UTC)
-        start = datetime.fromisoformat(record.start).astimezone(UTC)
     except (TypeError, ValueError):
+        at = None
+    run = _run_span(record, tolerance_s)
+    if at is None or run is None:
         f.add(
             Kind.CLOCK_FUTURE,
             f"{what} has no time of its own to hold against the stage's run",
@@ -194,9 +204,7 @@ def _within_run(
             fix=FIX,
         )
         return
-    slack = timedelta(seconds=tolerance_s)
-    end = start + timedelta(seconds=max(record.duration_s, 0.0))
-    if not start - slack <= at <= end + slack:
+    if not run[0] <= at <= run[1]:
         f.add(
             Kind.CLOCK_FUTURE,
             f"{what} is dated {written[:40]}, outside the stage's run ({record.start[:40]}, "
@@ -240,15 +248,8 @@ def junit_clock_findings(
     """A JUnit file's suites started inside its stage's run, and none of its tests or suites
     took longer than the run did, as the record's own clock measured it."""
     longest = max([suite.dated.longest_s, *(c.duration_s for c in suite.cases)])
-    if longest > max(record.duration_s, 0.0) + tolerance_s:
-        f.add(
-            Kind.EVIDENCE_IMPOSSIBLE,
-            f"the JUnit file says a test took {longest:,.1f} s in a stage that ran "
-            f"{record.duration_s:.1f} s",
-            detail=f"{suite.source}; clock tolerance {tolerance_s:g} s; the stage's duration "
-            "is stagegate run's own measurement",
-            fix=FIX,
-        )
+    said = f"the JUnit file says a test took {longest:,.1f} s"
+    _longer_than_run(f, longest, said, f"{suite.source}; ", record, tolerance_s)
     run = _run_span(record, tolerance_s)
     outside = _dated_outside(suite, run) if run else ""
     if outside:
