@@ -2,10 +2,11 @@
 Dockerfile, image script and noxfile would each leave a mark if anything ran them.
 
 There is no Docker engine and no GPU here, so `docker` and `nvidia-smi` are stand-ins on PATH
-that log every call; the stand-in container writes what a real benchmark writes (the committed
-H100 result, for the commit it is given and at the time it runs) into the folder mounted at
-/out. The default branch's stagegate records the stage for real, and the trusted judge then
-judges the artifact for real.
+that log every call, and a folder stands in for the kernel driver's /proc/driver/nvidia/gpus
+(the one thing of stagegate the test replaces); the stand-in container writes what a real
+benchmark writes (the committed H100 result, for the commit it is given and at the time it runs)
+into the folder mounted at /out. The default branch's stagegate records the stage for real, and
+the trusted judge then judges the artifact for real.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .ci_tools import ROOT, STAGEGATE, TOOLS, stagegate_for_judge, tool
+from .ci_tools import ROOT, TOOLS, stagegate_for_judge, tool
 
 raw_layout = tool("raw_layout")
 
@@ -78,6 +79,20 @@ esac
 """
 
 
+# stagegate itself, with the host's kernel driver listing the H100 in the folder given
+STAGEGATE_ON_H100 = """#!{python}
+import sys
+from pathlib import Path
+
+from stagegate.record import machine
+
+machine.PROC_GPUS = Path({proc!r})
+from stagegate.cli import main
+
+sys.exit(main())
+"""
+
+
 def _executable(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -90,6 +105,13 @@ def host(tmp_path: Path) -> dict:
     bin_dir.mkdir()
     _executable(bin_dir / "docker", DOCKER.format(python=sys.executable))
     _executable(bin_dir / "nvidia-smi", NVIDIA_SMI)
+    info = tmp_path / "proc-gpus" / "0000:00:06.0" / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: \t\t NVIDIA H100 80GB HBM3\nBus Type: \t PCIe\n")
+    stagegate = bin_dir / "stagegate-on-h100"
+    _executable(
+        stagegate, STAGEGATE_ON_H100.format(python=sys.executable, proc=str(info.parent.parent))
+    )
     pr = tmp_path / "pr"
     (pr / "tools" / "ci").mkdir(parents=True)
     (pr / "Dockerfile").write_text(f"FROM scratch\nRUN touch {marker}\n")
@@ -100,7 +122,7 @@ def host(tmp_path: Path) -> dict:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "IMAGE": IMAGE,
         "SHA": SHA,
-        "STAGEGATE": str(STAGEGATE),
+        "STAGEGATE": str(stagegate),
         "DOCKER_LOG": str(tmp_path / "docker.log"),
         "BENCHMARK": str(H100),
         "AB": str(AB),

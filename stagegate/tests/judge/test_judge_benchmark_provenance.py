@@ -5,6 +5,7 @@ stored H100 baseline copied in on a CPU machine) blocks, naming the field; a fre
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from stagegate.cli import main
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy, policy_from_mapping
 from stagegate.model import Benchmark, Decision, StageVerdict
+from stagegate.record import machine
 
 from ..builders import FIXTURES, bench, performance, record, report_cli
 
@@ -165,6 +167,37 @@ def test_a_file_written_by_the_stage_for_its_commit_passes(
     cpu = str(FIXTURES / "pass-cpu" / "benchmark.json")
     _stage(tmp_path, monkeypatch, sys.executable, "-c", WRITE_FRESH, cpu, SHA)
     assert report_cli(tmp_path, "--only", "performance") == 0, _verdict(tmp_path)
+
+
+# A stand-in nvidia-smi first on the stage's PATH, naming the GPU the replayed file claims
+FAKE_SMI = "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.159.04, 81559, 9.0'\n"
+
+
+@pytest.mark.parametrize("driver", [None, "NVIDIA H100 80GB HBM3"], ids=["no-driver", "h100"])
+def test_a_tool_on_the_path_that_names_a_gpu_the_driver_lacks_observes_no_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver: str | None
+) -> None:
+    """The H100 file written fresh for the commit, its machine claimed by a program that calls
+    itself nvidia-smi: on a Linux machine whose kernel driver lists no such GPU, the record's
+    look for GPUs failed and the claim blocks; where the driver lists it, the machine is seen."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    tool.write_text(FAKE_SMI)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    proc = tmp_path / "gpus"
+    if driver:
+        (proc / "0000:00:06.0").mkdir(parents=True)
+        (proc / "0000:00:06.0" / "information").write_text(f"Model: \t\t {driver}\n")
+    monkeypatch.setattr(machine, "PROC_GPUS", proc)
+    monkeypatch.setattr(machine.platform, "system", lambda: "Linux")
+    _stage(tmp_path, monkeypatch, sys.executable, "-c", WRITE_FRESH, str(H100_FILE), SHA)
+    report_cli(tmp_path, "--only", "performance")
+    findings = _verdict(tmp_path)["stages"][0]["findings"]
+    gpu = {f["kind"] for f in findings if "claims GPU" in f["title"]}  # (its CPU count is 16)
+    assert gpu == ({"machine_unobserved"} if driver is None else set())
+    if driver is None:
+        assert _verdict(tmp_path)["decision"] == "BLOCK"
 
 
 def test_host_facts_reach_the_judge_and_a_bad_file_stops_the_report(

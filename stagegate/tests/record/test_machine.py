@@ -1,5 +1,6 @@
 """The machine a stage ran on, observed by stagegate run itself: accelerators from the driver's
-own tool, found on the stage's PATH (stand-in programs play the tool: none exists here)."""
+own tool, found on the stage's PATH, held against the kernel driver's list (stand-in programs
+play the tool and stand-in folders the driver's /proc/driver/nvidia/gpus: neither exists here)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from stagegate.collect import load_record
+from stagegate.record import machine
 from stagegate.record.machine import accelerators
 from stagegate.record.runner import run_stage
 
@@ -22,8 +26,19 @@ def _tool(folder: Path, body: str) -> dict[str, str]:
     return {"PATH": str(folder)}
 
 
+def _driver(folder: Path, *models: str) -> Path:
+    """A stand-in for the kernel driver's folder of GPUs, one per model (none: not loaded)."""
+    folder.mkdir()
+    for i, model in enumerate(models):
+        info = folder / f"0000:0{i}:00.0" / "information"
+        info.parent.mkdir()
+        info.write_text(f"Model: \t\t {model}\nIRQ:   \t\t 36\nBus Type: \t PCIe\n")
+    return folder
+
+
 # What the driver's tool prints for this query on an H200 machine (one GPU)
 H200 = "NVIDIA H200, 580.159.04, 143771, 9.0"
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 def test_no_tool_and_no_driver_observes_no_accelerator(tmp_path: Path) -> None:
@@ -32,10 +47,7 @@ def test_no_tool_and_no_driver_observes_no_accelerator(tmp_path: Path) -> None:
 
 
 def test_without_the_tool_the_drivers_own_list_is_read(tmp_path: Path) -> None:
-    info = tmp_path / "gpus" / "0000:00:06.0" / "information"
-    info.parent.mkdir(parents=True)
-    info.write_text("Model: \t\t NVIDIA H200\nIRQ:   \t\t 36\nBus Type: \t PCIe\n")
-    seen = accelerators({"PATH": str(tmp_path)}, proc=tmp_path / "gpus")
+    seen = accelerators({"PATH": str(tmp_path)}, proc=_driver(tmp_path / "gpus", "NVIDIA H200"))
     assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["found"]
 
 
@@ -45,7 +57,9 @@ def test_a_driver_too_old_for_compute_capability_is_asked_without_it(tmp_path: P
         "query.'; exit 2;; esac\n"
         'echo "NVIDIA A100-SXM4-80GB, 470.82.01, 81251"'
     )
-    seen = accelerators(_tool(tmp_path / "bin", old))
+    seen = accelerators(
+        _tool(tmp_path / "bin", old), _driver(tmp_path / "gpus", "NVIDIA A100-SXM4-80GB")
+    )
     assert seen["error"] is None
     assert seen["devices"] == [
         {
@@ -61,8 +75,8 @@ def test_each_gpu_the_tool_lists_is_recorded_with_its_driver_memory_and_capabili
     tmp_path: Path,
 ) -> None:
     lines = f'[ "$2" = --format=csv,noheader,nounits ] && echo "{H200}"\n'
-    env = _tool(tmp_path / "bin", lines + 'echo "NVIDIA H100 80GB HBM3, 580.159.04, 81559, 9.0"')
-    seen = accelerators(env)
+    env = _tool(tmp_path / "bin", lines + f'echo "{H100}, 580.159.04, 81559, 9.0"')
+    seen = accelerators(env, _driver(tmp_path / "gpus", H100, "NVIDIA H200"))
     assert seen["found"] and seen["error"] is None
     assert seen["devices"] == [
         {"name": "NVIDIA H200", "driver": "580.159.04", "memory_mb": 143771,
@@ -81,12 +95,65 @@ def test_a_tool_that_fails_is_an_error_not_a_machine_without_gpus(tmp_path: Path
 
 def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
     env = _tool(tmp_path / "bin", f'echo "{H200}"; echo "No devices were found"; echo ", , "')
-    assert [d["name"] for d in accelerators(env)["devices"]] == ["NVIDIA H200"]
+    seen = accelerators(env, _driver(tmp_path / "gpus", "NVIDIA H200"))
+    assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["error"] is None
 
 
-def test_the_record_holds_what_the_stage_machine_showed(tmp_path: Path) -> None:
+def test_the_record_holds_what_the_stage_machine_showed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "PROC_GPUS", _driver(tmp_path / "gpus", "NVIDIA H200"))
     env = {**os.environ, **_tool(tmp_path / "bin", f'echo "{H200}"')}
     env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
     run_stage("cuda", ["true"], out_dir=tmp_path, env=env, stdout=io.StringIO())
     saved = load_record(tmp_path / "cuda.json").environment["accelerators"]
-    assert [d["name"] for d in saved["devices"]] == ["NVIDIA H200"]
+    assert [d["name"] for d in saved["devices"]] == ["NVIDIA H200"] and saved["error"] is None
+
+
+LINUX = ("Linux", "6.8.0-1015-aws")
+
+
+@pytest.mark.parametrize(
+    ("listed", "driver", "kernel", "fails"),
+    [
+        (["NVIDIA H200"], None, LINUX, True),  # the driver is not loaded: no GPU at all
+        (["NVIDIA H200"], ["NVIDIA H100 80GB HBM3"], LINUX, True),
+        (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA H200"], LINUX, True),  # one GPU named twice
+        (["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"], LINUX, False),  # a job given one of two
+        (["NVIDIA H100 80GB HBM3"], ["NVIDIA H100"], LINUX, False),  # a short form of the name
+        (["nvidia  h200"], ["NVIDIA H200"], LINUX, False),
+        ([], None, LINUX, False),
+        (["NVIDIA H200"], None, ("Linux", "5.15.153.1-microsoft-standard-WSL2"), False),
+        (["NVIDIA H200"], None, ("Windows", "10"), False),
+    ],
+    ids=[
+        "no-driver",
+        "another-gpu",
+        "twice",
+        "some-of-them",
+        "short-form",
+        "spelled-otherwise",
+        "none-and-no-driver",
+        "wsl-has-no-folder",
+        "not-linux",
+    ],
+)
+def test_a_gpu_the_tool_names_must_be_one_the_kernel_driver_lists(
+    tmp_path: Path, listed: list[str], driver: list[str] | None, kernel: tuple, fails: bool
+) -> None:
+    lines = "".join(f'echo "{name}, 580.159.04, 143771, 9.0"\n' for name in listed)
+    env = _tool(tmp_path / "bin", lines or "true")
+    proc = _driver(tmp_path / "gpus", *driver) if driver is not None else tmp_path / "none"
+    seen = accelerators(env, proc, kernel)
+    assert [d["name"] for d in seen["devices"]] == listed  # what the tool said stays on record
+    assert (seen["error"] is not None) is fails
+    if fails:
+        assert str(proc) in seen["error"] and listed[0] in seen["error"]
+
+
+def test_a_tool_that_fails_keeps_its_own_error_where_the_driver_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed to communicate' >&2; exit 9")
+    seen = accelerators(env, tmp_path / "none", LINUX)
+    assert seen["error"].startswith("exit 9")

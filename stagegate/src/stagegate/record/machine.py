@@ -2,7 +2,10 @@
 
 A stage's own files may *claim* a machine (a benchmark's ``machine_info``); the record holds
 what the gate saw: the interpreter, the platform, the CPUs and the accelerators, read from the
-driver's own tool (``nvidia-smi``), never from the code under test.
+driver's own tool (``nvidia-smi``), never from the code under test. The tool is whichever
+``nvidia-smi`` comes first on the stage's PATH, so on Linux its list is held against the
+kernel driver's own (``/proc/driver/nvidia/gpus``): a GPU the tool names that the driver does
+not list makes the observation fail.
 """
 
 from __future__ import annotations
@@ -72,21 +75,68 @@ def _from_proc(folder: Path) -> dict[str, Any] | None:
         return None
     devices = []
     for info in infos:
-        for line in info.read_text(errors="replace").splitlines():
+        try:
+            text = info.read_text(errors="replace")
+        except OSError:
+            continue  # a GPU whose entry cannot be read is not listed
+        for line in text.splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "Model" and value.strip():
                 devices.append({"name": value.strip(), "driver": None, "memory_mb": None})
     return {"probe": str(folder), "found": True, "devices": devices, "error": None}
 
 
-def accelerators(env: Mapping[str, str], proc: Path = PROC_GPUS) -> dict[str, Any]:
-    """The GPUs ``nvidia-smi`` lists (name, driver, memory in MiB, compute capability), or the
-    driver's own list where there is no such tool, and how they were looked for: ``devices``
-    is empty where neither finds one; ``error`` says why a tool that exists gave no answer (an
-    observation that failed is not "no GPU")."""
+def _driver_lists(proc: Path, kernel: tuple[str, str]) -> list[str] | None:
+    """The GPU models the NVIDIA kernel driver lists under ``proc`` (none where it is not
+    loaded), or None where ``kernel`` (system, release) has no such folder for its GPUs: not
+    Linux, or WSL, whose GPUs the Windows host's driver serves."""
+    system, release = kernel
+    if system != "Linux" or "microsoft" in release.casefold():
+        return None
+    found = _from_proc(proc)
+    return [d["name"] for d in found["devices"]] if found else []
+
+
+def _unlisted(names: list[str], driver: list[str]) -> list[str]:
+    """The GPUs of ``names`` that ``driver`` does not list, each listed GPU matched once (one
+    name's words may be the start of the other's: a short and a long form of one model)."""
+    left = [" ".join(n.split()).casefold() for n in driver]
+    missing = []
+    for name in names:
+        words = " ".join(name.split()).casefold()
+        match = next((d for d in left if d.startswith(words) or words.startswith(d)), None)
+        if match is None:
+            missing.append(name)
+        else:
+            left.remove(match)
+    return missing
+
+
+def _checked(seen: dict[str, Any], proc: Path, kernel: tuple[str, str]) -> dict[str, Any]:
+    """``seen`` (the tool's answer) failed where it names a GPU the kernel driver does not
+    list: a program that merely calls itself nvidia-smi, first on the PATH, is no driver."""
+    driver = _driver_lists(proc, kernel)
+    names = [d["name"] for d in seen["devices"]]
+    if seen["error"] or driver is None or not _unlisted(names, driver):
+        return seen
+    listed = ", ".join(driver) if driver else "no GPU (it is not loaded)"
+    error = f"{NVIDIA_SMI} lists {', '.join(names)}; the NVIDIA driver lists {listed} in {proc}"
+    return {**seen, "error": error}
+
+
+def accelerators(
+    env: Mapping[str, str], proc: Path | None = None, kernel: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The GPUs ``nvidia-smi`` lists (name, driver, memory in MiB, compute capability), held
+    against the kernel driver's list in ``proc`` on Linux, or the driver's own list where there
+    is no such tool, and how they were looked for: ``devices`` is empty where neither finds
+    one; ``error`` says why a tool that exists gave no answer, or one the driver contradicts
+    (an observation that failed is not "no GPU"). ``kernel`` is (system, release)."""
+    proc = proc or PROC_GPUS
+    kernel = kernel or (platform.system(), platform.release())
     tool = shutil.which(NVIDIA_SMI, path=env.get("PATH"))
     if tool is not None:
-        return _from_tool(tool)
+        return _checked(_from_tool(tool), proc, kernel)
     return _from_proc(proc) or {"probe": NVIDIA_SMI, "found": False, "devices": [], "error": None}
 
 
