@@ -196,7 +196,21 @@ def _train(
         raise
     finally:
         log.close()
+        _end_workers(loaders, data)
     return _result(loop, loaders, time.perf_counter() - start, resumed, strategy)
+
+
+def _end_workers(loaders: tuple[Any, Any], given: tuple[TokenData, TokenData | None]) -> None:
+    """The worker processes of the loaders this run built (persistent: they outlive an epoch)
+    end with the run; a caller's own DataLoader is left as it is. Left to the garbage collector
+    (the loop and its callbacks hold the loaders in a reference cycle), they were ended in
+    whatever code ran next, after their queue's feeder thread had stopped: the stop signal
+    never reached them, and each waited out DataLoader's 5 s join timeout and was killed."""
+    for loader, data in zip(loaders, given, strict=True):
+        iterator = getattr(loader, "_iterator", None)
+        if loader is not data and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+            loader._iterator = None
 
 
 def _to_fp8(model: nn.Module, cfg: TrainConfig, plan: PrecisionPlan, device: torch.device) -> None:

@@ -3,8 +3,11 @@ rank asked once) and leaves the caller's objects and torch's settings as they we
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -100,6 +103,27 @@ def test_deterministic_settings_are_given_back(
     assert during.seen == {(True, torch.float32)}  # on while the run trains
     assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+class _Raises(Callback):
+    def on_step_end(self, state: TrainState) -> None:
+        raise RuntimeError("planted")
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+def test_the_data_workers_of_a_run_end_with_it(model: TinyGPT, tokens: Tokens, ends: str) -> None:
+    """With the garbage collector off, nothing but the run itself can end its loaders' worker
+    processes (persistent ones outlive an epoch): none is left once fine_tune returns or raises."""
+    callbacks = [_Raises()] if ends == "raises" else []
+    before = set(multiprocessing.active_children())
+    gc.disable()
+    try:
+        with contextlib.suppress(RuntimeError):
+            fine_tune(model, tokens(), epochs=1, num_workers=1, callbacks=callbacks)
+        left = set(multiprocessing.active_children()) - before
+    finally:
+        gc.enable()
+    assert not left, left
 
 
 def test_bf16_true_gives_the_callers_model_back_in_its_dtype(
