@@ -86,7 +86,7 @@ from pathlib import Path
 
 from stagegate.record import machine
 
-machine.PROC_GPUS = Path({proc!r})
+machine.KERNEL = machine.Kernel(gpus=Path({proc!r}))
 from stagegate.cli import main
 
 sys.exit(main())

@@ -189,8 +189,8 @@ def test_a_tool_on_the_path_that_names_a_gpu_the_driver_lacks_observes_no_machin
     if driver:
         (proc / "0000:00:06.0").mkdir(parents=True)
         (proc / "0000:00:06.0" / "information").write_text(f"Model: \t\t {driver}\n")
-    monkeypatch.setattr(machine, "PROC_GPUS", proc)
-    monkeypatch.setattr(machine.platform, "system", lambda: "Linux")
+    (tmp_path / "osrelease").write_text("6.8.0-1015-aws\n")
+    monkeypatch.setattr(machine, "KERNEL", machine.Kernel("linux", proc, tmp_path / "osrelease"))
     _stage(tmp_path, monkeypatch, sys.executable, "-c", WRITE_FRESH, str(H100_FILE), SHA)
     report_cli(tmp_path, "--only", "performance")
     findings = _verdict(tmp_path)["stages"][0]["findings"]

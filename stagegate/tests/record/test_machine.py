@@ -13,7 +13,7 @@ import pytest
 
 from stagegate.collect import load_record
 from stagegate.record import machine
-from stagegate.record.machine import accelerators
+from stagegate.record.machine import Kernel, accelerators
 from stagegate.record.runner import run_stage
 
 
@@ -26,14 +26,16 @@ def _tool(folder: Path, body: str) -> dict[str, str]:
     return {"PATH": str(folder)}
 
 
-def _driver(folder: Path, *models: str) -> Path:
-    """A stand-in for the kernel driver's folder of GPUs, one per model (none: not loaded)."""
-    folder.mkdir()
+def _driver(folder: Path, *models: str, release: str = "6.8.0-1015-aws") -> Kernel:
+    """A Linux kernel of ``release`` whose NVIDIA driver lists a GPU of each of ``models`` in
+    a stand-in folder (none: not loaded)."""
+    (folder / "gpus").mkdir(parents=True)
     for i, model in enumerate(models):
-        info = folder / f"0000:0{i}:00.0" / "information"
+        info = folder / "gpus" / f"0000:0{i}:00.0" / "information"
         info.parent.mkdir()
         info.write_text(f"Model: \t\t {model}\nIRQ:   \t\t 36\nBus Type: \t PCIe\n")
-    return folder
+    (folder / "osrelease").write_text(release + "\n")
+    return Kernel("linux", folder / "gpus", folder / "osrelease")
 
 
 # What the driver's tool prints for this query on an H200 machine (one GPU)
@@ -42,12 +44,12 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def test_no_tool_and_no_driver_observes_no_accelerator(tmp_path: Path) -> None:
-    seen = accelerators({"PATH": str(tmp_path)}, proc=tmp_path / "no-driver")
+    seen = accelerators({"PATH": str(tmp_path)}, _driver(tmp_path / "kernel"))
     assert seen == {"probe": "nvidia-smi", "found": False, "devices": [], "error": None}
 
 
 def test_without_the_tool_the_drivers_own_list_is_read(tmp_path: Path) -> None:
-    seen = accelerators({"PATH": str(tmp_path)}, proc=_driver(tmp_path / "gpus", "NVIDIA H200"))
+    seen = accelerators({"PATH": str(tmp_path)}, _driver(tmp_path / "kernel", "NVIDIA H200"))
     assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["found"]
 
 
@@ -58,7 +60,7 @@ def test_a_driver_too_old_for_compute_capability_is_asked_without_it(tmp_path: P
         'echo "NVIDIA A100-SXM4-80GB, 470.82.01, 81251"'
     )
     seen = accelerators(
-        _tool(tmp_path / "bin", old), _driver(tmp_path / "gpus", "NVIDIA A100-SXM4-80GB")
+        _tool(tmp_path / "bin", old), _driver(tmp_path / "kernel", "NVIDIA A100-SXM4-80GB")
     )
     assert seen["error"] is None
     assert seen["devices"] == [
@@ -76,7 +78,7 @@ def test_each_gpu_the_tool_lists_is_recorded_with_its_driver_memory_and_capabili
 ) -> None:
     lines = f'[ "$2" = --format=csv,noheader,nounits ] && echo "{H200}"\n'
     env = _tool(tmp_path / "bin", lines + f'echo "{H100}, 580.159.04, 81559, 9.0"')
-    seen = accelerators(env, _driver(tmp_path / "gpus", H100, "NVIDIA H200"))
+    seen = accelerators(env, _driver(tmp_path / "kernel", H100, "NVIDIA H200"))
     assert seen["found"] and seen["error"] is None
     assert seen["devices"] == [
         {"name": "NVIDIA H200", "driver": "580.159.04", "memory_mb": 143771,
@@ -95,14 +97,14 @@ def test_a_tool_that_fails_is_an_error_not_a_machine_without_gpus(tmp_path: Path
 
 def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
     env = _tool(tmp_path / "bin", f'echo "{H200}"; echo "No devices were found"; echo ", , "')
-    seen = accelerators(env, _driver(tmp_path / "gpus", "NVIDIA H200"))
+    seen = accelerators(env, _driver(tmp_path / "kernel", "NVIDIA H200"))
     assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["error"] is None
 
 
 def test_the_record_holds_what_the_stage_machine_showed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(machine, "PROC_GPUS", _driver(tmp_path / "gpus", "NVIDIA H200"))
+    monkeypatch.setattr(machine, "KERNEL", _driver(tmp_path / "kernel", "NVIDIA H200"))
     env = {**os.environ, **_tool(tmp_path / "bin", f'echo "{H200}"')}
     env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
     run_stage("cuda", ["true"], out_dir=tmp_path, env=env, stdout=io.StringIO())
@@ -110,50 +112,61 @@ def test_the_record_holds_what_the_stage_machine_showed(
     assert [d["name"] for d in saved["devices"]] == ["NVIDIA H200"] and saved["error"] is None
 
 
-LINUX = ("Linux", "6.8.0-1015-aws")
+WSL = "5.15.153.1-microsoft-standard-WSL2"
 
 
 @pytest.mark.parametrize(
-    ("listed", "driver", "kernel", "fails"),
+    ("listed", "driver", "release", "fails"),
     [
-        (["NVIDIA H200"], None, LINUX, True),  # the driver is not loaded: no GPU at all
-        (["NVIDIA H200"], ["NVIDIA H100 80GB HBM3"], LINUX, True),
-        (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA H200"], LINUX, True),  # one GPU named twice
-        (["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"], LINUX, False),  # a job given one of two
-        (["NVIDIA H100 80GB HBM3"], ["NVIDIA H100"], LINUX, False),  # a short form of the name
-        (["nvidia  h200"], ["NVIDIA H200"], LINUX, False),
-        ([], None, LINUX, False),
-        (["NVIDIA H200"], None, ("Linux", "5.15.153.1-microsoft-standard-WSL2"), False),
-        (["NVIDIA H200"], None, ("Windows", "10"), False),
+        (["NVIDIA H200"], None, None, True),  # the driver is not loaded: no GPU at all
+        (["NVIDIA H200"], ["NVIDIA H100 80GB HBM3"], None, True),
+        (["NVIDIA H200"], ["NVIDIA H20"], None, True),  # a name that starts the other's
+        (["NVIDIA H100"], ["NVIDIA H100 NVL"], None, True),
+        (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA H200"], None, True),  # one GPU named twice
+        (["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"], None, False),  # a job given one of two
+        (["nvidia  h200"], ["NVIDIA H200"], None, False),
+        (["NVIDIA Graphics Device"], ["Unknown"], None, False),  # a board the driver cannot name
+        ([], None, None, False),
+        (["NVIDIA H200"], None, WSL, False),
     ],
     ids=[
         "no-driver",
         "another-gpu",
+        "longer-name",
+        "shorter-name",
         "twice",
         "some-of-them",
-        "short-form",
         "spelled-otherwise",
+        "unnamed-board",
         "none-and-no-driver",
         "wsl-has-no-folder",
-        "not-linux",
     ],
 )
 def test_a_gpu_the_tool_names_must_be_one_the_kernel_driver_lists(
-    tmp_path: Path, listed: list[str], driver: list[str] | None, kernel: tuple, fails: bool
+    tmp_path: Path, listed: list[str], driver: list[str] | None, release: str | None, fails: bool
 ) -> None:
     lines = "".join(f'echo "{name}, 580.159.04, 143771, 9.0"\n' for name in listed)
     env = _tool(tmp_path / "bin", lines or "true")
-    proc = _driver(tmp_path / "gpus", *driver) if driver is not None else tmp_path / "none"
-    seen = accelerators(env, proc, kernel)
+    kernel = _driver(tmp_path / "kernel", *(driver or ()), release=release or "6.8.0-1015-aws")
+    if driver is None:
+        kernel.gpus.rmdir()
+    seen = accelerators(env, kernel)
     assert [d["name"] for d in seen["devices"]] == listed  # what the tool said stays on record
     assert (seen["error"] is not None) is fails
     if fails:
-        assert str(proc) in seen["error"] and listed[0] in seen["error"]
+        assert str(kernel.gpus) in seen["error"] and listed[0] in seen["error"]
+
+
+def test_only_linux_is_held_to_the_drivers_folder(tmp_path: Path) -> None:
+    env = _tool(tmp_path / "bin", 'echo "NVIDIA H200, 580.159.04, 143771, 9.0"')
+    linux = _driver(tmp_path / "kernel")
+    assert accelerators(env, linux)["error"] is not None
+    assert accelerators(env, Kernel("win32", linux.gpus, linux.release))["error"] is None
 
 
 def test_a_tool_that_fails_keeps_its_own_error_where_the_driver_is_not_loaded(
     tmp_path: Path,
 ) -> None:
     env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed to communicate' >&2; exit 9")
-    seen = accelerators(env, tmp_path / "none", LINUX)
+    seen = accelerators(env, _driver(tmp_path / "kernel"))
     assert seen["error"].startswith("exit 9")

@@ -14,14 +14,30 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 NVIDIA_SMI = "nvidia-smi"
 _QUERY = ("name", "driver_version", "memory.total", "compute_cap")
 PROBE_TIMEOUT_S = 15
-PROC_GPUS = Path("/proc/driver/nvidia/gpus")  # the driver's own view, where there is no tool
+UNNAMED = "unknown"  # the driver's Model for a board its table does not name
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Where the kernel's own views are read: its system, the NVIDIA driver's folder of GPUs,
+    and its release (read from the kernel, not from the ``platform`` module, which the
+    interpreter's path decides)."""
+
+    system: str = sys.platform
+    gpus: Path = Path("/proc/driver/nvidia/gpus")
+    release: Path = Path("/proc/sys/kernel/osrelease")
+
+
+KERNEL = Kernel()
 
 
 def _device(line: str, fields: int) -> dict[str, Any] | None:
@@ -86,25 +102,33 @@ def _from_proc(folder: Path) -> dict[str, Any] | None:
     return {"probe": str(folder), "found": True, "devices": devices, "error": None}
 
 
-def _driver_lists(proc: Path, kernel: tuple[str, str]) -> list[str] | None:
-    """The GPU models the NVIDIA kernel driver lists under ``proc`` (none where it is not
-    loaded), or None where ``kernel`` (system, release) has no such folder for its GPUs: not
-    Linux, or WSL, whose GPUs the Windows host's driver serves."""
-    system, release = kernel
-    if system != "Linux" or "microsoft" in release.casefold():
+def _driver_lists(kernel: Kernel) -> list[str] | None:
+    """The GPU models the NVIDIA kernel driver lists (none where it is not loaded), or None
+    where the kernel has no such folder for its GPUs: not Linux, or WSL, whose GPUs the Windows
+    host's driver serves."""
+    if not kernel.system.startswith("linux"):
         return None
-    found = _from_proc(proc)
+    try:
+        wsl = "microsoft" in kernel.release.read_text(errors="replace").casefold()
+    except OSError:
+        wsl = False  # a Linux kernel that does not say its release is held to its driver
+    if wsl:
+        return None
+    found = _from_proc(kernel.gpus)
     return [d["name"] for d in found["devices"]] if found else []
 
 
+def _words(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
 def _unlisted(names: list[str], driver: list[str]) -> list[str]:
-    """The GPUs of ``names`` that ``driver`` does not list, each listed GPU matched once (one
-    name's words may be the start of the other's: a short and a long form of one model)."""
-    left = [" ".join(n.split()).casefold() for n in driver]
+    """The GPUs of ``names`` that ``driver`` does not list by the same name, each listed GPU
+    matched once; a board the driver cannot name (its Model "Unknown") matches any name."""
+    left = [_words(n) for n in driver]
     missing = []
     for name in names:
-        words = " ".join(name.split()).casefold()
-        match = next((d for d in left if d.startswith(words) or words.startswith(d)), None)
+        match = next((d for d in left if d in (_words(name), UNNAMED)), None)
         if match is None:
             missing.append(name)
         else:
@@ -112,32 +136,38 @@ def _unlisted(names: list[str], driver: list[str]) -> list[str]:
     return missing
 
 
-def _checked(seen: dict[str, Any], proc: Path, kernel: tuple[str, str]) -> dict[str, Any]:
+def _checked(seen: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
     """``seen`` (the tool's answer) failed where it names a GPU the kernel driver does not
     list: a program that merely calls itself nvidia-smi, first on the PATH, is no driver."""
-    driver = _driver_lists(proc, kernel)
+    driver = _driver_lists(kernel)
     names = [d["name"] for d in seen["devices"]]
     if seen["error"] or driver is None or not _unlisted(names, driver):
         return seen
-    listed = ", ".join(driver) if driver else "no GPU (it is not loaded)"
-    error = f"{NVIDIA_SMI} lists {', '.join(names)}; the NVIDIA driver lists {listed} in {proc}"
+    listed = ", ".join(driver) if driver else "no GPU (it is not loaded, or lists none here)"
+    error = (
+        f"{NVIDIA_SMI} lists {', '.join(names)}; the NVIDIA driver lists {listed} in "
+        f"{kernel.gpus}: on a machine whose driver lists its GPUs elsewhere (LXD, gVisor, "
+        "Jetson) they cannot be observed"
+    )
     return {**seen, "error": error}
 
 
-def accelerators(
-    env: Mapping[str, str], proc: Path | None = None, kernel: tuple[str, str] | None = None
-) -> dict[str, Any]:
+def accelerators(env: Mapping[str, str], kernel: Kernel | None = None) -> dict[str, Any]:
     """The GPUs ``nvidia-smi`` lists (name, driver, memory in MiB, compute capability), held
-    against the kernel driver's list in ``proc`` on Linux, or the driver's own list where there
-    is no such tool, and how they were looked for: ``devices`` is empty where neither finds
-    one; ``error`` says why a tool that exists gave no answer, or one the driver contradicts
-    (an observation that failed is not "no GPU"). ``kernel`` is (system, release)."""
-    proc = proc or PROC_GPUS
-    kernel = kernel or (platform.system(), platform.release())
+    against the kernel driver's list on Linux, or the driver's own list where there is no such
+    tool, and how they were looked for: ``devices`` is empty where neither finds one;
+    ``error`` says why a tool that exists gave no answer, or one the driver contradicts (an
+    observation that failed is not "no GPU")."""
+    kernel = kernel or KERNEL
     tool = shutil.which(NVIDIA_SMI, path=env.get("PATH"))
     if tool is not None:
-        return _checked(_from_tool(tool), proc, kernel)
-    return _from_proc(proc) or {"probe": NVIDIA_SMI, "found": False, "devices": [], "error": None}
+        return _checked(_from_tool(tool), kernel)
+    return _from_proc(kernel.gpus) or {
+        "probe": NVIDIA_SMI,
+        "found": False,
+        "devices": [],
+        "error": None,
+    }
 
 
 def observe(env: Mapping[str, str], keys: tuple[str, ...]) -> dict[str, Any]:
