@@ -128,7 +128,8 @@ def _unlisted(names: list[str], driver: list[str]) -> list[str]:
     left = [_words(n) for n in driver]
     missing = []
     for name in names:
-        match = next((d for d in left if d in (_words(name), UNNAMED)), None)
+        words = _words(name)
+        match = next((d for d in left if d in (words, UNNAMED)), None)
         if match is None:
             missing.append(name)
         else:
