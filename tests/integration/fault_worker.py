@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if weights:
         SAVE(weights, args.out / f"weights-{rank}.pt")
     (args.out / f"result-{rank}.json").write_text(json.dumps(result.to_dict()))
+    # how often torchrun had restarted the group when this rank finished (its own count)
+    (args.out / f"restarts-{rank}").write_text(os.environ.get("TORCHELASTIC_RESTART_COUNT", ""))
     return 0
 
 
