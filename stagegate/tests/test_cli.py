@@ -202,9 +202,10 @@ def test_tests_the_base_branch_ran_and_that_skip_here_are_named_with_their_reaso
         )
     )
     reseal(tmp_path / "reports" / "raw")
-    assert report_cli(tmp_path, "--base-raw", str(base)) == 0  # a warning, not a block
+    assert report_cli(tmp_path, "--base-raw", str(base)) == 1  # it ran there: a block
     execution = (tmp_path / "reports" / "execution.md").read_text()
     assert "skipped share rose from 33.3% to 66.7%" in execution
+    assert "1 test(s) that ran on the base branch skip here" in execution
     assert "test\\_ok::test\\_two (flaky on shared runners)" in execution
     assert "| Base branch | 2 passed, 1 skipped |" in execution
     assert report_cli(tmp_path) == 0  # without the base: said, not silently skipped

@@ -42,6 +42,8 @@ if args[:1] == ["run"]:
     if "pytest" in args and mode != "none":
         with open(out + "/junit-cuda.xml", "w") as dst:
             dst.write(os.environ["JUNIT_CUDA"])
+        with open(out + "/junit-cuda.xml.counts.json", "w") as dst:  # stagegate's plugin's
+            dst.write('{{"format_version": 2, "subtest_reports": 0, "raised": []}}')
     elif "amptrain.benchmark.ab" in args:
         with open(os.environ["AB"]) as src, open(out + "/ab.json", "w") as dst:
             dst.write(src.read())

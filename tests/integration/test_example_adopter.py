@@ -69,8 +69,11 @@ def verify(project: Path) -> tuple[int, dict[str, Any]]:
         **os.environ,
         # this interpreter's ruff, pytest and stagegate first, as a session's virtualenv would
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        # the example needs no pytest plugin; this environment has many, each a start-up cost
+        # the example needs no pytest plugin; this environment has many, each a start-up cost.
+        # stagegate's is loaded, as where stagegate is installed beside pytest: it witnesses
+        # which tests raised
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTEST_PLUGINS": "stagegate.pytest_plugin",
     }
     command = [sys.executable, "-m", "nox", "--no-venv", "--no-install", "-s", "verify"]
     done = subprocess.run(

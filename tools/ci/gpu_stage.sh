@@ -93,6 +93,7 @@ cuda_container() {
         python -m pytest -p stagegate.pytest_plugin -m cuda -p no:cacheprovider \
         --junitxml=/out/junit-cuda.xml || rc=$?
     keep_output junit-cuda.xml
+    keep_output junit-cuda.xml.counts.json  # the plugin's witness of the tests that raised
     return "$rc"
 }
 

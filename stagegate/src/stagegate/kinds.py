@@ -37,6 +37,8 @@ class Kind(StrEnum):
     INTEGRATION_RAISED = "integration_raised"
     FLAKY_TEST = "flaky_test"
     COUNT_MISMATCH = "count_mismatch"
+    OUTCOME_CONTRADICTED = "outcome_contradicted"
+    OUTCOMES_UNWITNESSED = "outcomes_unwitnessed"
     REQUIRED_TEST_MISSING = "required_test_missing"
     REQUIRED_TEST_SKIPPED = "required_test_skipped"
     SKIPPED_SHARE_ROSE = "skipped_share_rose"
@@ -93,10 +95,16 @@ CATALOGUE: dict[Kind, About] = {
     Kind.INTEGRATION_RAISED: About(C, "the end-to-end run raised"),
     Kind.FLAKY_TEST: About(M, "a test failed, then passed on a re-run its producer documents"),
     Kind.COUNT_MISMATCH: About(H, "a JUnit total claims more tests, failures or errors than held"),
+    Kind.OUTCOME_CONTRADICTED: About(
+        C, "a test raised, and its JUnit file says it passed, skipped or does not hold it", floor=H
+    ),
+    Kind.OUTCOMES_UNWITNESSED: About(
+        INFO, "pytest ran without stagegate's plugin seeing which tests raised"
+    ),
     Kind.REQUIRED_TEST_MISSING: About(H, "a test the policy names did not run"),
     Kind.REQUIRED_TEST_SKIPPED: About(H, "a test the policy names was skipped"),
-    Kind.SKIPPED_SHARE_ROSE: About(M, "tests that ran on the base branch skip here"),
-    Kind.TEST_NEWLY_SKIPPED: About(M, "a test that ran on the base branch skips here"),
+    Kind.SKIPPED_SHARE_ROSE: About(M, "more of the tests skip than on the base branch"),
+    Kind.TEST_NEWLY_SKIPPED: About(H, "a test that ran on the base branch skips here"),
     Kind.TEST_GONE: About(M, "a test that ran on the base branch did not run here"),
     Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),
     Kind.SLOW_TEST: About(INFO, "a test took longer than slow_test_s", fixed=True),

@@ -275,6 +275,12 @@ class TestSuite:
     # "suite NAME declares 250 tests, the file holds 1" for each suite that holds fewer
     count_mismatches: tuple[str, ...] = ()
     dated: Dated = Dated()
+    # pytest files only: whether stagegate's plugin witnessed which tests raised (None: not a
+    # pytest file, or its record expects no witness), the tests that raised and the file calls
+    # passed or skipped, and those that raised and the file does not hold
+    witnessed: bool | None = None
+    contradicted: tuple[str, ...] = ()
+    unreported: tuple[str, ...] = ()
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""

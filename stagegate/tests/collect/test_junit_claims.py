@@ -14,7 +14,7 @@ import pytest
 from stagegate.collect import collect_stage, load_record, read_junit
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy
-from stagegate.model import Decision, StageData, StageStatus
+from stagegate.model import Decision, Severity, StageData, StageStatus
 from stagegate.record.runner import run_stage
 
 from ..builders import record
@@ -94,10 +94,12 @@ def test_a_suite_failure_outside_any_test_case_is_a_failed_test_of_that_suite(
     assert decision is Decision.BLOCK and kinds == ["test_failed"]
 
 
-def _stage(tmp_path: Path, declared: int, counted: int | None) -> str:
+def _stage(
+    tmp_path: Path, declared: int, counted: int | None, raised: str = "[]", version: int = 2
+) -> str:
     """A stage that writes a pytest JUnit file of 1 test case declaring ``declared`` tests and,
-    unless ``counted`` is None, the plugin's count of subtest reports beside it; the record
-    seals both. The counts file's path."""
+    unless ``counted`` is None, what the plugin saw beside it (``counted`` subtest reports, the
+    tests that ``raised``); the record seals both. The counts file's path."""
     junit = tmp_path / "junit.xml"
     xml = (
         f'<testsuites name="pytest tests"><testsuite name="pytest" tests="{declared}">'
@@ -105,7 +107,8 @@ def _stage(tmp_path: Path, declared: int, counted: int | None) -> str:
     )
     lines = [f"open({str(junit)!r}, 'w').write({xml!r})"]
     if counted is not None:
-        counts = f'{{"format_version": 1, "subtest_reports": {counted}}}'
+        seen = f', "raised": {raised}' if version > 1 else ""
+        counts = f'{{"format_version": {version}, "subtest_reports": {counted}{seen}}}'
         lines.append(f"open({str(junit) + '.counts.json'!r}, 'w').write({counts!r})")
     run_stage(
         "execution",
@@ -143,9 +146,42 @@ def test_a_count_changed_written_or_removed_after_the_stage_is_not_believed(
     if when == "removed":
         Path(counts).unlink()
     else:  # enough subtests to make the file's 5 tests look whole, claimed after the stage
-        Path(counts).write_text('{"format_version": 1, "subtest_reports": 4}')
+        Path(counts).write_text('{"format_version": 2, "subtest_reports": 4, "raised": []}')
     data = _collected(tmp_path)
     assert data.suite is None and data.input_errors
     assert "counts" in data.input_errors[0]
     verdict = judge_stage("execution", data, Policy())
     assert decide([verdict]).decision is Decision.BLOCK and verdict.status is StageStatus.ERROR
+
+
+def test_a_test_the_plugin_saw_raise_and_the_file_passed_blocks(tmp_path: Path) -> None:
+    _stage(tmp_path, declared=1, counted=0, raised='[["test_m", "test_squares"]]')
+    data = _collected(tmp_path)
+    assert data.suite is not None and data.suite.contradicted == ("test_m::test_squares",)
+    assert _judged(data) == (Decision.BLOCK, ["outcome_contradicted"])
+
+
+def test_a_test_the_plugin_saw_raise_and_the_file_lacks_blocks(tmp_path: Path) -> None:
+    _stage(tmp_path, declared=1, counted=0, raised='[["test_m", "test_gone"]]')
+    data = _collected(tmp_path)
+    assert data.suite is not None and data.suite.unreported == ("test_m::test_gone",)
+    assert _judged(data) == (Decision.BLOCK, ["outcome_contradicted"])
+
+
+@pytest.mark.parametrize("version", [1, None], ids=["before-the-witness", "no-file"])
+def test_a_pytest_file_without_the_plugins_witness_is_said_and_blocks_where_the_policy_asks(
+    tmp_path: Path, version: int | None
+) -> None:
+    _stage(tmp_path, declared=1, counted=None if version is None else 0, version=version or 2)
+    data = _collected(tmp_path)
+    assert data.suite is not None and data.suite.witnessed is False
+    assert _judged(data) == (Decision.PASS, ["outcomes_unwitnessed"])  # INFO by default
+    strict = Policy(severity={**Policy().severity, "outcomes_unwitnessed": Severity.HIGH})
+    assert decide([judge_stage("execution", data, strict)]).decision is Decision.BLOCK
+
+
+@pytest.mark.parametrize("raised", ['"test_m"', '[["test_m"]]', "[[1, 2]]", "null"])
+def test_a_witness_without_a_list_of_names_is_an_input_error(tmp_path: Path, raised: str) -> None:
+    _stage(tmp_path, declared=1, counted=0, raised=raised)
+    data = _collected(tmp_path)
+    assert data.suite is None and "raised" in data.input_errors[0]

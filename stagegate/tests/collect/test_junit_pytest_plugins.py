@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import read_junit
-from stagegate.collect.junit import read_pytest_counts
+from stagegate.collect.junit import PytestCounts, read_pytest_counts
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy
 from stagegate.model import Decision, StageData, TestSuite, counts_path
@@ -43,14 +43,18 @@ def _verdict(suite: TestSuite) -> tuple[Decision, list[str]]:
     return decide([result]).decision, titles
 
 
-def _run_pytest(tmp_path: Path, sample: str, counted: bool = True) -> TestSuite:
+def _run_pytest(
+    tmp_path: Path, sample: str, counted: bool = True, *options: str, also: str = ""
+) -> TestSuite:
     """Run the installed pytest (stagegate's plugin with it) for real on a copy of ``sample``
-    and read its JUnit file, with the plugin's count unless ``counted`` is false."""
-    shutil.copy(SAMPLES / sample, tmp_path / sample)
+    (and of ``also``) and read its JUnit file, with what the plugin saw unless ``counted`` is
+    false."""
+    for name in filter(None, (sample, also)):
+        shutil.copy(SAMPLES / name, tmp_path / name)
     junit = tmp_path / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options]
     done = subprocess.run(
-        [*command, f"--junitxml={junit}", sample],
+        [*command, f"--junitxml={junit}", sample, *filter(None, [also])],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -58,8 +62,8 @@ def _run_pytest(tmp_path: Path, sample: str, counted: bool = True) -> TestSuite:
         timeout=120,
     )
     assert junit.is_file(), done.stdout + done.stderr
-    passed = read_pytest_counts(Path(counts_path(str(junit)))) if counted else 0
-    return read_junit(junit, root=tmp_path, subtest_reports=passed)
+    counts = read_pytest_counts(Path(counts_path(str(junit)))) if counted else None
+    return read_junit(junit, root=tmp_path, counts=counts)
 
 
 def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
@@ -71,7 +75,8 @@ def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
     }
     assert suite.count_mismatches == ()
     assert _verdict(suite) == (Decision.PASS, [])
-    assert read_pytest_counts(tmp_path / "junit.xml.counts.json") == 5  # the sample's subtests
+    counts = read_pytest_counts(tmp_path / "junit.xml.counts.json")
+    assert counts.subtest_reports == 5 and counts.raised == frozenset()  # the sample's subtests
 
 
 def test_subtests_without_the_plugins_count_are_read_strictly(tmp_path: Path) -> None:
@@ -98,6 +103,70 @@ def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
     failed = [f for f in findings if f.startswith("test_failed")]
     assert len(failed) == 2
     assert any("test_evens" in f for f in failed) and any("test_lengths" in f for f in failed)
+
+
+# What pytest reports as failed or erred in test_outcomes.py: a failed assert, one parameter,
+# a fixture that raised, pytest.fail, a teardown that raised; no skip, no expected failure
+FAILING = {
+    "test_outcomes.py::test_fail",
+    "test_outcomes.py::test_param[b/c]",
+    "test_outcomes.py::test_fixture_raises",
+    "test_outcomes.py::test_teardown_raises",
+    "test_outcomes.py::TestClass::test_fails",
+}
+XDIST = ("-n", "2")
+
+
+@pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
+def test_the_plugin_sees_exactly_the_tests_pytest_fails(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    suite = _run_pytest(tmp_path, "test_outcomes.py", True, *options)
+    counts = read_pytest_counts(tmp_path / "junit.xml.counts.json")
+    assert counts.raised is not None and len(counts.raised) == len(FAILING)
+    assert {c.nodeid for c in suite.cases if c.outcome in ("failed", "error")} == FAILING
+    assert (suite.witnessed, suite.contradicted, suite.unreported) == (True, (), ())
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK
+    assert {f.partition(":")[0] for f in findings} == {"test_failed", "skipped_test"}
+
+
+@pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
+def test_failures_a_test_module_rewrites_as_passes_still_block(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    """A module the run imports patches pytest's TestReport: the JUnit file, its counts and
+    pytest's exit status all say every test passed; the plugin saw five tests raise."""
+    sample = "test_outcomes.py"
+    suite = _run_pytest(tmp_path, sample, True, *options, also="test_forged_reports.py")
+    assert suite.count("failed") == suite.count("error") == 0  # the forgery worked
+    assert set(suite.contradicted) == FAILING and suite.count_mismatches == ()
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK
+    contradicted = [f for f in findings if f.startswith("outcome_contradicted")]
+    assert len(contradicted) == len(FAILING)
+
+
+def test_pytest_without_the_plugin_is_unwitnessed(tmp_path: Path) -> None:
+    _run_pytest(tmp_path, "test_subtests_pass.py", False, "-p", "no:stagegate_warnings")
+    assert not (tmp_path / "junit.xml.counts.json").exists()
+    assert read_junit(tmp_path / "junit.xml", root=tmp_path, counts=None).witnessed is None
+    suite = read_junit(tmp_path / "junit.xml", root=tmp_path, counts=PytestCounts())
+    assert suite.witnessed is False
+    assert "outcomes_unwitnessed" in [f.partition(":")[0] for f in _verdict(suite)[1]]
+
+
+def test_a_test_that_raised_and_passed_when_run_again_is_flaky(tmp_path: Path) -> None:
+    """pytest-rerunfailures writes no failure for a test that passed on its re-run; the plugin
+    saw the first run raise."""
+    counts = PytestCounts(
+        raised=frozenset(), recovered=frozenset({("test_rerun_sample", "test_fails_then_passes")})
+    )
+    suite = read_junit(CORPUS / "pytest-rerunfailures-16.xml", root=SAMPLES, counts=counts)
+    cases = {c.name: c for c in suite.cases}
+    assert cases["test_fails_then_passes"].outcome == "flaky"
+    assert suite.contradicted == () and suite.witnessed is True
+    assert any(f.startswith("flaky_test") for f in _verdict(suite)[1])
 
 
 PYTEST_SUITE = (

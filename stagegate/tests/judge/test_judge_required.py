@@ -134,6 +134,21 @@ def test_tests_added_to_hold_the_skipped_share_down_cannot_hide_a_new_skip() -> 
     assert "20.0% to 18.2%" in named.title
 
 
+def test_a_test_that_ran_on_the_base_and_skips_here_blocks_and_a_new_skipping_test_does_not() -> (
+    None
+):
+    base = suite(case("a"), case("b"))
+    added = suite(case("a"), case("b"), case("cuda_only", "skipped", message="needs CUDA"))
+    v = judge_stage("execution", StageData(record(), suite=added, base_suite=base), Policy())
+    assert "test_newly_skipped" not in {f.kind for f in v.findings}
+    assert decide([v]).decision is not Decision.BLOCK
+    stopped = suite(case("a", "skipped", message="later"), case("b"))
+    v = judge_stage("execution", StageData(record(), suite=stopped, base_suite=base), Policy())
+    (newly,) = [f for f in v.findings if f.kind == "test_newly_skipped"]
+    assert newly.severity.value == "HIGH" and "tests/t.py::a (later)" in newly.detail
+    assert decide([v]).decision is Decision.BLOCK
+
+
 def test_tests_that_ran_on_the_base_and_are_gone_here_are_named() -> None:
     base = suite(case("a"), case("b"), case("c"), case("s", "skipped", message="off"))
     here = suite(case("a"), case("new"))  # b and c deselected; s never ran on the base

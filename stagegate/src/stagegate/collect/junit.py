@@ -32,6 +32,7 @@ from stagegate.errors import InputError, MissingFileError
 from stagegate.model import Dated, Failure, Location, TestCase, TestSuite
 
 __all__ = [
+    "PytestCounts",
     "innermost_frame",
     "last_frame",
     "merge_attempts",
@@ -82,6 +83,10 @@ class _Context:
     # Subtest reports pytest counted in tests= but wrote into their test's element, as
     # stagegate's pytest plugin counted them beside the file; without its count, none
     subtest_reports: int = 0
+    raised: frozenset[tuple[str, str]] = frozenset()  # the plugin saw these tests raise
+    recovered: frozenset[tuple[str, str]] = frozenset()  # ... these raise, then pass
+    seen_raised: set[tuple[str, str]] = field(default_factory=set)  # ... and read them here
+    contradicted: list[str] = field(default_factory=list)  # ... and read them as no failure
     pytest: bool = False  # pytest's 0-based line numbers and dotted module classnames
     mismatches: list[str] = field(default_factory=list)
     suites: int = 0  # <testsuite> elements opened so far
@@ -247,6 +252,13 @@ def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
         ctx.dated = ctx.dated.seen(None, math.inf)
     nodeid, file = _nodeid(case, ctx)
     outcome, message, failures, attempts = _outcome(case, ctx, suite)
+    named = (case.get("classname") or "", case.get("name") or "")
+    if named in ctx.raised:
+        ctx.seen_raised.add(named)
+        if outcome in ("passed", "skipped"):
+            ctx.contradicted.append(nodeid)
+    elif named in ctx.recovered and outcome == "passed":
+        outcome, message = "flaky", "it raised, then passed when run again"
     first = failures[0] if failures else None
     location = first.location if first else _case_location(case, ctx)
     name = _named(case.get("name") or "")
@@ -497,12 +509,17 @@ def _stream(ctx: _Context) -> Grouped:
     return grouped
 
 
-def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -> TestSuite:
+def read_junit(
+    path: Path, root: Path | None = None, counts: PytestCounts | None = None
+) -> TestSuite:
     """Read a JUnit XML file written by any producer; an unusable file is an InputError that
     names the file and what is wrong with it (parse errors with line and column).
-    ``subtest_reports``: what stagegate's pytest plugin counted beside a pytest file
-    (:func:`read_pytest_counts`)."""
-    ctx = _Context(path=path, root=(root or Path.cwd()).resolve(), subtest_reports=subtest_reports)
+    ``counts``: what stagegate's pytest plugin saw beside a pytest file
+    (:func:`read_pytest_counts`); None where its record expects none."""
+    ctx = _Context(path=path, root=(root or Path.cwd()).resolve())
+    if counts is not None:
+        ctx.subtest_reports, ctx.raised = counts.subtest_reports, counts.raised or frozenset()
+        ctx.recovered = counts.recovered
     try:
         size = path.stat().st_size
         if size == 0:
@@ -544,19 +561,49 @@ def read_junit(path: Path, root: Path | None = None, subtest_reports: int = 0) -
         source=str(path),
         count_mismatches=tuple(ctx.mismatches),
         dated=ctx.dated,
+        witnessed=None if counts is None or not ctx.pytest else counts.raised is not None,
+        contradicted=tuple(ctx.contradicted),
+        unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
     )
 
 
-MAX_COUNTS_BYTES = 4096
+MAX_COUNTS_BYTES = 64 * 2**20  # a name per test that raised: a million of them fit
 
 
-def read_pytest_counts(path: Path) -> int:
-    """The subtest reports stagegate's pytest plugin counted (its ``.counts.json``); 0 where
-    there is no such file. One that is there and unusable is an InputError."""
+@dataclass(frozen=True)
+class PytestCounts:
+    """What stagegate's pytest plugin saw beside a pytest JUnit file: the subtest reports it
+    counted, and the tests that raised (classname, name), or None where it did not say (no
+    file, or one written before the plugin looked)."""
+
+    subtest_reports: int = 0
+    raised: frozenset[tuple[str, str]] | None = None
+    recovered: frozenset[tuple[str, str]] = frozenset()  # raised, then passed when run again
+
+
+def _names(data: dict[str, object], key: str, path: Path) -> frozenset[tuple[str, str]] | None:
+    names = data.get(key)
+    if names is None and data.get("format_version") == 1:
+        return None
+    pairs = names if isinstance(names, list) else [None]
+    if not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise InputError(
+            f"pytest counts file {path} holds no list {key} of tests ([classname, name] "
+            "pairs): run the tests again with stagegate's pytest plugin"
+        )
+    return frozenset((c, n) for c, n in pairs)  # type: ignore[misc]
+
+
+def read_pytest_counts(path: Path) -> PytestCounts:
+    """What stagegate's pytest plugin saw (its ``.counts.json``); nothing where there is no
+    such file. One that is there and unusable is an InputError."""
     if not path.exists():
-        return 0
+        return PytestCounts()
     data = load_json(path, "pytest counts file", MAX_COUNTS_BYTES)
     count = data.get("subtest_reports") if isinstance(data, dict) else None
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise InputError(f"pytest counts file {path} holds no count of subtest_reports")
-    return count
+    recovered = _names(data, "recovered", path) if "recovered" in data else None
+    return PytestCounts(count, _names(data, "raised", path), recovered or frozenset())

@@ -16,7 +16,7 @@ from stagegate.collect.ab import read_ab
 from stagegate.collect.benchmark import read_benchmark
 from stagegate.collect.files import read_coverage, read_curves, read_warnings
 from stagegate.collect.jsonfile import load_json
-from stagegate.collect.junit import read_junit, read_pytest_counts
+from stagegate.collect.junit import PytestCounts, read_junit, read_pytest_counts
 from stagegate.collect.lint import read_lint
 from stagegate.collect.locate import locate
 from stagegate.errors import InputError, MissingFileError
@@ -58,21 +58,21 @@ def _read(reader: Callable[[Path], Any], path: Path) -> Any:
 
 
 def _junit_reader(record: StageRecord, raw_dir: Path, value: str) -> Callable[[Path], Any]:
-    """A JUnit file's reader, with the pytest plugin's count beside it where the record sealed
-    one; a count that changed after the stage, or appeared after it, is refused."""
+    """A JUnit file's reader, with what the pytest plugin saw beside it where the record sealed
+    that; a file of it that changed after the stage, or appeared after it, is refused. Where
+    the record looked for it and it was not there, a pytest file's outcomes are unwitnessed."""
     sibling = counts_path(value)
     if sibling not in record.sha256:
         return read_junit
     where = locate(record, raw_dir, sibling)
     if where.missing and record.sha256[sibling] is None:
-        return read_junit
+        return partial(read_junit, counts=PytestCounts())
     if sibling in record.stale:
         raise InputError(f"pytest counts file {sibling} is refused: {STALE}")
     if where.refused or where.missing:
         reason = where.refused or "it was there when the stage ended and is gone"
         raise InputError(f"pytest counts file {sibling} is refused: {reason}")
-    passed = read_pytest_counts(where.path)
-    return partial(read_junit, subtest_reports=passed)
+    return partial(read_junit, counts=read_pytest_counts(where.path))
 
 
 def _readers(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] | None, str]]:

@@ -127,27 +127,35 @@ def _share(suite: TestSuite) -> float:
 
 
 def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """Tests skipped here that were not skipped on the base branch: named whether or not the
-    skipped share rose (tests added beside them can hold the share down)."""
+    """Tests that ran on the base branch and skip here, named whether or not the skipped share
+    rose (tests added beside them can hold the share down); and a share that rose, new tests
+    that skip included."""
     suite, base = data.suite, data.base_suite
     if suite is None or base is None:
         return
     skipped_before = {canonical(c) for c in base.cases if c.outcome == "skipped"}
+    ran_before = {canonical(c) for c in base.cases if c.executed}
     newly = [
         c for c in suite.cases if c.outcome == "skipped" and canonical(c) not in skipped_before
     ]
     if not newly:
         return
     before, now = _share(base), _share(suite)
+    share = f"the skipped share went from {before:.1f}% to {now:.1f}%"
+    stopped = [c for c in newly if canonical(c) in ran_before]
+    if stopped:
+        f.add(
+            Kind.TEST_NEWLY_SKIPPED,
+            f"{len(stopped)} test(s) that ran on the base branch skip here ({share})",
+            detail=_listed(stopped),
+            fix="run them, or say in the change why each is skipped now (a maintainer may "
+            "accept it: set severity.test_newly_skipped for that change)",
+        )
     if now - before > policy.skip_jump_pct:
-        kind = "skipped_share_rose"
-        title = f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch"
-    else:  # tests added beside them held the share down
-        kind = "test_newly_skipped"
-        title = f"skipped share went from {before:.1f}% to {now:.1f}% against the base branch"
-    f.add(
-        kind,
-        f"{title}: {len(newly)} test(s) newly skipped",
-        detail=_listed(newly),
-        fix="run them, or say in the change why each is skipped now",
-    )
+        f.add(
+            Kind.SKIPPED_SHARE_ROSE,
+            f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch: "
+            f"{len(newly)} test(s) newly skipped",
+            detail=_listed(newly),
+            fix="run them, or say in the change why each is skipped now",
+        )

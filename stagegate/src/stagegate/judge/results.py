@@ -76,6 +76,40 @@ def _case_findings(f: Findings, case: TestCase, integration: bool, slow_s: float
         )
 
 
+_REWRITTEN = (
+    "stagegate's pytest plugin saw it raise, outside pytest's reports: something in the test "
+    "process rewrote its report"
+)
+
+
+def _witness_findings(f: Findings, suite: TestSuite) -> None:
+    """A pytest file's outcomes held against what stagegate's plugin saw raise."""
+    for nodeid in suite.contradicted:
+        f.add(
+            Kind.OUTCOME_CONTRADICTED,
+            f"{nodeid} raised, and {suite.source} says it did not fail",
+            detail=_REWRITTEN,
+            fix="the test fails: find the code that patches pytest's reports or hooks "
+            "(TestReport, pytest_runtest_makereport) and remove it",
+        )
+    for name in suite.unreported:
+        f.add(
+            Kind.OUTCOME_CONTRADICTED,
+            f"{name} raised, and {suite.source} does not hold it",
+            detail=_REWRITTEN,
+            fix="the test fails: find the code that drops pytest's reports and remove it",
+        )
+    if suite.witnessed is False:
+        f.add(
+            Kind.OUTCOMES_UNWITNESSED,
+            "no witness of which tests raised",
+            detail=f"{suite.source} is pytest's, and stagegate's pytest plugin wrote no "
+            "witness beside it (or one without the tests that raised): its outcomes are claims",
+            fix="install stagegate where pytest runs (its plugin loads by itself) and do not "
+            "disable it (-p no:stagegate_warnings)",
+        )
+
+
 def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Tests that failed, errored, were flaky, slow or skipped; a file that lost tests; none run."""
     suite = data.suite
@@ -94,6 +128,7 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
             fix="check that the test run wrote the whole file; if the producer counts something "
             "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch",
         )
+    _witness_findings(f, suite)
     for case in suite.cases:
         _case_findings(f, case, stage == "integration", policy.slow_test_s)
     skipped: dict[str, list[str]] = defaultdict(list)

@@ -1,8 +1,15 @@
 """pytest plugin: ``--stagegate-warnings FILE`` writes every captured warning, grouped, as JSON;
 ``--stagegate-guard DIR`` fails every test that changes DIR (stagegate.record.pytest_guard); and
 where pytest writes JUnit (``--junitxml F``), ``F.counts.json`` beside it holds what this plugin
-counted itself: the subtests' reports, which pytest counts in ``tests=`` but writes into their
-test's element (stagegate reads a pytest file's ``tests=`` against its elements plus these).
+saw itself, apart from pytest's reports:
+
+- the subtests' reports, which pytest counts in ``tests=`` but writes into their test's element
+  (stagegate reads a pytest file's ``tests=`` against its elements plus these);
+- every test whose setup, call or teardown raised (a skip or an expected failure aside), named
+  as pytest's JUnit writer names it, and those that raised and then passed when run again:
+  stagegate holds the file's outcomes against these, so a report rewritten inside the test
+  process (a patched ``TestReport``, a ``makereport`` hook) cannot turn a failure into a pass
+  unseen.
 
 Registered through the ``pytest11`` entry point; it does nothing unless one of those is given.
 """
@@ -18,13 +25,16 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
 from stagegate.io import write_atomic
 from stagegate.model import counts_path
 from stagegate.record.pytest_guard import register as register_guard
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the warnings file
+COUNTS_FORMAT_VERSION = 2  # of the file beside JUnit; 2: "raised" and "recovered" added
 WORKER_KEY = "stagegate_warnings"  # a pytest-xdist worker's records, in its workeroutput
+RAISED_KEY = "stagegate_raised"  # a worker's tests that raised, in its workeroutput
 Key = tuple[str, str, str, int]  # category, message, file, line
 
 
@@ -52,31 +62,120 @@ def pytest_configure(config: pytest.Config) -> None:
     if guarded:
         register_guard(config, guarded)
     junit = getattr(config.option, "xmlpath", None)
-    if junit and not hasattr(config, "workerinput"):  # where the JUnit file is written
+    if not junit:
+        return
+    witness = OutcomeWitness(config)
+    config.pluginmanager.register(witness, "stagegate-outcomes")
+    if not hasattr(config, "workerinput"):  # where the JUnit file is written
         where = Path(config.invocation_params.dir) / junit
-        config.pluginmanager.register(SubtestCounter(where), "stagegate-junit-counts")
+        config.pluginmanager.register(SubtestCounter(where, witness), "stagegate-junit-counts")
 
 
 # The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
 _SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
 
 
+Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
+
+
+def _expected(item: pytest.Item, exc: BaseException) -> bool:
+    """Whether pytest reports ``exc`` as no failure: a skip, an expected failure, the end of
+    the session (which ends the run without a report)."""
+    unittest = sys.modules.get("unittest")
+    skip = (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception)
+    return (
+        isinstance(exc, (*skip, KeyboardInterrupt))
+        or (unittest is not None and isinstance(exc, unittest.SkipTest))
+        or item.get_closest_marker("xfail") is not None
+    )
+
+
+class OutcomeWitness:
+    """Notes, in every process that runs tests, each test whose setup, call or teardown raised
+    what pytest reports as a failure or an error. Its hook wrappers sit outside pytest's own
+    (``tryfirst``) and around the test function itself (``pytest_pyfunc_call``), so they see
+    the exception before any report is made of it. A test run again (pytest-rerunfailures) is
+    judged by its last run; one that raised before it and not in it recovered."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.prefix = getattr(config.option, "junitprefix", None)
+        self.config = config
+        self.raised: set[Raised] = set()  # in its last run
+        self.recovered: set[Raised] = set()  # in an earlier run, not in its last
+
+    def _name(self, nodeid: str) -> Raised:
+        names = mangle_test_address(nodeid)
+        classnames = [self.prefix, *names[:-1]] if self.prefix else names[:-1]
+        return ".".join(classnames), bin_xml_escape(names[-1])
+
+    def _watch(self, item: pytest.Item) -> Any:
+        try:
+            return (yield)
+        except BaseException as exc:
+            if not _expected(item, exc):
+                name = self._name(item.nodeid)
+                self.raised.add(name)
+                self.recovered.discard(name)
+            raise
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Any:
+        name = self._name(item.nodeid)
+        if name in self.raised:  # a run again of a test that raised
+            self.raised.discard(name)
+            self.recovered.add(name)
+        return (yield from self._watch(item))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        return (yield from self._watch(item))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        return (yield from self._watch(pyfuncitem))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Any:
+        return (yield from self._watch(item))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput"):  # the controller writes them, once
+            self.config.workeroutput[RAISED_KEY] = {  # type: ignore[attr-defined]
+                "raised": sorted(self.raised),
+                "recovered": sorted(self.recovered),
+            }
+
+
 class SubtestCounter:
     """Counts the subtest reports pytest's JUnit writer counts in ``tests=`` (a pass of the
     call, a failure, a skip), as it receives them (in the process that writes the file:
-    pytest-xdist's controller), and writes the count beside the file."""
+    pytest-xdist's controller), and writes the count beside the file with the tests that
+    raised, as the witness in this process and each worker's saw them."""
 
-    def __init__(self, junit: Path) -> None:
+    def __init__(self, junit: Path, witness: OutcomeWitness) -> None:
         self.path = Path(counts_path(str(junit)))
         self.subtest_reports = 0
+        self.witness = witness
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         counted = report.when == "call" or not report.passed
         self.subtest_reports += counted and type(report).__name__ in _SUBTEST_REPORTS
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A pytest-xdist worker ended: add the tests it saw raise."""
+        output = getattr(node, "workeroutput", {}).get(RAISED_KEY, {})
+        self.witness.raised.update((c, n) for c, n in output.get("raised", []))
+        self.witness.recovered.update((c, n) for c, n in output.get("recovered", []))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        doc = {"format_version": FORMAT_VERSION, "subtest_reports": self.subtest_reports}
+        doc = {
+            "format_version": COUNTS_FORMAT_VERSION,
+            "subtest_reports": self.subtest_reports,
+            "raised": [list(r) for r in sorted(self.witness.raised)],
+            "recovered": [list(r) for r in sorted(self.witness.recovered)],
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(doc) + "\n")
 
