@@ -106,13 +106,15 @@ def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
 
 
 # What pytest reports as failed or erred in test_outcomes.py: a failed assert, one parameter,
-# a fixture that raised, pytest.fail, a teardown that raised; no skip, no expected failure
+# a fixture that raised, pytest.fail, a teardown that raised, a unittest failure; no skip, no
+# expected failure
 FAILING = {
     "test_outcomes.py::test_fail",
     "test_outcomes.py::test_param[b/c]",
     "test_outcomes.py::test_fixture_raises",
     "test_outcomes.py::test_teardown_raises",
     "test_outcomes.py::TestClass::test_fails",
+    "test_outcomes.py::TestUnit::test_fails",  # a unittest.TestCase's, reported, not raised
 }
 XDIST = ("-n", "2")
 
@@ -136,7 +138,7 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
     tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     """A module the run imports patches pytest's TestReport: the JUnit file, its counts and
-    pytest's exit status all say every test passed; the plugin saw five tests raise."""
+    pytest's exit status all say every test passed; the plugin saw six tests fail."""
     sample = "test_outcomes.py"
     suite = _run_pytest(tmp_path, sample, True, *options, also="test_forged_reports.py")
     assert suite.count("failed") == suite.count("error") == 0  # the forgery worked

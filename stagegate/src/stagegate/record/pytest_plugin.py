@@ -113,10 +113,13 @@ class OutcomeWitness:
             return (yield)
         except BaseException as exc:
             if not _expected(item, exc):
-                name = self._name(item.nodeid)
-                self.raised.add(name)
-                self.recovered.discard(name)
+                self._noted(item)
             raise
+
+    def _noted(self, item: pytest.Item) -> None:
+        name = self._name(item.nodeid)
+        self.raised.add(name)
+        self.recovered.discard(name)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Any:
@@ -128,7 +131,12 @@ class OutcomeWitness:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        return (yield from self._watch(item))
+        result = yield from self._watch(item)
+        # A unittest.TestCase's failures reach pytest through its result object, not raised
+        for info in getattr(item, "_excinfo", None) or ():
+            if not _expected(item, info.value):
+                self._noted(item)
+        return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
