@@ -39,6 +39,7 @@ class Kind(StrEnum):
     COUNT_MISMATCH = "count_mismatch"
     OUTCOME_CONTRADICTED = "outcome_contradicted"
     OUTCOMES_UNWITNESSED = "outcomes_unwitnessed"
+    FOREIGN_HOOKS = "foreign_hooks"
     REQUIRED_TEST_MISSING = "required_test_missing"
     REQUIRED_TEST_SKIPPED = "required_test_skipped"
     SKIPPED_SHARE_ROSE = "skipped_share_rose"
@@ -100,6 +101,9 @@ CATALOGUE: dict[Kind, About] = {
     ),
     Kind.OUTCOMES_UNWITNESSED: About(
         INFO, "pytest ran without stagegate's plugin seeing which tests raised"
+    ),
+    Kind.FOREIGN_HOOKS: About(
+        C, "code outside conftest files hooks into how pytest runs or reports tests", floor=H
     ),
     Kind.REQUIRED_TEST_MISSING: About(H, "a test the policy names did not run"),
     Kind.REQUIRED_TEST_SKIPPED: About(H, "a test the policy names was skipped"),

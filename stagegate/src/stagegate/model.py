@@ -277,10 +277,12 @@ class TestSuite:
     dated: Dated = Dated()
     # pytest files only: whether stagegate's plugin witnessed which tests raised (None: not a
     # pytest file, or its record expects no witness), the tests that raised and the file calls
-    # passed or skipped, and those that raised and the file does not hold
+    # passed or skipped, those that raised and the file does not hold, and the plugins and
+    # patches it saw that could run or report tests without raising through it
     witnessed: bool | None = None
     contradicted: tuple[str, ...] = ()
     unreported: tuple[str, ...] = ()
+    foreign_hooks: tuple[str, ...] = ()  # what could run or report its tests unseen
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""

@@ -180,8 +180,22 @@ def test_a_pytest_file_without_the_plugins_witness_is_said_and_blocks_where_the_
     assert decide([judge_stage("execution", data, strict)]).decision is Decision.BLOCK
 
 
+def test_a_hook_the_witness_saw_blocks(tmp_path: Path) -> None:
+    _stage(tmp_path, declared=1, counted=0, raised='[], "foreign": ["t.py: pytest_pyfunc_call"]')
+    data = _collected(tmp_path)
+    assert data.suite is not None and data.suite.foreign_hooks == ("t.py: pytest_pyfunc_call",)
+    assert _judged(data) == (Decision.BLOCK, ["foreign_hooks"])
+
+
 @pytest.mark.parametrize("raised", ['"test_m"', '[["test_m"]]', "[[1, 2]]", "null"])
 def test_a_witness_without_a_list_of_names_is_an_input_error(tmp_path: Path, raised: str) -> None:
     _stage(tmp_path, declared=1, counted=0, raised=raised)
     data = _collected(tmp_path)
     assert data.suite is None and "raised" in data.input_errors[0]
+
+
+@pytest.mark.parametrize("foreign", ['"t.py"', "[1]"])
+def test_a_witness_without_a_list_of_hooks_is_an_input_error(tmp_path: Path, foreign: str) -> None:
+    _stage(tmp_path, declared=1, counted=0, raised=f'[], "foreign": {foreign}')
+    data = _collected(tmp_path)
+    assert data.suite is None and "foreign" in data.input_errors[0]

@@ -128,6 +128,7 @@ def test_the_plugin_sees_exactly_the_tests_pytest_fails(
     assert counts.raised is not None and len(counts.raised) == len(FAILING)
     assert {c.nodeid for c in suite.cases if c.outcome in ("failed", "error")} == FAILING
     assert (suite.witnessed, suite.contradicted, suite.unreported) == (True, (), ())
+    assert suite.foreign_hooks == ()
     decision, findings = _verdict(suite)
     assert decision is Decision.BLOCK
     assert {f.partition(":")[0] for f in findings} == {"test_failed", "skipped_test"}
@@ -147,6 +148,37 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
     assert decision is Decision.BLOCK
     contradicted = [f for f in findings if f.startswith("outcome_contradicted")]
     assert len(contradicted) == len(FAILING)
+
+
+@pytest.mark.parametrize(
+    ("attack", "options", "hooked"),
+    [
+        ("test_swallowing_plugin.py", (), "test_swallowing_plugin.py: pytest_pyfunc_call"),
+        ("test_swallowing_plugin.py", XDIST, "test_swallowing_plugin.py: pytest_pyfunc_call"),
+        (
+            "test_deselecting_plugin.py",
+            (),
+            "test_deselecting_plugin.py: pytest_collection_modifyitems",
+        ),
+        ("test_replaced_runtest.py", (), "pytest's Function.runtest replaced"),
+    ],
+    ids=["swallowing-hook", "swallowing-hook-xdist", "deselecting-hook", "replaced-runtest"],
+)
+def test_a_test_module_that_hooks_into_running_tests_blocks(
+    tmp_path: Path, attack: str, options: tuple[str, ...], hooked: str
+) -> None:
+    """Each keeps a failing test's failure out of the JUnit file (it passes, or is not there)
+    without raising through the witness; the plugin names the hook or the replaced function."""
+    suite = _run_pytest(tmp_path, "test_outcomes.py", True, *options, also=attack)
+    failing = {c.nodeid for c in suite.cases if c.outcome in ("failed", "error")}
+    assert "test_outcomes.py::test_fail" not in failing  # the attack worked
+    assert suite.contradicted == suite.unreported == ()
+    assert suite.foreign_hooks == (hooked,)
+    decision, findings = _verdict(suite)
+    assert decision is Decision.BLOCK
+    assert [f for f in findings if f.startswith("foreign_hooks")] == [
+        f"foreign_hooks: pytest's running or reporting of tests was hooked: {hooked}"
+    ]
 
 
 def test_pytest_without_the_plugin_is_unwitnessed(tmp_path: Path) -> None:

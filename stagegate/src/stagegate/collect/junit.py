@@ -563,6 +563,7 @@ def read_junit(
         dated=ctx.dated,
         witnessed=None if counts is None or not ctx.pytest else counts.raised is not None,
         contradicted=tuple(ctx.contradicted),
+        foreign_hooks=counts.foreign if counts is not None else (),
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
     )
 
@@ -579,6 +580,7 @@ class PytestCounts:
     subtest_reports: int = 0
     raised: frozenset[tuple[str, str]] | None = None
     recovered: frozenset[tuple[str, str]] = frozenset()  # raised, then passed when run again
+    foreign: tuple[str, ...] = ()  # what could run or report tests unseen (hooks, patches)
 
 
 def _names(data: dict[str, object], key: str, path: Path) -> frozenset[tuple[str, str]] | None:
@@ -606,4 +608,8 @@ def read_pytest_counts(path: Path) -> PytestCounts:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise InputError(f"pytest counts file {path} holds no count of subtest_reports")
     recovered = _names(data, "recovered", path) if "recovered" in data else None
-    return PytestCounts(count, _names(data, "raised", path), recovered or frozenset())
+    foreign = data.get("foreign", [])
+    if not isinstance(foreign, list) or not all(isinstance(f, str) for f in foreign):
+        raise InputError(f"pytest counts file {path} holds no list of foreign hooks")
+    raised = _names(data, "raised", path)
+    return PytestCounts(count, raised, recovered or frozenset(), tuple(f[:500] for f in foreign))

@@ -99,6 +99,15 @@ def _witness_findings(f: Findings, suite: TestSuite) -> None:
             detail=_REWRITTEN,
             fix="the test fails: find the code that drops pytest's reports and remove it",
         )
+    for hook in suite.foreign_hooks:
+        f.add(
+            Kind.FOREIGN_HOOKS,
+            f"pytest's running or reporting of tests was hooked: {hook}",
+            detail="registered once tests were collected, by a test module or code it imports "
+            "(not a conftest.py), or pytest's own function replaced: it can pass, skip or drop "
+            "tests without their failures reaching stagegate's witness",
+            fix="move the hook into a conftest.py (a gate file) or remove it",
+        )
     if suite.witnessed is False:
         f.add(
             Kind.OUTCOMES_UNWITNESSED,

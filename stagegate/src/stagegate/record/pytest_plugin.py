@@ -25,16 +25,15 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from _pytest.junitxml import bin_xml_escape, mangle_test_address
 
 from stagegate.io import write_atomic
 from stagegate.model import counts_path
 from stagegate.record.pytest_guard import register as register_guard
+from stagegate.record.pytest_witness import RAISED_KEY, OutcomeWitness, in_project
 
 FORMAT_VERSION = 1  # of the warnings file
-COUNTS_FORMAT_VERSION = 2  # of the file beside JUnit; 2: "raised" and "recovered" added
+COUNTS_FORMAT_VERSION = 2  # of the file beside JUnit; 2: the witness's lists added
 WORKER_KEY = "stagegate_warnings"  # a pytest-xdist worker's records, in its workeroutput
-RAISED_KEY = "stagegate_raised"  # a worker's tests that raised, in its workeroutput
 Key = tuple[str, str, str, int]  # category, message, file, line
 
 
@@ -64,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     junit = getattr(config.option, "xmlpath", None)
     if not junit:
         return
-    witness = OutcomeWitness(config)
+    witness = OutcomeWitness(config, Path(config.rootpath).resolve())
     config.pluginmanager.register(witness, "stagegate-outcomes")
     if not hasattr(config, "workerinput"):  # where the JUnit file is written
         where = Path(config.invocation_params.dir) / junit
@@ -73,85 +72,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
 _SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
-
-
-Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
-
-
-def _expected(item: pytest.Item, exc: BaseException) -> bool:
-    """Whether pytest reports ``exc`` as no failure: a skip, an expected failure, the end of
-    the session (which ends the run without a report)."""
-    unittest = sys.modules.get("unittest")
-    skip = (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception)
-    return (
-        isinstance(exc, (*skip, KeyboardInterrupt))
-        or (unittest is not None and isinstance(exc, unittest.SkipTest))
-        or item.get_closest_marker("xfail") is not None
-    )
-
-
-class OutcomeWitness:
-    """Notes, in every process that runs tests, each test whose setup, call or teardown raised
-    what pytest reports as a failure or an error. Its hook wrappers sit outside pytest's own
-    (``tryfirst``) and around the test function itself (``pytest_pyfunc_call``), so they see
-    the exception before any report is made of it. A test run again (pytest-rerunfailures) is
-    judged by its last run; one that raised before it and not in it recovered."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.prefix = getattr(config.option, "junitprefix", None)
-        self.config = config
-        self.raised: set[Raised] = set()  # in its last run
-        self.recovered: set[Raised] = set()  # in an earlier run, not in its last
-
-    def _name(self, nodeid: str) -> Raised:
-        names = mangle_test_address(nodeid)
-        classnames = [self.prefix, *names[:-1]] if self.prefix else names[:-1]
-        return ".".join(classnames), bin_xml_escape(names[-1])
-
-    def _watch(self, item: pytest.Item) -> Any:
-        try:
-            return (yield)
-        except BaseException as exc:
-            if not _expected(item, exc):
-                self._noted(item)
-            raise
-
-    def _noted(self, item: pytest.Item) -> None:
-        name = self._name(item.nodeid)
-        self.raised.add(name)
-        self.recovered.discard(name)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> Any:
-        name = self._name(item.nodeid)
-        if name in self.raised:  # a run again of a test that raised
-            self.raised.discard(name)
-            self.recovered.add(name)
-        return (yield from self._watch(item))
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        result = yield from self._watch(item)
-        # A unittest.TestCase's failures reach pytest through its result object, not raised
-        for info in getattr(item, "_excinfo", None) or ():
-            if not _expected(item, info.value):
-                self._noted(item)
-        return result
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
-        return (yield from self._watch(pyfuncitem))
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Any:
-        return (yield from self._watch(item))
-
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if hasattr(self.config, "workerinput"):  # the controller writes them, once
-            self.config.workeroutput[RAISED_KEY] = {  # type: ignore[attr-defined]
-                "raised": sorted(self.raised),
-                "recovered": sorted(self.recovered),
-            }
 
 
 class SubtestCounter:
@@ -172,38 +92,23 @@ class SubtestCounter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """A pytest-xdist worker ended: add the tests it saw raise."""
-        output = getattr(node, "workeroutput", {}).get(RAISED_KEY, {})
-        self.witness.raised.update((c, n) for c, n in output.get("raised", []))
-        self.witness.recovered.update((c, n) for c, n in output.get("recovered", []))
+        self.witness.add(getattr(node, "workeroutput", {}).get(RAISED_KEY, {}))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         doc = {
             "format_version": COUNTS_FORMAT_VERSION,
             "subtest_reports": self.subtest_reports,
-            "raised": [list(r) for r in sorted(self.witness.raised)],
-            "recovered": [list(r) for r in sorted(self.witness.recovered)],
+            **self.witness.seen(),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(doc) + "\n")
 
 
-_DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
-
-
-def _in_project(filename: str, root: Path) -> str | None:
-    """``filename`` relative to ``root`` when it is the project's own code, else None."""
-    try:
-        relative = Path(filename).resolve().relative_to(root)
-    except (ValueError, OSError):
-        return None
-    return None if _DEPENDENCY_DIRS.intersection(relative.parts) else str(relative)
-
-
 def project_frame(root: Path, frame: FrameType | None) -> tuple[str, int] | None:
     """The innermost frame at or outside ``frame`` that is the project's own code."""
     while frame is not None:
-        relative = _in_project(frame.f_code.co_filename, root)
+        relative = in_project(frame.f_code.co_filename, root)
         if relative is not None:
             return relative, frame.f_lineno
         frame = frame.f_back
@@ -237,7 +142,7 @@ class WarningRecorder:
         shown = warnings._showwarnmsg_impl  # type: ignore[attr-defined]
 
         def locate(message: warnings.WarningMessage) -> None:
-            if _in_project(message.filename, self.root) is None:
+            if in_project(message.filename, self.root) is None:
                 message.stagegate_origin = project_frame(self.root, sys._getframe(1))  # type: ignore[attr-defined]
             shown(message)
 
@@ -258,7 +163,7 @@ class WarningRecorder:
             return
         origin = getattr(warning_message, "stagegate_origin", None)
         file, line = origin or (warning_message.filename, warning_message.lineno)
-        file = _in_project(file, self.root) or file  # outside the project: the absolute path
+        file = in_project(file, self.root) or file  # outside the project: the absolute path
         key = (
             warning_message.category.__name__,
             str(warning_message.message).strip(),

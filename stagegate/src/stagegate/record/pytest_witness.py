@@ -1,0 +1,186 @@
+"""The witness of a pytest run's outcomes, apart from pytest's reports (stagegate's pytest
+plugin registers it wherever pytest writes JUnit).
+
+In every process that runs tests it notes each test whose setup, call or teardown raised what
+pytest reports as a failure or an error: its hook wrappers sit outside pytest's own
+(``tryfirst``) and around the test function itself (``pytest_pyfunc_call``), so they see the
+exception before any report is made of it. A test run again (pytest-rerunfailures) is judged by
+its last run; one that raised before it and not in it recovered.
+
+It also notes what could run or report tests without raising through it: a plugin registered
+once tests are collected (by a test module, or code it imports; conftest files aside) whose
+hooks are the project's own code, and pytest's own functions that run and report a test,
+replaced.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pytest.junitxml import bin_xml_escape, mangle_test_address
+
+RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
+Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
+
+# pytest's functions that run a test and make its report: (module, class or "", attribute)
+INTERNALS = (
+    ("_pytest.python", "Function", "runtest"),
+    ("_pytest.runner", "CallInfo", "from_call"),
+    ("_pytest.runner", "", "call_and_report"),
+    ("_pytest.runner", "", "runtestprotocol"),
+    ("_pytest.reports", "TestReport", "from_item_and_call"),
+)
+
+
+_DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
+
+
+def in_project(filename: str, root: Path) -> str | None:
+    """``filename`` relative to ``root`` when it is the project's own code, else None."""
+    try:
+        relative = Path(filename).resolve().relative_to(root)
+    except (ValueError, OSError):
+        return None
+    return None if _DEPENDENCY_DIRS.intersection(relative.parts) else str(relative)
+
+
+_LIBRARIES = tuple(
+    Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")
+)
+
+
+def own_code(filename: str, root: Path) -> str | None:
+    """``filename`` where it is no library's (the standard library, an installed package):
+    relative to ``root`` inside it, else absolute; None for a library's."""
+    where = in_project(filename, root)
+    if where is not None:
+        return where
+    path = Path(filename).resolve()
+    if _DEPENDENCY_DIRS.intersection(path.parts) or any(map(path.is_relative_to, _LIBRARIES)):
+        return None
+    return str(path)
+
+
+def _internals() -> dict[str, object]:
+    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself)."""
+    found = {}
+    for module, owner, attribute in INTERNALS:
+        holder: Any = importlib.import_module(module)
+        holder = getattr(holder, owner) if owner else holder
+        found[".".join(filter(None, (owner or module, attribute)))] = vars(holder).get(attribute)
+    return found
+
+
+def _expected(item: pytest.Item, exc: BaseException) -> bool:
+    """Whether pytest reports ``exc`` as no failure: a skip, an expected failure, the end of
+    the session (which ends the run without a report)."""
+    unittest = sys.modules.get("unittest")
+    skip = (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception)
+    return (
+        isinstance(exc, (*skip, KeyboardInterrupt))
+        or (unittest is not None and isinstance(exc, unittest.SkipTest))
+        or item.get_closest_marker("xfail") is not None
+    )
+
+
+class OutcomeWitness:
+    """What one process saw; the controller adds its workers' (:meth:`add`)."""
+
+    def __init__(self, config: pytest.Config, root: Path) -> None:
+        self.prefix = getattr(config.option, "junitprefix", None)
+        self.config, self.root = config, root
+        self.raised: set[Raised] = set()  # in its last run
+        self.recovered: set[Raised] = set()  # in an earlier run, not in its last
+        self.foreign: set[str] = set()  # what could run or report tests unseen
+        self.collecting = False
+        self.internals = _internals()
+
+    def seen(self) -> dict[str, list[Any]]:
+        """This witness as the file beside JUnit holds it."""
+        self._check_internals()
+        return {
+            "raised": [list(r) for r in sorted(self.raised)],
+            "recovered": [list(r) for r in sorted(self.recovered)],
+            "foreign": sorted(self.foreign),
+        }
+
+    def add(self, seen: dict[str, list[Any]]) -> None:
+        """A worker's witness (:meth:`seen`), added to this one."""
+        self.raised.update((c, n) for c, n in seen.get("raised", []))
+        self.recovered.update((c, n) for c, n in seen.get("recovered", []))
+        self.foreign.update(seen.get("foreign", []))
+
+    def _name(self, nodeid: str) -> Raised:
+        names = mangle_test_address(nodeid)
+        classnames = [self.prefix, *names[:-1]] if self.prefix else names[:-1]
+        return ".".join(classnames), bin_xml_escape(names[-1])
+
+    def _watch(self, item: pytest.Item) -> Any:
+        try:
+            return (yield)
+        except BaseException as exc:
+            if not _expected(item, exc):
+                self._noted(item)
+            raise
+
+    def _noted(self, item: pytest.Item) -> None:
+        name = self._name(item.nodeid)
+        self.raised.add(name)
+        self.recovered.discard(name)
+
+    def _check_internals(self) -> None:
+        for name, now in _internals().items():
+            if now is not self.internals[name]:
+                self.foreign.add(f"pytest's {name} replaced")
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> Any:
+        self.collecting = True
+        return (yield)
+
+    def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
+        """A plugin registered once tests are collected: its hooks that are the project's own
+        code, a conftest file's aside (a gate file, as any conftest.py)."""
+        if not self.collecting or plugin in manager._conftest_plugins:
+            return
+        for caller in manager.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                code = getattr(impl.function, "__code__", None)
+                where = own_code(code.co_filename, self.root) if code else "(no source)"
+                if impl.plugin is plugin and where is not None:
+                    self.foreign.add(f"{where}: {caller.name}")
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Any:
+        name = self._name(item.nodeid)
+        if name in self.raised:  # a run again of a test that raised
+            self.raised.discard(name)
+            self.recovered.add(name)
+        return (yield from self._watch(item))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        self._check_internals()
+        result = yield from self._watch(item)
+        # A unittest.TestCase's failures reach pytest through its result object, not raised
+        for info in getattr(item, "_excinfo", None) or ():
+            if not _expected(item, info.value):
+                self._noted(item)
+        return result
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        return (yield from self._watch(pyfuncitem))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Any:
+        return (yield from self._watch(item))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput"):  # the controller writes the file, once
+            self.config.workeroutput[RAISED_KEY] = self.seen()  # type: ignore[attr-defined]
