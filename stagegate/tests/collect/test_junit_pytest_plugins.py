@@ -161,8 +161,15 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
             "test_deselecting_plugin.py: pytest_collection_modifyitems",
         ),
         ("test_replaced_runtest.py", (), "pytest's Function.runtest replaced"),
+        ("test_report_sent_forged.py", XDIST, "pytest's _pytest.reports._report_to_json replaced"),
     ],
-    ids=["swallowing-hook", "swallowing-hook-xdist", "deselecting-hook", "replaced-runtest"],
+    ids=[
+        "swallowing-hook",
+        "swallowing-hook-xdist",
+        "deselecting-hook",
+        "replaced-runtest",
+        "report-sent-forged-xdist",
+    ],
 )
 def test_a_test_module_that_hooks_into_running_tests_blocks(
     tmp_path: Path, attack: str, options: tuple[str, ...], hooked: str
@@ -172,7 +179,6 @@ def test_a_test_module_that_hooks_into_running_tests_blocks(
     suite = _run_pytest(tmp_path, "test_outcomes.py", True, *options, also=attack)
     failing = {c.nodeid for c in suite.cases if c.outcome in ("failed", "error")}
     assert "test_outcomes.py::test_fail" not in failing  # the attack worked
-    assert suite.contradicted == suite.unreported == ()
     assert suite.foreign_hooks == (hooked,)
     decision, findings = _verdict(suite)
     assert decision is Decision.BLOCK

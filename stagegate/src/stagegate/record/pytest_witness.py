@@ -27,13 +27,17 @@ from _pytest.junitxml import bin_xml_escape, mangle_test_address
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
 
-# pytest's functions that run a test and make its report: (module, class or "", attribute)
+# pytest's functions that run a test, make its report, send it from a pytest-xdist worker and
+# write it to JUnit: (module, class or "", attribute)
 INTERNALS = (
     ("_pytest.python", "Function", "runtest"),
     ("_pytest.runner", "CallInfo", "from_call"),
     ("_pytest.runner", "", "call_and_report"),
     ("_pytest.runner", "", "runtestprotocol"),
     ("_pytest.reports", "TestReport", "from_item_and_call"),
+    ("_pytest.reports", "", "_report_to_json"),
+    ("_pytest.junitxml", "_NodeReporter", "append_failure"),
+    ("_pytest.junitxml", "_NodeReporter", "append_error"),
 )
 
 
@@ -67,12 +71,15 @@ def own_code(filename: str, root: Path) -> str | None:
 
 
 def _internals() -> dict[str, object]:
-    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself)."""
+    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself); None
+    for one this pytest does not have."""
     found = {}
     for module, owner, attribute in INTERNALS:
-        holder: Any = importlib.import_module(module)
-        holder = getattr(holder, owner) if owner else holder
-        found[".".join(filter(None, (owner or module, attribute)))] = vars(holder).get(attribute)
+        holder: Any = sys.modules.get(module) or importlib.import_module(module)
+        holder = getattr(holder, owner, None) if owner else holder
+        found[".".join(filter(None, (owner or module, attribute)))] = vars(holder or {}).get(
+            attribute
+        )
     return found
 
 
