@@ -153,7 +153,7 @@ class OutcomeWitness:
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
         code, a conftest file's aside (a gate file, as any conftest.py)."""
-        if not self.collecting or plugin in manager._conftest_plugins:
+        if not self.collecting or plugin in getattr(manager, "_conftest_plugins", ()):
             return
         for caller in manager.get_hookcallers(plugin) or ():
             for impl in caller.get_hookimpls():
