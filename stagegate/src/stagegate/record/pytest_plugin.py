@@ -5,11 +5,10 @@ saw itself, apart from pytest's reports:
 
 - the subtests' reports, which pytest counts in ``tests=`` but writes into their test's element
   (stagegate reads a pytest file's ``tests=`` against its elements plus these);
-- every test whose setup, call or teardown raised (a skip or an expected failure aside), named
-  as pytest's JUnit writer names it, and those that raised and then passed when run again:
-  stagegate holds the file's outcomes against these, so a report rewritten inside the test
-  process (a patched ``TestReport``, a ``makereport`` hook) cannot turn a failure into a pass
-  unseen.
+- what :mod:`stagegate.record.pytest_witness` saw: every test whose setup, call or teardown
+  raised (a skip or an expected failure aside), named as pytest's JUnit writer names it, those
+  that raised and then passed when run again, and the hooks and replaced pytest functions
+  that could run or report tests unseen. stagegate holds the file's outcomes against these.
 
 Registered through the ``pytest11`` entry point; it does nothing unless one of those is given.
 """
@@ -67,18 +66,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(witness, "stagegate-outcomes")
     if not hasattr(config, "workerinput"):  # where the JUnit file is written
         where = Path(config.invocation_params.dir) / junit
-        config.pluginmanager.register(SubtestCounter(where, witness), "stagegate-junit-counts")
+        config.pluginmanager.register(JUnitSidecar(where, witness), "stagegate-junit-counts")
 
 
 # The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
 _SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
 
 
-class SubtestCounter:
-    """Counts the subtest reports pytest's JUnit writer counts in ``tests=`` (a pass of the
-    call, a failure, a skip), as it receives them (in the process that writes the file:
-    pytest-xdist's controller), and writes the count beside the file with the tests that
-    raised, as the witness in this process and each worker's saw them."""
+class JUnitSidecar:
+    """The file beside JUnit, written by the process that writes JUnit (pytest-xdist's
+    controller): the subtest reports pytest's JUnit writer counts in ``tests=`` (a pass of the
+    call, a failure, a skip), counted as it receives them, and what the witness in this process
+    and each worker's saw."""
 
     def __init__(self, junit: Path, witness: OutcomeWitness) -> None:
         self.path = Path(counts_path(str(junit)))
