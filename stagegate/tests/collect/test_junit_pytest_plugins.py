@@ -54,7 +54,7 @@ def _run_pytest(
     junit = tmp_path / "junit.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options]
     done = subprocess.run(
-        [*command, f"--junitxml={junit}", sample, *filter(None, [also])],
+        [*command, f"--junitxml={junit}", *filter(None, [sample, also])],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -162,6 +162,7 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
         ),
         ("test_replaced_runtest.py", (), "pytest's Function.runtest replaced"),
         ("test_report_sent_forged.py", XDIST, "pytest's _pytest.reports._report_to_json replaced"),
+        ("test_swapped_runtest_code.py", (), "pytest's Function.runtest replaced"),
     ],
     ids=[
         "swallowing-hook",
@@ -169,6 +170,7 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
         "deselecting-hook",
         "replaced-runtest",
         "report-sent-forged-xdist",
+        "swapped-runtest-code",
     ],
 )
 def test_a_test_module_that_hooks_into_running_tests_blocks(
@@ -185,6 +187,32 @@ def test_a_test_module_that_hooks_into_running_tests_blocks(
     assert [f for f in findings if f.startswith("foreign_hooks")] == [
         f"foreign_hooks: pytest's running or reporting of tests was hooked: {hooked}"
     ]
+
+
+def test_an_xfail_mark_that_does_not_make_a_failure_expected_leaves_it_witnessed(
+    tmp_path: Path,
+) -> None:
+    suite = _run_pytest(tmp_path, "test_xfail_not_met.py")
+    assert suite.count("failed") == 0  # the failure elements were dropped
+    assert set(suite.contradicted) == {
+        "test_xfail_not_met.py::test_condition_not_met",
+        "test_xfail_not_met.py::test_raises_not_matched",
+    }
+
+
+def test_a_plugin_a_conftest_registers_during_collection_is_no_foreign_hook(
+    tmp_path: Path,
+) -> None:
+    """A conftest.py below the root is loaded while tests are collected; a plugin object it
+    registers is the conftest's own (a gate file), not a test module's."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "conftest.py").write_text(
+        "class Helper:\n    def pytest_runtest_setup(self, item):\n        pass\n\n\n"
+        "def pytest_configure(config):\n    config.pluginmanager.register(Helper())\n"
+    )
+    (tmp_path / "sub" / "test_s.py").write_text("def test_s():\n    pass\n")
+    suite = _run_pytest(tmp_path, "", True, "sub")
+    assert [c.outcome for c in suite.cases] == ["passed"] and suite.foreign_hooks == ()
 
 
 def test_pytest_without_the_plugin_is_unwitnessed(tmp_path: Path) -> None:

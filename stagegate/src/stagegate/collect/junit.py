@@ -562,7 +562,7 @@ def read_junit(
         count_mismatches=tuple(ctx.mismatches),
         dated=ctx.dated,
         witnessed=None if counts is None or not ctx.pytest else counts.raised is not None,
-        contradicted=tuple(ctx.contradicted),
+        contradicted=tuple(dict.fromkeys(ctx.contradicted)),  # a test written twice, once
         foreign_hooks=counts.foreign if counts is not None else (),
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
     )

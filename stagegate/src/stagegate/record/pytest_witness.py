@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
+from _pytest.skipping import xfailed_key
 
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
@@ -70,17 +71,30 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-def _internals() -> dict[str, object]:
-    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself); None
-    for one this pytest does not have."""
+def _internals() -> dict[str, tuple[object, object]]:
+    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself), with
+    its code (which can be swapped under the same object); Nones for one this pytest lacks."""
     found = {}
     for module, owner, attribute in INTERNALS:
         holder: Any = sys.modules.get(module) or importlib.import_module(module)
         holder = getattr(holder, owner, None) if owner else holder
-        found[".".join(filter(None, (owner or module, attribute)))] = vars(holder or {}).get(
-            attribute
-        )
+        held = vars(holder or {}).get(attribute)
+        code = getattr(getattr(held, "__func__", held), "__code__", None)
+        found[".".join(filter(None, (owner or module, attribute)))] = (held, code)
     return found
+
+
+def _xfailed(item: pytest.Item, exc: BaseException) -> bool:
+    """Whether the test's xfail marks, as pytest evaluated them (a condition that held, and
+    ``raises`` that matches), make ``exc`` an expected failure."""
+    xfailed = item.stash.get(xfailed_key, None)
+    if not xfailed or item.config.option.runxfail:
+        return False
+    raises = xfailed.raises
+    if raises is None or isinstance(raises, type | tuple):
+        return raises is None or isinstance(exc, raises)
+    matches = getattr(raises, "matches", None)
+    return bool(matches and matches(exc))
 
 
 def _expected(item: pytest.Item, exc: BaseException) -> bool:
@@ -91,7 +105,7 @@ def _expected(item: pytest.Item, exc: BaseException) -> bool:
     return (
         isinstance(exc, (*skip, KeyboardInterrupt))
         or (unittest is not None and isinstance(exc, unittest.SkipTest))
-        or item.get_closest_marker("xfail") is not None
+        or _xfailed(item, exc)
     )
 
 
@@ -106,6 +120,8 @@ class OutcomeWitness:
         self.foreign: set[str] = set()  # what could run or report tests unseen
         self.collecting = False
         self.internals = _internals()
+        # a test run again is a re-run only where a re-run plugin runs tests again
+        self.reruns = config.pluginmanager.has_plugin("rerunfailures")
 
     def seen(self) -> dict[str, list[Any]]:
         """This witness as the file beside JUnit holds it."""
@@ -141,8 +157,9 @@ class OutcomeWitness:
         self.recovered.discard(name)
 
     def _check_internals(self) -> None:
-        for name, now in _internals().items():
-            if now is not self.internals[name]:
+        for name, (held, code) in _internals().items():
+            then_held, then_code = self.internals[name]
+            if held is not then_held or code is not then_code:
                 self.foreign.add(f"pytest's {name} replaced")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -152,20 +169,22 @@ class OutcomeWitness:
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
-        code, a conftest file's aside (a gate file, as any conftest.py)."""
+        code, a conftest file's aside (a gate file, as any conftest.py), the module itself or
+        an object it defines."""
         if not self.collecting or plugin in getattr(manager, "_conftest_plugins", ()):
             return
         for caller in manager.get_hookcallers(plugin) or ():
             for impl in caller.get_hookimpls():
                 code = getattr(impl.function, "__code__", None)
                 where = own_code(code.co_filename, self.root) if code else "(no source)"
-                if impl.plugin is plugin and where is not None:
+                in_conftest = code is not None and Path(code.co_filename).name == "conftest.py"
+                if impl.plugin is plugin and where is not None and not in_conftest:
                     self.foreign.add(f"{where}: {caller.name}")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Any:
         name = self._name(item.nodeid)
-        if name in self.raised:  # a run again of a test that raised
+        if name in self.raised and self.reruns:  # a re-run of a test that raised
             self.raised.discard(name)
             self.recovered.add(name)
         return (yield from self._watch(item))
