@@ -1,7 +1,7 @@
 """Real pytest runs through ``stagegate run``, judged by ``stagegate report`` under the
 repository's policy: a skip marker on a required test module, a declared output the stage did
-not write, and a suite most of whose tests fail through a deprecation the suite turns into
-errors; each is reported as what it is."""
+not write, a suite most of whose tests fail through a deprecation the suite turns into
+errors, and a test a stage drops that no stage runs; each is reported as what it is."""
 
 from __future__ import annotations
 
@@ -125,7 +125,8 @@ def _stage(
     return code
 
 
-def _unit() -> int:
+def _unit(*selection: str) -> int:
+    """The unit stage over ``selection`` (its folder by default)."""
     return _stage(
         "execution",
         {
@@ -133,7 +134,7 @@ def _unit() -> int:
             "coverage": "reports/raw/coverage.json",
             "warnings": "reports/raw/warnings-unit.json",
         },
-        "tests/unit",
+        *(selection or ["tests/unit"]),
         "--junitxml=reports/raw/junit-unit.xml",
         "--cov=lib",
         "--cov-report=json:reports/raw/coverage.json",
@@ -271,3 +272,48 @@ def test_a_record_removed_after_its_stage_is_said_to_be_gone(project: Path) -> N
     assert "execution" in summary and "was removed" in summary and "did not run" not in summary
     shutil.rmtree("reports/raw")
     assert main(["report", "reports/raw", "--out", "reports"]) == 2  # no records at all
+
+
+# Three ways to keep a failing test out of every stage without skipping it: a mark that the
+# unit stage deselects (-m) and the integration stage, which runs its own folder, never
+# collects; a conftest hook that drops it from the session without saying so; a module that
+# says it holds no tests.
+DROPS = {
+    "marked": (
+        "tests/unit/test_lib.py",
+        "def test_other",
+        "@pytest.mark.integration\ndef test_other",
+    ),
+    "dropped-by-a-hook": (
+        "tests/unit/conftest.py",
+        "",
+        "def pytest_collection_modifyitems(items):\n"
+        "    items[:] = [i for i in items if i.name != 'test_other']\n",
+    ),
+    "module-says-no-tests": (
+        "tests/unit/test_lib.py",
+        "import trainlib",
+        "import trainlib\n__test__ = False",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", DROPS)
+def test_a_failing_test_dropped_from_every_stage_blocks_naming_it(project: Path, how: str) -> None:
+    assert _unit("tests", "-m", "not integration") == 0 and _integration() == 0
+    code, summary = _report()
+    assert code == 0, summary  # the integration tests it dropped ran in their own stage
+    lib = project / "tests/unit/test_lib.py"
+    lib.write_text(lib.read_text().replace("assert True", "assert False"))  # test_other fails
+    name, old, new = DROPS[how]
+    path = project / name
+    path.write_text(path.read_text().replace(old, new, 1) if old else new)
+    assert _unit("tests", "-m", "not integration") in (0, 5) and _integration() == 0  # 5: no test
+    code, summary = _report()
+    assert code == 1
+    verdict = json.loads(Path("reports/verdict.json").read_text())
+    (execution,) = (s for s in verdict["stages"] if s["name"] == "execution")
+    dropped = [f for f in execution["findings"] if f["kind"] == "test_run_nowhere"]
+    assert [f["severity"] for f in dropped] == ["HIGH"]
+    named = "tests/unit/test_lib.py" + ("" if how == "module-says-no-tests" else "::test_other")
+    assert named in dropped[0]["detail"]

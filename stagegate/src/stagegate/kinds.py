@@ -45,6 +45,7 @@ class Kind(StrEnum):
     SKIPPED_SHARE_ROSE = "skipped_share_rose"
     TEST_NEWLY_SKIPPED = "test_newly_skipped"
     TEST_GONE = "test_gone"
+    TEST_RUN_NOWHERE = "test_run_nowhere"
     SKIPPED_TEST = "skipped_test"
     SLOW_TEST = "slow_test"
     COVERAGE_BELOW_FLOOR = "coverage_below_floor"
@@ -110,6 +111,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.SKIPPED_SHARE_ROSE: About(M, "more of the tests skip than on the base branch"),
     Kind.TEST_NEWLY_SKIPPED: About(H, "a test that ran on the base branch skips here"),
     Kind.TEST_GONE: About(M, "a test that ran on the base branch did not run here"),
+    Kind.TEST_RUN_NOWHERE: About(H, "a test a stage collected and dropped ran in no stage"),
     Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),
     Kind.SLOW_TEST: About(INFO, "a test took longer than slow_test_s", fixed=True),
     Kind.COVERAGE_BELOW_FLOOR: About(H, "line coverage is under its threshold"),

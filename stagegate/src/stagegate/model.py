@@ -283,6 +283,8 @@ class TestSuite:
     contradicted: tuple[str, ...] = ()
     unreported: tuple[str, ...] = ()
     foreign_hooks: tuple[str, ...] = ()  # what could run or report its tests unseen
+    deselected: tuple[str, ...] = ()  # node ids collected and dropped from the run
+    empty_files: tuple[str, ...] = ()  # test files that yielded no test
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""
@@ -517,6 +519,8 @@ class StageData:
     # The same stage's tests on the base branch (``--base-raw``), or why there are none.
     base_suite: TestSuite | None = None
     base_note: str = ""
+    # The tests the other stages of this report ran (their file form, :func:`canonical`)
+    ran_elsewhere: frozenset[str] = frozenset()
 
 
 NOT_VERIFIED = "NOT VERIFIED"  # a baseline change the runs' spread could hide

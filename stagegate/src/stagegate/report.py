@@ -18,6 +18,7 @@ from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_commit
 from stagegate.judge.policy import Policy, load_policy
+from stagegate.judge.required import canonical
 from stagegate.model import UNATTRIBUTED, Benchmark, StageData, Verdict, stage_name_problem
 from stagegate.view.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.view.parts import Context
@@ -153,6 +154,22 @@ def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
+def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
+    """Each stage with the tests the other stages ran: a test one stage drops must run in
+    another."""
+    ran = {
+        name: frozenset(canonical(c) for c in data.suite.cases)
+        for name, data in stages.items()
+        if data.suite is not None
+    }
+    return {
+        name: replace(
+            data, ran_elsewhere=frozenset().union(*(v for k, v in ran.items() if k != name))
+        )
+        for name, data in stages.items()
+    }
+
+
 def _policy(options: ReportOptions) -> Policy:
     """The policy, with the stages ``--require`` adds and ``--only`` keeps; a required stage
     that ``--only`` leaves out would never be judged: that is a usage error, not a PASS."""
@@ -172,10 +189,12 @@ def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
     names = _stage_names(scan, policy, bool(options.only))
     runs = read_run_log(options.raw_dir)
     bases, note = _base_results(options.base_raw)
-    stages = {
-        n: _with_base(_collect(scan, n, options.raw_dir, runs.get(n)), bases.get(n), note)
-        for n in names
-    }
+    stages = _ran_elsewhere(
+        {
+            n: _with_base(_collect(scan, n, options.raw_dir, runs.get(n)), bases.get(n), note)
+            for n in names
+        }
+    )
     baselines, baseline_problem = _baselines(options.baseline)
     host = read_host(options.host) if options.host is not None else None
     base, changed = changed_files(options.changed_files, options.base_ref, env)

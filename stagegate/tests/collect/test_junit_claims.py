@@ -95,7 +95,7 @@ def test_a_suite_failure_outside_any_test_case_is_a_failed_test_of_that_suite(
 
 
 def _stage(
-    tmp_path: Path, declared: int, counted: int | None, raised: str = "[]", version: int = 2
+    tmp_path: Path, declared: int, counted: int | None, raised: str = "[]", version: int = 3
 ) -> str:
     """A stage that writes a pytest JUnit file of 1 test case declaring ``declared`` tests and,
     unless ``counted`` is None, what the plugin saw beside it (``counted`` subtest reports, the
@@ -108,6 +108,7 @@ def _stage(
     lines = [f"open({str(junit)!r}, 'w').write({xml!r})"]
     if counted is not None:
         seen = f', "raised": {raised}' if version > 1 else ""
+        seen += ', "deselected": []' if version > 2 else ""
         counts = f'{{"format_version": {version}, "subtest_reports": {counted}{seen}}}'
         lines.append(f"open({str(junit) + '.counts.json'!r}, 'w').write({counts!r})")
     run_stage(
@@ -168,11 +169,13 @@ def test_a_test_the_plugin_saw_raise_and_the_file_lacks_blocks(tmp_path: Path) -
     assert _judged(data) == (Decision.BLOCK, ["outcome_contradicted"])
 
 
-@pytest.mark.parametrize("version", [1, None], ids=["before-the-witness", "no-file"])
+@pytest.mark.parametrize(
+    "version", [1, 2, None], ids=["before-the-witness", "before-the-dropped-tests", "no-file"]
+)
 def test_a_pytest_file_without_the_plugins_witness_is_said_and_blocks_where_the_policy_asks(
     tmp_path: Path, version: int | None
 ) -> None:
-    _stage(tmp_path, declared=1, counted=None if version is None else 0, version=version or 2)
+    _stage(tmp_path, declared=1, counted=None if version is None else 0, version=version or 3)
     data = _collected(tmp_path)
     assert data.suite is not None and data.suite.witnessed is False
     assert _judged(data) == (Decision.PASS, ["outcomes_unwitnessed"])  # INFO by default

@@ -135,6 +135,21 @@ def test_the_plugin_sees_exactly_the_tests_pytest_fails(
 
 
 @pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
+def test_the_plugin_names_the_tests_the_run_dropped(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    suite = _run_pytest(tmp_path, "test_outcomes.py", True, "-k", "param or fixture", *options)
+    ran = {c.nodeid for c in suite.cases}
+    assert ran and all("param" in t or "fixture" in t for t in ran)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    every = {line for line in collected.splitlines() if line.startswith("test_outcomes.py::")}
+    assert set(suite.deselected) == every - ran and suite.empty_files == ()
+
+
+@pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
 def test_failures_a_test_module_rewrites_as_passes_still_block(
     tmp_path: Path, options: tuple[str, ...]
 ) -> None:
@@ -228,7 +243,9 @@ def test_a_test_that_raised_and_passed_when_run_again_is_flaky(tmp_path: Path) -
     """pytest-rerunfailures writes no failure for a test that passed on its re-run; the plugin
     saw the first run raise."""
     counts = PytestCounts(
-        raised=frozenset(), recovered=frozenset({("test_rerun_sample", "test_fails_then_passes")})
+        raised=frozenset(),
+        recovered=frozenset({("test_rerun_sample", "test_fails_then_passes")}),
+        deselected=frozenset(),
     )
     suite = read_junit(CORPUS / "pytest-rerunfailures-16.xml", root=SAMPLES, counts=counts)
     cases = {c.name: c for c in suite.cases}

@@ -176,9 +176,40 @@ def test_without_base_results_nothing_is_said_gone() -> None:
     assert v.findings == ()
 
 
+def _dropped(dropped: str = "tests/t.py::slow", **kw: object) -> list[tuple[str, str]]:
+    """The kinds of a unit stage that dropped ``dropped`` and ran tests/t.py::a."""
+    here = suite(case("a"), deselected=(dropped,))
+    return _kinds(judge_stage("execution", StageData(record(), suite=here, **kw), Policy()))
+
+
+def test_a_dropped_test_blocks_unless_another_stage_ran_it_in_either_name_form() -> None:
+    assert _dropped() == [("HIGH", "test_run_nowhere")]
+    ran = frozenset({"tests/t.py::slow"})  # as :func:`canonical` names the other stages' tests
+    assert _dropped(ran_elsewhere=ran) == []
+    assert _dropped("tests.t::slow", ran_elsewhere=ran) == []  # its file not in the checkout
+    other = frozenset({"tests/t.py::other"})
+    assert _dropped(ran_elsewhere=other) == [("HIGH", "test_run_nowhere")]
+
+
+def test_an_empty_test_file_blocks_unless_another_stage_ran_a_test_of_it() -> None:
+    here = suite(case("a"), empty_files=("tests/hidden.py",))
+    kinds = _kinds(judge_stage("execution", StageData(record(), suite=here), Policy()))
+    assert kinds == [("HIGH", "test_run_nowhere")]
+    elsewhere = frozenset({"tests/hidden.py::test_x"})
+    data = StageData(record(), suite=here, ran_elsewhere=elsewhere)
+    assert judge_stage("execution", data, Policy()).findings == ()
+
+
+def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:
+    policy = policy_from_mapping({"stages": {"cuda": {"subset": True}}})
+    here = suite(case("a"), deselected=("tests/t.py::slow",))
+    assert judge_stage("cuda", StageData(record("cuda"), suite=here), policy).findings == ()
+
+
 @pytest.mark.parametrize(
     ("table", "key"),
     [
+        ({"stages": {"cuda": {"subset": "yes"}}}, "cuda.subset"),
         ({"required_tests": {"integration": []}}, "required_tests.integration"),
         ({"required_tests": {"integration": "tests/x.py"}}, "required_tests.integration"),
         ({"required_tests": {"Bad Stage": ["x"]}}, "required_tests"),

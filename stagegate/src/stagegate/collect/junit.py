@@ -171,7 +171,10 @@ def _nodeid(case: ET.Element, ctx: _Context) -> tuple[str, str]:
     else the names as the producer wrote them; a case without a name is numbered."""
     classname = _named(case.get("classname") or "")
     name = _named(case.get("name") or f"(unnamed testcase {ctx.cases})")
-    file = _named(case.get("file") or "")
+    return _nodeid_of(classname, name, _named(case.get("file") or ""), ctx)
+
+
+def _nodeid_of(classname: str, name: str, file: str, ctx: _Context) -> tuple[str, str]:
     if ctx.pytest and classname:
         parts = classname.split(".")
         split = len(parts)
@@ -561,11 +564,20 @@ def read_junit(
         source=str(path),
         count_mismatches=tuple(ctx.mismatches),
         dated=ctx.dated,
-        witnessed=None if counts is None or not ctx.pytest else counts.raised is not None,
+        witnessed=None if counts is None or not ctx.pytest else counts.complete,
         contradicted=tuple(dict.fromkeys(ctx.contradicted)),  # a test written twice, once
         foreign_hooks=counts.foreign if counts is not None else (),
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
+        deselected=_deselected(counts, ctx),
+        empty_files=counts.empty if counts is not None else (),
     )
+
+
+def _deselected(counts: PytestCounts | None, ctx: _Context) -> tuple[str, ...]:
+    """The node ids of the tests the plugin saw collected and dropped from the run."""
+    names = counts.deselected if counts is not None and counts.deselected else ()
+    ids = (_nodeid_of(_named(c), _named(n), "", ctx)[0] for c, n in names)
+    return tuple(sorted(set(ids)))
 
 
 MAX_COUNTS_BYTES = 64 * 2**20  # a name per test that raised: a million of them fit
@@ -581,6 +593,15 @@ class PytestCounts:
     raised: frozenset[tuple[str, str]] | None = None
     recovered: frozenset[tuple[str, str]] = frozenset()  # raised, then passed when run again
     foreign: tuple[str, ...] = ()  # what could run or report tests unseen (hooks, patches)
+    # collected and dropped from the run (None: a file that does not say), and test files
+    # that yielded no test
+    deselected: frozenset[tuple[str, str]] | None = None
+    empty: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """Whether the plugin said both which tests raised and which it dropped."""
+        return self.raised is not None and self.deselected is not None
 
 
 def _names(data: dict[str, object], key: str, path: Path) -> frozenset[tuple[str, str]] | None:
@@ -608,8 +629,16 @@ def read_pytest_counts(path: Path) -> PytestCounts:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise InputError(f"pytest counts file {path} holds no count of subtest_reports")
     recovered = _names(data, "recovered", path) if "recovered" in data else None
-    foreign = data.get("foreign", [])
-    if not isinstance(foreign, list) or not all(isinstance(f, str) for f in foreign):
-        raise InputError(f"pytest counts file {path} holds no list of foreign hooks")
     raised = _names(data, "raised", path)
-    return PytestCounts(count, raised, recovered or frozenset(), tuple(f[:500] for f in foreign))
+    deselected = _names(data, "deselected", path) if "deselected" in data else None
+    empty = _texts(data, "empty", path)
+    return PytestCounts(
+        count, raised, recovered or frozenset(), _texts(data, "foreign", path), deselected, empty
+    )
+
+
+def _texts(data: dict[str, object], key: str, path: Path) -> tuple[str, ...]:
+    texts = data.get(key, [])
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise InputError(f"pytest counts file {path} holds no list of texts under {key!r}")
+    return tuple(_named(t[:500]) for t in texts)

@@ -87,6 +87,9 @@ class StageSpec:
     title: str
     outputs: tuple[str, ...] = ()
     skippable: str | None = None  # "no-cuda": it ran on a machine without a GPU
+    # It runs a few of the tests other stages run (``-m cuda``): the tests it drops are not
+    # looked for in the other stages' results (a report may judge it alone)
+    subset: bool = False
 
 
 # With no policy: a plain Python project's two stages, both required
@@ -318,7 +321,7 @@ def _output_kind(key: str, kind: str) -> str:
     return kind
 
 
-_STAGE_KEYS = {"title", "order", "outputs", "skippable"}
+_STAGE_KEYS = {"title", "order", "outputs", "skippable", "subset"}
 
 
 def _stage(key: str, value: Any) -> tuple[int | None, StageSpec]:
@@ -340,9 +343,12 @@ def _stage(key: str, value: Any) -> tuple[int | None, StageSpec]:
     order = table.get("order")
     if order is not None:
         order = _whole(f"{key}.order", order, minimum=0)
+    subset = table.get("subset", False)
+    if not isinstance(subset, bool):
+        raise ConfigError(f"[tool.stagegate] {key}.subset = {subset!r}: true or false")
     title = _text(f"{key}.title", table.get("title", key.rpartition(".")[2]))
     kinds = tuple(_output_kind(f"{key}.outputs", str(k)) for k in outputs)
-    return order, StageSpec(title, kinds, skippable)
+    return order, StageSpec(title, kinds, skippable, subset)
 
 
 def _stages(key: str, value: Any) -> dict[str, StageSpec]:

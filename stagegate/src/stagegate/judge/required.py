@@ -1,4 +1,5 @@
-"""The tests the policy requires, and the tests the base branch ran that are skipped or gone here.
+"""The tests the policy requires, the tests the base branch ran that are skipped or gone here,
+and the tests a stage dropped that no stage ran.
 
 A required test is named by a node id or a pattern (``*`` matches anything, brackets are
 literal): ``tests/integration/test_fine_tuning_cpu.py::*``. It must run and pass: one that
@@ -28,9 +29,14 @@ def _regex(pattern: str) -> re.Pattern[str]:
 def canonical(case: TestCase) -> str:
     """``path.py::Class::name`` for a pytest case named by its dotted classname (the file was
     not in the checkout where the report ran), else the node id as read."""
-    head, sep, name = case.nodeid.partition("::")
+    return canonical_id(case.nodeid)
+
+
+def canonical_id(nodeid: str) -> str:
+    """:func:`canonical` of a node id."""
+    head, sep, name = nodeid.partition("::")
     if not sep or head.endswith(".py") or not _DOTTED.fullmatch(head):
-        return case.nodeid
+        return nodeid
     parts = head.split(".")
     split = len(parts)
     while split > 1 and parts[split - 1][:1].isupper():
@@ -159,3 +165,28 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
             detail=_listed(newly),
             fix="run them, or say in the change why each is skipped now",
         )
+
+
+def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """The tests this stage collected and dropped (``-m``, ``-k``, ``--deselect``, a hook), and
+    the test files it found empty, that no other stage of the report ran: a test marked for a
+    stage that does not collect it runs nowhere. A stage declared ``subset`` is not looked at."""
+    suite, spec = data.suite, policy.stages.get(stage)
+    if suite is None or (spec is not None and spec.subset):
+        return
+    elsewhere = data.ran_elsewhere
+    dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
+    files = {canonical_id(t).partition("::")[0] for t in elsewhere}
+    empty = [e for e in suite.empty_files if e not in files]
+    if not dropped and not empty:
+        return
+    named = [*dropped, *(f"{e} (a test file that yielded no test)" for e in empty)]
+    shown = "; ".join(named[:_LISTED]) + (
+        f"; and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
+    )
+    f.add(
+        Kind.TEST_RUN_NOWHERE,
+        f"{len(named)} test(s) that {stage} dropped ran in no stage",
+        detail=shown,
+        fix="run each in a stage that collects it: a mark, -m, -k or --deselect drops it here",
+    )

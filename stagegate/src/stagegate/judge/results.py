@@ -15,6 +15,7 @@ from stagegate.judge.policy import Policy, check_threshold
 from stagegate.judge.required import (
     gone_findings,
     required_test_findings,
+    run_nowhere_findings,
     skipped_share_findings,
 )
 from stagegate.kinds import Kind
@@ -113,7 +114,8 @@ def _witness_findings(f: Findings, suite: TestSuite) -> None:
             Kind.OUTCOMES_UNWITNESSED,
             "no witness of which tests raised",
             detail=f"{suite.source} is pytest's, and stagegate's pytest plugin wrote no "
-            "witness beside it (or one without the tests that raised): its outcomes are claims",
+            "witness beside it (or an older plugin's, without the tests that raised or those it "
+            "dropped): its outcomes are claims",
             fix="install stagegate where pytest runs (its plugin loads by itself) and do not "
             "disable it (-p no:stagegate_warnings)",
         )
@@ -200,6 +202,7 @@ RESULT_CHECKS: tuple[ResultCheck, ...] = (
     required_test_findings,
     skipped_share_findings,
     gone_findings,
+    run_nowhere_findings,
     output_findings,
     coverage_findings,
     warning_findings,

@@ -7,8 +7,10 @@ saw itself, apart from pytest's reports:
   (stagegate reads a pytest file's ``tests=`` against its elements plus these);
 - what :mod:`stagegate.record.pytest_witness` saw: every test whose setup, call or teardown
   raised (a skip or an expected failure aside), named as pytest's JUnit writer names it, those
-  that raised and then passed when run again, and the hooks and replaced pytest functions
-  that could run or report tests unseen. stagegate holds the file's outcomes against these.
+  that raised and then passed when run again, the hooks and replaced pytest functions that
+  could run or report tests unseen, and the tests collected that the run dropped (and test
+  files that yielded none). stagegate holds the file's outcomes against these, and looks for
+  the dropped tests in the other stages' results.
 
 Registered through the ``pytest11`` entry point; it does nothing unless one of those is given.
 """
@@ -31,7 +33,7 @@ from stagegate.record.pytest_guard import register as register_guard
 from stagegate.record.pytest_witness import RAISED_KEY, OutcomeWitness, in_project
 
 FORMAT_VERSION = 1  # of the warnings file
-COUNTS_FORMAT_VERSION = 2  # of the file beside JUnit; 2: the witness's lists added
+COUNTS_FORMAT_VERSION = 3  # of the file beside JUnit; 2: the witness's lists; 3: what won't run
 WORKER_KEY = "stagegate_warnings"  # a pytest-xdist worker's records, in its workeroutput
 Key = tuple[str, str, str, int]  # category, message, file, line
 

@@ -10,7 +10,9 @@ its last run; one that raised before it and not in it recovered.
 It also notes what could run or report tests without raising through it: a plugin registered
 once tests are collected (by a test module, or code it imports; conftest files aside) whose
 hooks are the project's own code, and pytest's own functions that run and report a test,
-replaced.
+replaced. And what was collected and will not run: each test dropped from the session once
+collected (``-m``, ``-k``, ``--deselect``, a hook that removes it) and each test file that
+yielded no test (``__test__ = False``); stagegate looks for these in the other stages' results.
 """
 
 from __future__ import annotations
@@ -118,6 +120,9 @@ class OutcomeWitness:
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
+        self.collected: set[str] = set()  # node ids, as collected
+        self.deselected: set[Raised] = set()  # collected, then dropped from the session
+        self.empty: set[str] = set()  # test files that yielded no test
         self.collecting = False
         self.internals = _internals()
         # a test run again is a re-run only where a re-run plugin runs tests again
@@ -130,6 +135,8 @@ class OutcomeWitness:
             "raised": [list(r) for r in sorted(self.raised)],
             "recovered": [list(r) for r in sorted(self.recovered)],
             "foreign": sorted(self.foreign),
+            "deselected": [list(r) for r in sorted(self.deselected)],
+            "empty": sorted(self.empty),
         }
 
     def add(self, seen: dict[str, list[Any]]) -> None:
@@ -137,6 +144,8 @@ class OutcomeWitness:
         self.raised.update((c, n) for c, n in seen.get("raised", []))
         self.recovered.update((c, n) for c, n in seen.get("recovered", []))
         self.foreign.update(seen.get("foreign", []))
+        self.deselected.update((c, n) for c, n in seen.get("deselected", []))
+        self.empty.update(seen.get("empty", []))
 
     def _name(self, nodeid: str) -> Raised:
         names = mangle_test_address(nodeid)
@@ -166,6 +175,22 @@ class OutcomeWitness:
     def pytest_collection(self, session: pytest.Session) -> Any:
         self.collecting = True
         return (yield)
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        self.collected.add(item.nodeid)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A test file (a module: its node id has no ``::``) collected without error that
+        yielded nothing: ``__test__ = False``, or every test renamed away."""
+        file = report.nodeid
+        if report.passed and not report.result and file.endswith(".py") and "::" not in file:
+            self.empty.add(file)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Every test collected that the session will not run, however it was dropped."""
+        kept = {item.nodeid for item in session.items}
+        self.deselected.update(self._name(n) for n in self.collected - kept)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
