@@ -274,10 +274,10 @@ def test_a_record_removed_after_its_stage_is_said_to_be_gone(project: Path) -> N
     assert main(["report", "reports/raw", "--out", "reports"]) == 2  # no records at all
 
 
-# Three ways to keep a failing test out of every stage without skipping it: a mark that the
+# Four ways to keep a failing test out of every stage without skipping it: a mark that the
 # unit stage deselects (-m) and the integration stage, which runs its own folder, never
-# collects; a conftest hook that drops it from the session without saying so; a module that
-# says it holds no tests.
+# collects; a conftest hook that drops it from the session without saying so; a module, or
+# the test itself, that says it is no test.
 DROPS = {
     "marked": (
         "tests/unit/test_lib.py",
@@ -294,6 +294,11 @@ DROPS = {
         "tests/unit/test_lib.py",
         "import trainlib",
         "import trainlib\n__test__ = False",
+    ),
+    "test-says-no-test": (
+        "tests/unit/test_lib.py",
+        "def test_other():\n    assert False",
+        "def test_other():\n    assert False\n\n\ntest_other.__test__ = False",
     ),
 }
 

@@ -204,6 +204,32 @@ def test_a_test_module_that_hooks_into_running_tests_blocks(
     ]
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "victim", "hooked"),
+    [
+        ("test_outcomes.py", "test_swapped_test_code.py", "test_fail", "its function"),
+        ("test_swapped_fixture_code.py", "test_outcomes.py", "test_fixture_raises", "its function"),
+        ("test_outcomes.py", "test_swapped_hook_function.py", "test_fail", ""),
+    ],
+    ids=["test-code-swapped-on-import", "fixture-code-swapped-by-a-test", "hook-function-swapped"],
+)
+def test_code_swapped_under_pytest_after_collection_blocks(
+    tmp_path: Path, first: str, then: str, victim: str, hooked: str
+) -> None:
+    """A failing test passes because its code, its fixture's code or the function pytest calls
+    to run it was swapped after it was collected; nothing raised for the witness to see."""
+    suite = _run_pytest(tmp_path, first, True, also=then)
+    outcomes = {c.nodeid: c.outcome for c in suite.cases}
+    assert outcomes[f"test_outcomes.py::{victim}"] == "passed"  # the attack worked
+    expected = (
+        f"test_outcomes.py::{victim}: {hooked} or a fixture's code replaced after collection"
+        if hooked
+        else "python's pytest_pyfunc_call replaced"
+    )
+    assert suite.foreign_hooks == (expected,)
+    assert _verdict(suite)[0] is Decision.BLOCK
+
+
 def test_an_xfail_mark_that_does_not_make_a_failure_expected_leaves_it_witnessed(
     tmp_path: Path,
 ) -> None:

@@ -200,6 +200,23 @@ def test_an_empty_test_file_blocks_unless_another_stage_ran_a_test_of_it() -> No
     assert judge_stage("execution", data, Policy()).findings == ()
 
 
+@pytest.mark.parametrize(
+    ("ran", "finding"),
+    [
+        ("tests/t.py::test_h[1]", False),
+        ("tests/t.py::test_h", False),
+        ("tests/t.py::test_hx", True),
+    ],
+)
+def test_a_test_that_says_it_is_none_is_looked_for_under_its_own_name(
+    ran: str, finding: bool
+) -> None:
+    here = suite(case("a"), empty_files=("tests/t.py::test_h",))
+    data = StageData(record(), suite=here, ran_elsewhere=frozenset({ran}))
+    kinds = _kinds(judge_stage("execution", data, Policy()))
+    assert kinds == ([("HIGH", "test_run_nowhere")] if finding else [])
+
+
 def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:
     policy = policy_from_mapping({"stages": {"cuda": {"subset": True}}})
     here = suite(case("a"), deselected=("tests/t.py::slow",))

@@ -167,20 +167,25 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
         )
 
 
+def _ran_in(entry: str, elsewhere: frozenset[str]) -> bool:
+    """Whether ``elsewhere`` holds ``entry`` (a test file, class or function) or a test in it."""
+    return entry in elsewhere or any(t.startswith((f"{entry}::", f"{entry}[")) for t in elsewhere)
+
+
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """The tests this stage collected and dropped (``-m``, ``-k``, ``--deselect``, a hook), and
-    the test files it found empty, that no other stage of the report ran: a test marked for a
-    stage that does not collect it runs nowhere. A stage declared ``subset`` is not looked at."""
+    the test files, classes and functions that yielded no test, that no other stage of the
+    report ran: a test marked for a stage that does not collect it runs nowhere. A stage
+    declared ``subset`` is not looked at."""
     suite, spec = data.suite, policy.stages.get(stage)
     if suite is None or (spec is not None and spec.subset):
         return
     elsewhere = data.ran_elsewhere
     dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
-    files = {canonical_id(t).partition("::")[0] for t in elsewhere}
-    empty = [e for e in suite.empty_files if e not in files]
+    empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
     if not dropped and not empty:
         return
-    named = [*dropped, *(f"{e} (a test file that yielded no test)" for e in empty)]
+    named = [*dropped, *(f"{e} (named as a test, it yielded none)" for e in empty)]
     shown = "; ".join(named[:_LISTED]) + (
         f"; and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
     )
@@ -188,5 +193,6 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
         Kind.TEST_RUN_NOWHERE,
         f"{len(named)} test(s) that {stage} dropped ran in no stage",
         detail=shown,
-        fix="run each in a stage that collects it: a mark, -m, -k or --deselect drops it here",
+        fix="run each in a stage that collects it: a mark, -m, -k, --deselect or "
+        "__test__ = False keeps it from running here",
     )

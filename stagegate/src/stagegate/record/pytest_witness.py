@@ -9,15 +9,17 @@ its last run; one that raised before it and not in it recovered.
 
 It also notes what could run or report tests without raising through it: a plugin registered
 once tests are collected (by a test module, or code it imports; conftest files aside) whose
-hooks are the project's own code, and pytest's own functions that run and report a test,
-replaced. And what was collected and will not run: each test dropped from the session once
-collected (``-m``, ``-k``, ``--deselect``, a hook that removes it) and each test file that
-yielded no test (``__test__ = False``); stagegate looks for these in the other stages' results.
+hooks are the project's own code, and what :mod:`stagegate.record.pytest_integrity` holds
+still (pytest's functions, the run's hook functions, each test's code) changed.
+
+And what was collected and will not run: each test dropped from the session once collected
+(``-m``, ``-k``, ``--deselect``, a hook that removes it), each test file that yielded no test,
+and each function or class named as a test that says it is none (``__test__ = False``);
+stagegate looks for these in the other stages' results.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import sysconfig
 from pathlib import Path
@@ -27,22 +29,10 @@ import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.skipping import xfailed_key
 
+from stagegate.record.pytest_integrity import RunIntegrity
+
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
-
-# pytest's functions that run a test, make its report, send it from a pytest-xdist worker and
-# write it to JUnit: (module, class or "", attribute)
-INTERNALS = (
-    ("_pytest.python", "Function", "runtest"),
-    ("_pytest.runner", "CallInfo", "from_call"),
-    ("_pytest.runner", "", "call_and_report"),
-    ("_pytest.runner", "", "runtestprotocol"),
-    ("_pytest.reports", "TestReport", "from_item_and_call"),
-    ("_pytest.reports", "", "_report_to_json"),
-    ("_pytest.junitxml", "_NodeReporter", "append_failure"),
-    ("_pytest.junitxml", "_NodeReporter", "append_error"),
-)
-
 
 _DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
 
@@ -73,19 +63,6 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-def _internals() -> dict[str, tuple[object, object]]:
-    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself), with
-    its code (which can be swapped under the same object); Nones for one this pytest lacks."""
-    found = {}
-    for module, owner, attribute in INTERNALS:
-        holder: Any = sys.modules.get(module) or importlib.import_module(module)
-        holder = getattr(holder, owner, None) if owner else holder
-        held = vars(holder or {}).get(attribute)
-        code = getattr(getattr(held, "__func__", held), "__code__", None)
-        found[".".join(filter(None, (owner or module, attribute)))] = (held, code)
-    return found
-
-
 def _xfailed(item: pytest.Item, exc: BaseException) -> bool:
     """Whether the test's xfail marks, as pytest evaluated them (a condition that held, and
     ``raises`` that matches), make ``exc`` an expected failure."""
@@ -111,6 +88,19 @@ def _expected(item: pytest.Item, exc: BaseException) -> bool:
     )
 
 
+def _hidden(collector: pytest.Collector, name: str, obj: object) -> bool:
+    """Whether ``obj`` is a function or class of the module being collected, named as pytest's
+    configuration names tests (``python_functions``, ``python_classes``), that says it is none
+    (``__test__ = False``): a test kept from running without a mark or a deselection."""
+    module = getattr(getattr(collector, "module", None), "__name__", None)
+    if module is None or getattr(obj, "__module__", None) != module:
+        return False
+    if getattr(obj, "__test__", True):
+        return False
+    named = collector.classnamefilter if isinstance(obj, type) else collector.funcnamefilter
+    return bool(named(name))  # type: ignore[attr-defined]
+
+
 class OutcomeWitness:
     """What one process saw; the controller adds its workers' (:meth:`add`)."""
 
@@ -122,15 +112,15 @@ class OutcomeWitness:
         self.foreign: set[str] = set()  # what could run or report tests unseen
         self.collected: set[str] = set()  # node ids, as collected
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
-        self.empty: set[str] = set()  # test files that yielded no test
+        self.empty: set[str] = set()  # test files, functions and classes that yielded no test
         self.collecting = False
-        self.internals = _internals()
+        self.integrity = RunIntegrity(config)
         # a test run again is a re-run only where a re-run plugin runs tests again
         self.reruns = config.pluginmanager.has_plugin("rerunfailures")
 
     def seen(self) -> dict[str, list[Any]]:
         """This witness as the file beside JUnit holds it."""
-        self._check_internals()
+        self.foreign.update(self.integrity.changed())
         return {
             "raised": [list(r) for r in sorted(self.raised)],
             "recovered": [list(r) for r in sorted(self.recovered)],
@@ -165,12 +155,6 @@ class OutcomeWitness:
         self.raised.add(name)
         self.recovered.discard(name)
 
-    def _check_internals(self) -> None:
-        for name, (held, code) in _internals().items():
-            then_held, then_code = self.internals[name]
-            if held is not then_held or code is not then_code:
-                self.foreign.add(f"pytest's {name} replaced")
-
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> Any:
         self.collecting = True
@@ -178,6 +162,7 @@ class OutcomeWitness:
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         self.collected.add(item.nodeid)
+        self.integrity.hold(item)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """A test file (a module: its node id has no ``::``) collected without error that
@@ -186,11 +171,21 @@ class OutcomeWitness:
         if report.passed and not report.result and file.endswith(".py") and "::" not in file:
             self.empty.add(file)
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
+        """A function or class named as a test, defined where it is collected, that says it is
+        none (``__test__ = False``)."""
+        result = yield
+        if _hidden(collector, name, obj):
+            self.empty.add(f"{collector.nodeid}::{name}")
+        return result
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every test collected that the session will not run, however it was dropped."""
         kept = {item.nodeid for item in session.items}
         self.deselected.update(self._name(n) for n in self.collected - kept)
+        self.foreign.update(self.integrity.collected())
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
@@ -216,7 +211,7 @@ class OutcomeWitness:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        self._check_internals()
+        self.foreign.update(self.integrity.changed())
         result = yield from self._watch(item)
         # A unittest.TestCase's failures reach pytest through its result object, not raised
         for info in getattr(item, "_excinfo", None) or ():
@@ -226,11 +221,16 @@ class OutcomeWitness:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        changed = self.integrity.item_changed(pyfuncitem)
+        if changed:
+            self.foreign.add(changed)
         return (yield from self._watch(pyfuncitem))
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Any:
-        return (yield from self._watch(item))
+        result = yield from self._watch(item)
+        self.foreign.update(self.integrity.changed())  # before the teardown's report is made
+        return result
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput"):  # the controller writes the file, once
