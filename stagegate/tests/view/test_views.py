@@ -67,3 +67,20 @@ def test_the_score_breakdown_is_the_judges_deductions() -> None:
     assert "95/100" in breakdown.paragraphs[0]
     summary = summary_view(decide([stage]), CTX)
     assert summary.decision == "PASS" and summary.flaky and "tests/t.py::b" in summary.flaky[0]
+
+
+def _outcomes(**witness: object) -> str | None:
+    """The stage report's Outcomes fact for a pytest suite with ``witness``; None: no row."""
+    data = StageData(record(), suite=suite(case("a"), **witness))
+    view = stage_view(judge_stage("execution", data, POLICY), CTX)
+    rows = [r for s in view.sections for t in s.tables for r in t.rows if r[0] == "Outcomes"]
+    return rows[0][1] if rows else None
+
+
+def test_the_report_says_whether_outcomes_were_witnessed_or_only_claimed() -> None:
+    assert _outcomes() is None  # not pytest's, or no witness expected
+    assert _outcomes(witnessed=True) == "witnessed by stagegate's pytest plugin"
+    dropped = _outcomes(witnessed=True, deselected=("tests/t.py::b",), empty_files=("x.py",))
+    assert dropped == "witnessed by stagegate's pytest plugin; 2 collected and not run here"
+    assert _outcomes(witnessed=False) is not None
+    assert "witnessed" not in str(_outcomes(witnessed=False))

@@ -11,6 +11,7 @@ from stagegate.model import (
     StageStatus,
     StageVerdict,
     TestCase,
+    TestSuite,
 )
 from stagegate.view.ab import ab_section
 from stagegate.view.charts import line_chart
@@ -78,11 +79,22 @@ def _issues(stage: StageVerdict, ctx: Context) -> Section:
 Part = tuple[list[tuple[str, str]], list[Table]]  # facts for the first table, further tables
 
 
+def _witness_line(suite: TestSuite) -> str:
+    """Whether stagegate's pytest plugin saw the tests raise, apart from pytest's reports."""
+    if not suite.witnessed:
+        return "claims only: stagegate's pytest plugin left no witness"
+    dropped = len(suite.deselected) + len(suite.empty_files)
+    kept = f"; {dropped} collected and not run here" if dropped else ""
+    return f"witnessed by stagegate's pytest plugin{kept}"
+
+
 def _suite_part(stage: StageVerdict, pointer: str) -> Part:
     suite = stage.data.suite
     if suite is None:
         return [("Tests", "no JUnit file: the outcome is the command's exit code")], []
     facts = [("Results", inline(tests_line(stage))), ("Tests run", str(suite.executed))]
+    if suite.witnessed is not None:
+        facts.append(("Outcomes", _witness_line(suite)))
     base = stage.data.base_suite
     if base is not None:
         facts.append(("Base branch", inline(suite_line(base))))
