@@ -104,7 +104,8 @@ def test_each_stage_runs_sealed_with_the_tree_read_only_and_a_fresh_folder(host:
         assert argv[argv.index("--cap-drop") + 1] == "ALL"
         assert argv[argv.index("PYTHONNOUSERSITE=1") - 1] == "--env"  # no usercustomize
         volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
-        assert volumes[0] == f"{host['pr']}:/workspace:ro" and len(volumes) == 2
+        assert volumes[0] == f"{host['pr']}:/workspace:ro" and len(volumes) == 3
+        assert volumes[2] == f"{host['work'] / 'gate'}:/gate:ro"
         outs.append(volumes[1])
         assert argv[argv.index(IMAGE) + 1 : argv.index(IMAGE) + 2] == ["sh"]
         text = json.dumps(argv)
@@ -195,3 +196,36 @@ def test_the_pull_requests_own_workflow_produces_nothing_the_judge_reads() -> No
     downloads = [s for j in JUDGE["jobs"].values() for s in j["steps"]
                  if "download-artifact@" in s.get("uses", "")]  # fmt: skip
     assert all("github.event.workflow_run.id" not in json.dumps(s) for s in downloads)
+
+
+def test_the_gate_witness_is_the_hosts_own_and_a_change_that_blinds_its_own_still_blocks(
+    tmp_path: Path,
+) -> None:
+    """The container loads the default branch's witness, a package of its own first on the
+    path. A test module that blinds the change's copy of the witness by name and rewrites
+    failures as passes gets PASS from the change's own file; the gate's witness, another
+    module, saw the failure, and `stagegate report --gate-witness` holds JUnit to it alone."""
+    gate = cpu_stage.gate_witness(tmp_path / "work")
+    record = cpu_stage.ROOT / "stagegate" / "src" / "stagegate" / "record"  # the host's
+    for name in cpu_stage.GATE_FILES:
+        assert (gate / "stagegate_gate" / name).read_bytes() == (record / name).read_bytes()
+    project = tmp_path / "project"
+    project.mkdir()
+    producers = cpu_stage.ROOT / "stagegate" / "tests" / "fixtures" / "junit" / "producers"
+    for name in ("test_outcomes.py", "test_blinds_the_witness.py"):
+        (project / name).write_bytes((producers / name).read_bytes())
+    junit = "raw/junit.xml"
+    env = {**os.environ, "PYTHONPATH": str(gate), "PYTEST_PLUGINS": "stagegate_gate.witness_file"}
+    pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    stage = [str(STAGEGATE), "run", "execution", "--out-dir", "raw", f"--junit={junit}", "--"]
+    subprocess.run([*stage, *pytest_argv, "test_outcomes.py", "test_blinds_the_witness.py"],
+                   cwd=project, env=env, capture_output=True, check=True, timeout=300)  # fmt: skip
+    report = [str(STAGEGATE), "report", "raw", "--only", "execution", "--pyproject", "none.toml"]
+    own = subprocess.run(report, cwd=project, capture_output=True, text=True, timeout=300)
+    assert own.returncode == 0, own.stdout + own.stderr  # the change's own witness was blinded
+    gated = subprocess.run([*report, "--gate-witness"], cwd=project, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    verdict = json.loads((project / "reports" / "verdict.json").read_text())
+    kinds = {f["kind"] for s in verdict["stages"] for f in s["findings"]}
+    assert {"outcome_contradicted", "foreign_hooks"} <= kinds

@@ -13,6 +13,9 @@ capabilities, no Docker socket, no token, a read-only root and the commit's tree
 /workspace; it works in a copy of that tree in its own /tmp, with reports/raw pointing at a
 fresh output folder made for that stage alone (WORK/out/STAGE, mounted at /out). From it the
 host takes only the files the stage declares, plain files of a sane size, into reports/raw.
+The default branch's pytest witness runs beside the change's tests (WORK/gate, read-only at
+/gate, first on the path) and writes JUNIT.witness.json, the one file the judge holds the
+change's JUnit against (stagegate report --gate-witness).
 Every record names SHA: the commit judge.yml checked out (for a pull request, GitHub's merge
 commit, whose parents it checked through the API).
 
@@ -43,6 +46,12 @@ SHA = re.compile(r"[0-9a-f]{40}")
 MAX_FILE_BYTES = 256 * 1024 * 1024
 PLUGIN = "stagegate.pytest_plugin"  # the pytest options the project's configuration names
 COUNTS = ".counts.json"  # stagegate's pytest plugin's counts, beside a JUnit file
+# The gate's own witness: the default branch's copy of these files of stagegate.record, a
+# package of their own mounted read-only at /gate, first on the path; it writes JUNIT + WITNESS
+# and the judge reads only that (stagegate report --gate-witness)
+GATE_FILES = ("pytest_integrity.py", "pytest_witness.py", "witness_file.py")
+GATE_PACKAGE = "stagegate_gate"
+WITNESS = ".witness.json"
 
 
 class StageError(Exception):
@@ -63,10 +72,11 @@ class Stage:
         return [f.split("=")[-1].removeprefix(f"{RAW}/") for f in self.files]
 
     def beside(self) -> list[str]:
-        """Files kept where the container wrote them, though not declared: the counts
-        stagegate's pytest plugin writes beside each JUnit file (stagegate run seals them)."""
+        """Files kept where the container wrote them, though not declared: what stagegate's
+        pytest plugin and the gate's witness write beside each JUnit file (stagegate run seals
+        them)."""
         junit = [f.split("=")[-1].removeprefix(f"{RAW}/") for f in self.files if "--junit" in f]
-        return [f"{name}{COUNTS}" for name in junit]
+        return [f"{name}{suffix}" for name in junit for suffix in (COUNTS, WITNESS)]
 
 
 class _Recorder:
@@ -128,12 +138,24 @@ def _definitions_here(noxfile: Path) -> dict[str, Stage]:
     return found
 
 
+def gate_witness(work: Path) -> Path:
+    """WORK/gate: the default branch's witness, as the package the container loads it from."""
+    package = work / "gate" / GATE_PACKAGE
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for name in GATE_FILES:
+        shutil.copyfile(ROOT / "stagegate" / "src" / "stagegate" / "record" / name, package / name)
+    return package.parent
+
+
 def container_argv(stage: Stage, pr: Path, out: Path, image: str, sha: str) -> list[str]:
-    """``docker run`` for one stage: sealed, the tree read-only, /out its own fresh folder."""
+    """``docker run`` for one stage: sealed, the tree read-only, /out its own fresh folder, the
+    gate's witness (WORK/gate, beside WORK/out) read-only at /gate."""
     env = {
         "HOME": "/tmp", "CI": "true", "PYTHONDONTWRITEBYTECODE": "1", "WANDB_MODE": "disabled",
-        "GITHUB_SHA": sha, "PYTHONPATH": "/tmp/w/src:/tmp/w/stagegate/src",
-        "PYTEST_PLUGINS": PLUGIN, "COVERAGE_FILE": "/tmp/.coverage",
+        "GITHUB_SHA": sha, "PYTHONPATH": "/gate:/tmp/w/src:/tmp/w/stagegate/src",
+        "PYTEST_PLUGINS": f"{PLUGIN},{GATE_PACKAGE}.witness_file",
+        "COVERAGE_FILE": "/tmp/.coverage",
         "PYTHONNOUSERSITE": "1",  # no usercustomize from a folder the change holds
         **stage.env,
     }  # fmt: skip
@@ -147,7 +169,8 @@ def container_argv(stage: Stage, pr: Path, out: Path, image: str, sha: str) -> l
         "--shm-size", "2g", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--pids-limit", "4096", "--user", f"{os.getuid()}:{os.getgid()}",
         *(arg for key, value in env.items() for arg in ("--env", f"{key}={value}")),
-        "--volume", f"{pr}:/workspace:ro", "--volume", f"{out}:/out:rw", "--workdir", "/tmp",
+        "--volume", f"{pr}:/workspace:ro", "--volume", f"{out}:/out:rw",
+        "--volume", f"{out.parents[1] / 'gate'}:/gate:ro", "--workdir", "/tmp",
         image, "sh", "-c", prepare, stage.name, *stage.command,
     ]  # fmt: skip
 
@@ -201,6 +224,7 @@ def run_stages(pr: Path, work: Path, env: Mapping[str, str]) -> int:
     shutil.rmtree(work, ignore_errors=True)
     (work / RAW).mkdir(parents=True)
     subprocess.run(["docker", "pull", "--quiet", env["IMAGE"]], check=True)
+    gate_witness(work)
     status = 0
     stage_env = {**env, "GIT_DIR": "/nonexistent", "GITHUB_SHA": env["SHA"],
                  "PR_TREE": str(pr.resolve())}  # fmt: skip

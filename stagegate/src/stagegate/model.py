@@ -54,6 +54,11 @@ def counts_path(junit: str) -> str:
     return f"{junit}{JUNIT_COUNTS_SUFFIX}"
 
 
+def gate_witness_path(junit: str) -> str:
+    """Where the gate's own witness (stagegate.record.witness_file) writes for ``junit``."""
+    return f"{junit}.witness.json"
+
+
 class Severity(Enum):
     """Finding severity, most severe first."""
 

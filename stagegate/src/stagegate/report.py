@@ -77,6 +77,11 @@ class ReportOptions:
         "the GPU job's host.json: the benchmark must name the GPU the host has",
         type=Path, metavar="FILE",
     )  # fmt: skip
+    gate_witness: bool = option(
+        "hold pytest's JUnit files against the gate's own witness only (JUNIT.witness.json, "
+        "as tools/ci/cpu_stage.py runs it); none beside one: its outcomes are unwitnessed",
+        default=False, action="store_true",
+    )  # fmt: skip
     ab_base: str | None = option(
         "the base commit an A/B file must have measured (the PR's merge base); "
         "without it, an A/B of a commit against itself blocks",
@@ -119,12 +124,12 @@ def _stage_names(scan: RecordScan, policy: Policy, only: bool) -> list[str]:
     ]
 
 
-def _collect(scan: RecordScan, name: str, raw_dir: Path, ran: str | None) -> StageData:
+def _collect(scan: RecordScan, name: str, raw_dir: Path, ran: str | None, gate: bool) -> StageData:
     record = scan.records.get(name)
     if record is None:
         problem = scan.problems.get(name, "")
         return StageData(record=None, record_gone=ran or "", record_problem=problem)
-    return collect_stage(record, raw_dir)
+    return collect_stage(record, raw_dir, gate)
 
 
 def _baselines(path: Path | None) -> tuple[list[Benchmark], str]:
@@ -191,7 +196,11 @@ def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
     bases, note = _base_results(options.base_raw)
     stages = _ran_elsewhere(
         {
-            n: _with_base(_collect(scan, n, options.raw_dir, runs.get(n)), bases.get(n), note)
+            n: _with_base(
+                _collect(scan, n, options.raw_dir, runs.get(n), options.gate_witness),
+                bases.get(n),
+                note,
+            )
             for n in names
         }
     )

@@ -202,3 +202,16 @@ def test_a_witness_without_a_list_of_hooks_is_an_input_error(tmp_path: Path, for
     _stage(tmp_path, declared=1, counted=0, raised=f'[], "foreign": {foreign}')
     data = _collected(tmp_path)
     assert data.suite is None and "foreign" in data.input_errors[0]
+
+
+def test_held_to_the_gates_witness_the_plugins_own_file_is_not_enough(tmp_path: Path) -> None:
+    """`stagegate report --gate-witness`: only JUNIT.witness.json (the gate's own witness, as
+    tools/ci/cpu_stage.py runs it) witnesses a pytest file's outcomes."""
+    counts = _stage(tmp_path, declared=1, counted=0)  # the plugin's file, none of the gate's
+    record = load_record(tmp_path / "execution.json")
+    gated = collect_stage(record, tmp_path, gate_witness=True)
+    assert gated.suite is not None and gated.suite.witnessed is False
+    assert _collected(tmp_path).suite.witnessed is True  # the plugin's own file, without it
+    witness = Path(counts.removesuffix(".counts.json") + ".witness.json")
+    witness.write_text(Path(counts).read_text())  # written after the stage: not its file
+    assert collect_stage(record, tmp_path, gate_witness=True).suite is None

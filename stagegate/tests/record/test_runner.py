@@ -41,7 +41,8 @@ def test_success_is_recorded_with_output_and_environment(tmp_path: Path) -> None
     assert saved.files == {"junit": junit} and saved.environment["python"]
     assert saved.start.endswith("Z") and saved.duration_s >= 0
     assert saved.out_dir == str(tmp_path)
-    assert saved.sha256 == {junit: None, f"{junit}.counts.json": None}  # never written
+    never = {junit: None, f"{junit}.counts.json": None, f"{junit}.witness.json": None}
+    assert saved.sha256 == never  # never written
 
 
 def test_failure_keeps_the_exit_code_and_stderr(tmp_path: Path) -> None:
@@ -94,6 +95,7 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
         str(junit): hashlib.sha256(b"<testsuites/>").hexdigest(),
         str(absent): None,
         f"{junit}.counts.json": None,  # where pytest's counts would be: sealed too
+        f"{junit}.witness.json": None,  # and the gate's witness
     }
 
 

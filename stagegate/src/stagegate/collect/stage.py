@@ -27,6 +27,7 @@ from stagegate.model import (
     StageData,
     StageRecord,
     counts_path,
+    gate_witness_path,
 )
 
 # kind of file in a record -> (StageData field, reader); "lint" maps tools to files
@@ -57,13 +58,17 @@ def _read(reader: Callable[[Path], Any], path: Path) -> Any:
         ) from exc
 
 
-def _junit_reader(record: StageRecord, raw_dir: Path, value: str) -> Callable[[Path], Any]:
+def _junit_reader(
+    record: StageRecord, raw_dir: Path, value: str, gate: bool = False
+) -> Callable[[Path], Any]:
     """A JUnit file's reader, with what the pytest plugin saw beside it where the record sealed
     that; a file of it that changed after the stage, or appeared after it, is refused. Where
-    the record looked for it and it was not there, a pytest file's outcomes are unwitnessed."""
-    sibling = counts_path(value)
+    the record looked for it and it was not there, a pytest file's outcomes are unwitnessed.
+    ``gate``: only the gate's own witness beside it counts (the plugin's file is the code
+    under test's); a record that did not look for one leaves the outcomes unwitnessed."""
+    sibling = gate_witness_path(value) if gate else counts_path(value)
     if sibling not in record.sha256:
-        return read_junit
+        return partial(read_junit, counts=PytestCounts()) if gate else read_junit
     where = locate(record, raw_dir, sibling)
     if where.missing and record.sha256[sibling] is None:
         return partial(read_junit, counts=PytestCounts())
@@ -87,8 +92,9 @@ def _readers(record: StageRecord) -> list[tuple[str, str, Callable[[Path], Any] 
     return out
 
 
-def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
-    """Read every file ``record`` names; a file that cannot be read is noted, not raised."""
+def collect_stage(record: StageRecord, raw_dir: Path, gate_witness: bool = False) -> StageData:
+    """Read every file ``record`` names; a file that cannot be read is noted, not raised.
+    ``gate_witness``: a pytest JUnit file is held against the gate's own witness only."""
     found: dict[str, Any] = {"lint": {}}
     errors: list[str] = []
     missing: list[MissingFile] = []
@@ -106,7 +112,7 @@ def collect_stage(record: StageRecord, raw_dir: Path) -> StageData:
             continue
         try:
             if kind == "junit":
-                reader = _junit_reader(record, raw_dir, value)
+                reader = _junit_reader(record, raw_dir, value, gate_witness)
             data = _read(reader, where.path)
         except MissingFileError as exc:
             missing.append(MissingFile(kind, value, str(exc), where.disappeared))

@@ -30,10 +30,10 @@ import pytest
 from stagegate.io import write_atomic
 from stagegate.model import counts_path
 from stagegate.record.pytest_guard import register as register_guard
-from stagegate.record.pytest_witness import RAISED_KEY, OutcomeWitness, in_project
+from stagegate.record.pytest_witness import OutcomeWitness, in_project
+from stagegate.record.witness_file import JUnitSidecar
 
 FORMAT_VERSION = 1  # of the warnings file
-COUNTS_FORMAT_VERSION = 3  # of the file beside JUnit; 2: the witness's lists; 3: what won't run
 WORKER_KEY = "stagegate_warnings"  # a pytest-xdist worker's records, in its workeroutput
 Key = tuple[str, str, str, int]  # category, message, file, line
 
@@ -67,43 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     witness = OutcomeWitness(config, Path(config.rootpath).resolve())
     config.pluginmanager.register(witness, "stagegate-outcomes")
     if not hasattr(config, "workerinput"):  # where the JUnit file is written
-        where = Path(config.invocation_params.dir) / junit
+        where = Path(counts_path(str(Path(config.invocation_params.dir) / junit)))
         config.pluginmanager.register(JUnitSidecar(where, witness), "stagegate-junit-counts")
-
-
-# The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
-_SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
-
-
-class JUnitSidecar:
-    """The file beside JUnit, written by the process that writes JUnit (pytest-xdist's
-    controller): the subtest reports pytest's JUnit writer counts in ``tests=`` (a pass of the
-    call, a failure, a skip), counted as it receives them, and what the witness in this process
-    and each worker's saw."""
-
-    def __init__(self, junit: Path, witness: OutcomeWitness) -> None:
-        self.path = Path(counts_path(str(junit)))
-        self.subtest_reports = 0
-        self.witness = witness
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        counted = report.when == "call" or not report.passed
-        self.subtest_reports += counted and type(report).__name__ in _SUBTEST_REPORTS
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """A pytest-xdist worker ended: add the tests it saw raise."""
-        self.witness.add(getattr(node, "workeroutput", {}).get(RAISED_KEY, {}))
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        doc = {
-            "format_version": COUNTS_FORMAT_VERSION,
-            "subtest_reports": self.subtest_reports,
-            **self.witness.seen(),
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(doc) + "\n")
 
 
 def project_frame(root: Path, frame: FrameType | None) -> tuple[str, int] | None:

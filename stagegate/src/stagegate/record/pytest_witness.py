@@ -29,7 +29,9 @@ import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.skipping import xfailed_key
 
-from stagegate.record.pytest_integrity import RunIntegrity
+# Only pytest's and its own folder's imports: the gate mounts this folder apart from the rest of
+# stagegate (stagegate.record.witness_file)
+from .pytest_integrity import RunIntegrity
 
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
@@ -104,7 +106,8 @@ def _hidden(collector: pytest.Collector, name: str, obj: object) -> bool:
 class OutcomeWitness:
     """What one process saw; the controller adds its workers' (:meth:`add`)."""
 
-    def __init__(self, config: pytest.Config, root: Path) -> None:
+    def __init__(self, config: pytest.Config, root: Path, key: str = RAISED_KEY) -> None:
+        self.key = key  # where a pytest-xdist worker sends what it saw
         self.prefix = getattr(config.option, "junitprefix", None)
         self.config, self.root = config, root
         self.raised: set[Raised] = set()  # in its last run
@@ -234,4 +237,4 @@ class OutcomeWitness:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput"):  # the controller writes the file, once
-            self.config.workeroutput[RAISED_KEY] = self.seen()  # type: ignore[attr-defined]
+            self.config.workeroutput[self.key] = self.seen()  # type: ignore[attr-defined]

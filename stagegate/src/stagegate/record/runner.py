@@ -25,6 +25,7 @@ from stagegate.model import (
     RUN_LOG,
     StageRecord,
     counts_path,
+    gate_witness_path,
     named_files,
     stage_name_problem,
 )
@@ -259,9 +260,12 @@ def _check(stage: str, out_dir: Path, files: Mapping[str, Any]) -> None:
 
 def _sealed(files: Mapping[str, Any]) -> list[str]:
     """The files whose hash a record keeps: those the stage declares (``files``), and beside
-    each JUnit file the counts stagegate's pytest plugin writes (the judge reads them with it)."""
+    each JUnit file what stagegate's pytest plugin and the gate's witness write (the judge
+    reads them with it)."""
     named = named_files(files)
-    return [path for _, path, _ in named] + [counts_path(p) for k, p, _ in named if k == "junit"]
+    junit = [p for k, p, _ in named if k == "junit"]
+    besides = [where(p) for p in junit for where in (counts_path, gate_witness_path)]
+    return [path for _, path, _ in named] + besides
 
 
 def _identity(path: str) -> tuple[int, ...] | None:

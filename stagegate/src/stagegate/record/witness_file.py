@@ -1,0 +1,85 @@
+"""The file beside a JUnit file in which a witness says what it saw, and the gate's own witness.
+
+stagegate's pytest plugin writes ``JUNIT.counts.json`` through :class:`JUnitSidecar`. Loaded as
+a pytest plugin of its own (``PYTEST_PLUGINS=...witness_file``), this module is the gate's
+witness: another :class:`~stagegate.record.pytest_witness.OutcomeWitness`, which writes
+``JUNIT.witness.json`` and has no options. On GitHub the default branch's copy of this folder
+runs beside the change's tests, mounted read-only as a package of its own
+(tools/ci/cpu_stage.py), so what the judge holds the JUnit file against is not the change's
+code. It imports only pytest, the standard library and this folder's witness modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .pytest_witness import OutcomeWitness
+
+FORMAT_VERSION = 3  # 2: the witness's lists; 3: what the run dropped
+GATE_SUFFIX = ".witness.json"
+GATE_KEY = "stagegate_gate_raised"  # a pytest-xdist worker's gate witness, in its workeroutput
+# The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
+_SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` through a temporary file and a rename (stagegate.io.write_atomic, which
+    this module cannot import: the gate mounts this folder alone)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class JUnitSidecar:
+    """The file beside JUnit (``path``), written by the process that writes JUnit
+    (pytest-xdist's controller): the subtest reports pytest's JUnit writer counts in
+    ``tests=`` (a pass of the call, a failure, a skip), counted as it receives them, and what
+    the witness in this process and each worker's saw."""
+
+    def __init__(self, path: Path, witness: OutcomeWitness) -> None:
+        self.path = path
+        self.subtest_reports = 0
+        self.witness = witness
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        counted = report.when == "call" or not report.passed
+        self.subtest_reports += counted and type(report).__name__ in _SUBTEST_REPORTS
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A pytest-xdist worker ended: add what its witness saw."""
+        self.witness.add(getattr(node, "workeroutput", {}).get(self.witness.key, {}))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        doc = {
+            "format_version": FORMAT_VERSION,
+            "subtest_reports": self.subtest_reports,
+            **self.witness.seen(),
+        }
+        _replace(self.path, json.dumps(doc) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """As the gate's witness: where pytest writes JUnit, witness the run and write
+    ``JUNIT.witness.json``."""
+    junit = getattr(config.option, "xmlpath", None)
+    if not junit:
+        return
+    witness = OutcomeWitness(config, Path(config.rootpath).resolve(), key=GATE_KEY)
+    config.pluginmanager.register(witness, "stagegate-gate-outcomes")
+    if not hasattr(config, "workerinput"):  # where the JUnit file is written
+        where = Path(config.invocation_params.dir) / f"{junit}{GATE_SUFFIX}"
+        config.pluginmanager.register(JUnitSidecar(where, witness), "stagegate-gate-file")
