@@ -106,6 +106,9 @@ def test_each_stage_runs_sealed_with_the_tree_read_only_and_a_fresh_folder(host:
         volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
         assert volumes[0] == f"{host['pr']}:/workspace:ro" and len(volumes) == 3
         assert volumes[2] == f"{host['work'] / 'gate'}:/gate:ro"
+        command = argv[argv.index(IMAGE) + 5 :]  # sh -c PREPARE STAGE COMMAND...
+        gated = command[:5] == ["python", "-m", "pytest", "-p", "stagegate_gate.witness_file"]
+        assert gated is (command[:3] == ["python", "-m", "pytest"]), command
         outs.append(volumes[1])
         assert argv[argv.index(IMAGE) + 1 : argv.index(IMAGE) + 2] == ["sh"]
         text = json.dumps(argv)
@@ -215,8 +218,10 @@ def test_the_gate_witness_is_the_hosts_own_and_a_change_that_blinds_its_own_stil
     for name in ("test_outcomes.py", "test_blinds_the_witness.py"):
         (project / name).write_bytes((producers / name).read_bytes())
     junit = "raw/junit.xml"
-    env = {**os.environ, "PYTHONPATH": str(gate), "PYTEST_PLUGINS": "stagegate_gate.witness_file"}
-    pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    env = {**os.environ, "PYTHONPATH": str(gate)}
+    command = cpu_stage.with_gate_witness(("python", "-m", "pytest"))
+    assert command == ["python", "-m", "pytest", "-p", "stagegate_gate.witness_file"]
+    pytest_argv = [sys.executable, *command[1:], "-p", "no:cacheprovider", f"--junitxml={junit}"]
     stage = [str(STAGEGATE), "run", "execution", "--out-dir", "raw", f"--junit={junit}", "--"]
     subprocess.run([*stage, *pytest_argv, "test_outcomes.py", "test_blinds_the_witness.py"],
                    cwd=project, env=env, capture_output=True, check=True, timeout=300)  # fmt: skip

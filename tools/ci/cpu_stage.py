@@ -49,7 +49,7 @@ COUNTS = ".counts.json"  # stagegate's pytest plugin's counts, beside a JUnit fi
 # The gate's own witness: the default branch's copy of these files of stagegate.record, a
 # package of their own mounted read-only at /gate, first on the path; it writes JUNIT + WITNESS
 # and the judge reads only that (stagegate report --gate-witness)
-GATE_FILES = ("pytest_integrity.py", "pytest_witness.py", "witness_file.py")
+GATE_FILES = ("pytest_collected.py", "pytest_integrity.py", "pytest_witness.py", "witness_file.py")
 GATE_PACKAGE = "stagegate_gate"
 WITNESS = ".witness.json"
 
@@ -154,8 +154,7 @@ def container_argv(stage: Stage, pr: Path, out: Path, image: str, sha: str) -> l
     env = {
         "HOME": "/tmp", "CI": "true", "PYTHONDONTWRITEBYTECODE": "1", "WANDB_MODE": "disabled",
         "GITHUB_SHA": sha, "PYTHONPATH": "/gate:/tmp/w/src:/tmp/w/stagegate/src",
-        "PYTEST_PLUGINS": f"{PLUGIN},{GATE_PACKAGE}.witness_file",
-        "COVERAGE_FILE": "/tmp/.coverage",
+        "PYTEST_PLUGINS": PLUGIN, "COVERAGE_FILE": "/tmp/.coverage",
         "PYTHONNOUSERSITE": "1",  # no usercustomize from a folder the change holds
         **stage.env,
     }  # fmt: skip
@@ -171,8 +170,17 @@ def container_argv(stage: Stage, pr: Path, out: Path, image: str, sha: str) -> l
         *(arg for key, value in env.items() for arg in ("--env", f"{key}={value}")),
         "--volume", f"{pr}:/workspace:ro", "--volume", f"{out}:/out:rw",
         "--volume", f"{out.parents[1] / 'gate'}:/gate:ro", "--workdir", "/tmp",
-        image, "sh", "-c", prepare, stage.name, *stage.command,
+        image, "sh", "-c", prepare, stage.name, *with_gate_witness(stage.command),
     ]  # fmt: skip
+
+
+def with_gate_witness(command: tuple[str, ...]) -> list[str]:
+    """A pytest command with the gate's witness loaded (``-p``: on this command line only, so
+    the pytest runs the tests start themselves, with a path of their own, do not look for it)."""
+    pytest = ("python", "-m", "pytest")
+    if command[:3] != pytest:
+        return list(command)
+    return [*pytest, "-p", f"{GATE_PACKAGE}.witness_file", *command[3:]]
 
 
 def keep_outputs(stage: Stage, out: Path, raw: Path) -> list[str]:

@@ -173,10 +173,10 @@ def _ran_in(entry: str, elsewhere: frozenset[str]) -> bool:
 
 
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
-    """The tests this stage collected and dropped (``-m``, ``-k``, ``--deselect``, a hook), and
-    the test files, classes and functions that yielded no test, that no other stage of the
-    report ran: a test marked for a stage that does not collect it runs nowhere. A stage
-    declared ``subset`` is not looked at."""
+    """The tests this stage collected and did not run (dropped by ``-m``, ``-k``,
+    ``--deselect`` or a hook; kept and never started), and the test files, classes and
+    functions that yielded no test, that no other stage of the report ran: a test marked for a
+    stage that does not collect it runs nowhere. A stage declared ``subset`` is not looked at."""
     suite, spec = data.suite, policy.stages.get(stage)
     if suite is None or (spec is not None and spec.subset):
         return
@@ -193,6 +193,6 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
         Kind.TEST_RUN_NOWHERE,
         f"{len(named)} test(s) that {stage} dropped ran in no stage",
         detail=shown,
-        fix="run each in a stage that collects it: a mark, -m, -k, --deselect or "
-        "__test__ = False keeps it from running here",
+        fix="run each in a stage: a mark, -m, -k, --deselect, __test__ = False or a run cut "
+        "short kept it from running here",
     )

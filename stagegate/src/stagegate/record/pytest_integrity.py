@@ -24,6 +24,10 @@ INTERNALS = (
     ("_pytest.reports", "", "_report_to_json"),
     ("_pytest.junitxml", "_NodeReporter", "append_failure"),
     ("_pytest.junitxml", "_NodeReporter", "append_error"),
+    # and rewrite a test module's asserts as it is imported
+    ("_pytest.assertion.rewrite", "AssertionRewriter", "visit_Assert"),
+    ("_pytest.assertion.rewrite", "AssertionRewritingHook", "exec_module"),
+    ("_pytest.assertion.rewrite", "", "rewrite_asserts"),
 )
 
 # The hooks a test is run and reported through
@@ -67,12 +71,22 @@ def _hook_functions(config: pytest.Config) -> dict[tuple[str, object], tuple[obj
     return found
 
 
+def _held(callable_: object) -> tuple[object, object]:
+    """A function as held: the object pytest calls (a method's function) and its code; an
+    object that wraps a function's code in anything else is not the function."""
+    return getattr(callable_, "__func__", callable_), code_of(callable_)
+
+
 def _item_code(item: pytest.Item) -> tuple[object, ...]:
-    """The code of a test's function and of each fixture it was collected with."""
+    """A test's function and each fixture's it was collected with, with their code."""
     function = item.obj if isinstance(item, pytest.Function) else None
     fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", None) or {}
     defs = (d for ds in fixtures.values() for d in ds)
-    return (code_of(function), *(code_of(getattr(d, "func", None)) for d in defs))
+    return (_held(function), *(_held(getattr(d, "func", None)) for d in defs))
+
+
+def _marks(item: pytest.Item) -> tuple[str, ...]:
+    return tuple(mark.name for mark in item.iter_markers())
 
 
 class RunIntegrity:
@@ -83,18 +97,34 @@ class RunIntegrity:
         self.internals = _internals()
         self.hooks = _hook_functions(config)
         self.items: dict[str, tuple[object, ...]] = {}
+        # each test's marks as collected, then as the selection of tests left them
+        self.marks: dict[str, tuple[str, ...]] = {}
+        self.collecting_done = False
 
     def hold(self, item: pytest.Item) -> None:
         """Hold a test's code as it is collected (a module collected later cannot change it
         unseen)."""
         self.items[item.nodeid] = _item_code(item)
+        self.marks[item.nodeid] = _marks(item)
 
-    def collected(self) -> list[str]:
+    def marked_while_collecting(self, items: list[pytest.Item]) -> list[str]:
+        """The tests whose marks changed between their collection and the selection of tests
+        (``pytest_collection_modifyitems``, where a conftest may mark them): a module collected
+        after them marked them."""
+        return [
+            f"{i.nodeid}: its marks changed while other modules were collected"
+            for i in items
+            if self.marks.get(i.nodeid, _marks(i)) != _marks(i)
+        ]
+
+    def collected(self, items: list[pytest.Item]) -> list[str]:
         """Hold the hooks registered since the start too (those held already are checked,
-        never taken anew); what changed so far."""
+        never taken anew) and each test's marks; what changed so far."""
         changed = self.changed()
         for key, held in _hook_functions(self.config).items():
             self.hooks.setdefault(key, held)
+        self.marks = {item.nodeid: _marks(item) for item in items}
+        self.collecting_done = True
         return changed
 
     def changed(self) -> list[str]:
@@ -105,6 +135,9 @@ class RunIntegrity:
             if held is not self.internals[name][0] or code != self.internals[name][1]
         ]
         now = _hook_functions(self.config)
+        if self.collecting_done:  # every hook function there is is held
+            changed += [f"{getattr(i, 'plugin_name', '?')}'s {h} added" for h, i in now.keys()
+                        - self.hooks.keys()]  # fmt: skip
         for (hook, impl), (function, code) in self.hooks.items():
             plugin = getattr(impl, "plugin_name", "?")
             if (hook, impl) not in now:
@@ -112,6 +145,14 @@ class RunIntegrity:
             elif now[(hook, impl)][0] is not function or now[(hook, impl)][1] != code:
                 changed.append(f"{plugin}'s {hook} replaced")
         return changed
+
+    def marks_changed(self, item: pytest.Item) -> str | None:
+        """Whether the test's marks, before its first setup, are not those it had when
+        collection ended (a mark added at run time: an xfail on a failing test)."""
+        held = self.marks.pop(item.nodeid, None)
+        if held is None or held == _marks(item):
+            return None
+        return f"{item.nodeid}: its marks changed after collection"
 
     def item_changed(self, item: pytest.Item) -> str | None:
         """Whether the test's function or a fixture's code is not what was collected."""

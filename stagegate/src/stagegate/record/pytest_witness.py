@@ -12,10 +12,8 @@ once tests are collected (by a test module, or code it imports; conftest files a
 hooks are the project's own code, and what :mod:`stagegate.record.pytest_integrity` holds
 still (pytest's functions, the run's hook functions, each test's code) changed.
 
-And what was collected and will not run: each test dropped from the session once collected
-(``-m``, ``-k``, ``--deselect``, a hook that removes it), each test file that yielded no test,
-and each function or class named as a test that says it is none (``__test__ = False``);
-stagegate looks for these in the other stages' results.
+And what was collected and did not run (:mod:`stagegate.record.pytest_collected`); stagegate
+looks for these in the other stages' results.
 """
 
 from __future__ import annotations
@@ -31,7 +29,8 @@ from _pytest.skipping import xfailed_key
 
 # Only pytest's and its own folder's imports: the gate mounts this folder apart from the rest of
 # stagegate (stagegate.record.witness_file)
-from .pytest_integrity import RunIntegrity
+from .pytest_collected import Collected
+from .pytest_integrity import RUN_HOOKS, RunIntegrity
 
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
@@ -90,19 +89,6 @@ def _expected(item: pytest.Item, exc: BaseException) -> bool:
     )
 
 
-def _hidden(collector: pytest.Collector, name: str, obj: object) -> bool:
-    """Whether ``obj`` is a function or class of the module being collected, named as pytest's
-    configuration names tests (``python_functions``, ``python_classes``), that says it is none
-    (``__test__ = False``): a test kept from running without a mark or a deselection."""
-    module = getattr(getattr(collector, "module", None), "__name__", None)
-    if module is None or getattr(obj, "__module__", None) != module:
-        return False
-    if getattr(obj, "__test__", True):
-        return False
-    named = collector.classnamefilter if isinstance(obj, type) else collector.funcnamefilter
-    return bool(named(name))  # type: ignore[attr-defined]
-
-
 class OutcomeWitness:
     """What one process saw; the controller adds its workers' (:meth:`add`)."""
 
@@ -113,23 +99,26 @@ class OutcomeWitness:
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
-        self.collected: set[str] = set()  # node ids, as collected
+        self.run = Collected()  # what was collected, kept and started
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
-        self.empty: set[str] = set()  # test files, functions and classes that yielded no test
         self.collecting = False
         self.integrity = RunIntegrity(config)
         # a test run again is a re-run only where a re-run plugin runs tests again
         self.reruns = config.pluginmanager.has_plugin("rerunfailures")
 
     def seen(self) -> dict[str, list[Any]]:
-        """This witness as the file beside JUnit holds it."""
+        """This witness as the file beside JUnit holds it (a worker's: as it sends it, with
+        the tests it kept and started; only the whole run's can tell which never started)."""
         self.foreign.update(self.integrity.changed())
+        worker = hasattr(self.config, "workerinput")
+        dropped = self.deselected | {self._name(n) for n in self.run.not_started()}
         return {
             "raised": [list(r) for r in sorted(self.raised)],
             "recovered": [list(r) for r in sorted(self.recovered)],
             "foreign": sorted(self.foreign),
-            "deselected": [list(r) for r in sorted(self.deselected)],
-            "empty": sorted(self.empty),
+            "deselected": [list(r) for r in sorted(self.deselected if worker else dropped)],
+            "empty": sorted(self.run.empty),
+            **(self.run.sent() if worker else {}),
         }
 
     def add(self, seen: dict[str, list[Any]]) -> None:
@@ -138,7 +127,8 @@ class OutcomeWitness:
         self.recovered.update((c, n) for c, n in seen.get("recovered", []))
         self.foreign.update(seen.get("foreign", []))
         self.deselected.update((c, n) for c, n in seen.get("deselected", []))
-        self.empty.update(seen.get("empty", []))
+        self.run.empty.update(seen.get("empty", []))
+        self.run.add(seen)
 
     def _name(self, nodeid: str) -> Raised:
         names = mangle_test_address(nodeid)
@@ -164,31 +154,36 @@ class OutcomeWitness:
         return (yield)
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
-        self.collected.add(item.nodeid)
+        self.run.item(item)
         self.integrity.hold(item)
 
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """A test file (a module: its node id has no ``::``) collected without error that
-        yielded nothing: ``__test__ = False``, or every test renamed away."""
-        file = report.nodeid
-        if report.passed and not report.result and file.endswith(".py") and "::" not in file:
-            self.empty.add(file)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        report = yield
+        self.run.module_report(collector, report)
+        return report
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
-        """A function or class named as a test, defined where it is collected, that says it is
-        none (``__test__ = False``)."""
         result = yield
-        if _hidden(collector, name, obj):
-            self.empty.add(f"{collector.nodeid}::{name}")
+        self.run.made(collector, name, obj, result)
         return result
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> Any:
+        self.foreign.update(self.integrity.marked_while_collecting(items))
+        return (yield)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every test collected that the session will not run, however it was dropped."""
-        kept = {item.nodeid for item in session.items}
-        self.deselected.update(self._name(n) for n in self.collected - kept)
-        self.foreign.update(self.integrity.collected())
+        self.deselected.update(self._name(n) for n in self.run.finished(session.items))
+        self.foreign.update(self.integrity.collected(session.items))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        self.run.start(item)
+        return (yield)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
@@ -201,11 +196,16 @@ class OutcomeWitness:
                 code = getattr(impl.function, "__code__", None)
                 where = own_code(code.co_filename, self.root) if code else "(no source)"
                 in_conftest = code is not None and Path(code.co_filename).name == "conftest.py"
-                if impl.plugin is plugin and where is not None and not in_conftest:
+                if impl.plugin is not plugin or in_conftest:
+                    continue
+                if where is not None:
                     self.foreign.add(f"{where}: {caller.name}")
+                elif caller.name in RUN_HOOKS:  # library code, or code that says it is
+                    self.foreign.add(f"{manager.get_name(plugin)}: {caller.name}")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Any:
+        self.foreign.update(filter(None, [self.integrity.marks_changed(item)]))
         name = self._name(item.nodeid)
         if name in self.raised and self.reruns:  # a re-run of a test that raised
             self.raised.discard(name)

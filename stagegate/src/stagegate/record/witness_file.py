@@ -6,15 +6,17 @@ witness: another :class:`~stagegate.record.pytest_witness.OutcomeWitness`, which
 ``JUNIT.witness.json`` and has no options. On GitHub the default branch's copy of this folder
 runs beside the change's tests, mounted read-only as a package of its own
 (tools/ci/cpu_stage.py), so what the judge holds the JUnit file against is not the change's
-code. It imports only pytest, the standard library and this folder's witness modules.
+code. It imports only pytest, the standard library and this folder's witness modules; what
+it writes with is bound as it is imported, before any test module could patch it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
+from json import dumps
+from os import fdopen
+from os import replace as _rename
 from pathlib import Path
+from tempfile import mkstemp
 from typing import Any
 
 import pytest
@@ -32,11 +34,11 @@ def _replace(path: Path, text: str) -> None:
     """Write ``text`` through a temporary file and a rename (stagegate.io.write_atomic, which
     this module cannot import: the gate mounts this folder alone)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
+        _rename(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -69,7 +71,7 @@ class JUnitSidecar:
             "subtest_reports": self.subtest_reports,
             **self.witness.seen(),
         }
-        _replace(self.path, json.dumps(doc) + "\n")
+        _replace(self.path, dumps(doc) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,242 @@
+"""Test modules that keep a failing test from failing without naming stagegate, each run for
+real with pytest and stagegate's plugin, and the suites that use pytest as documented that must
+not trip the same checks. A test module here is the attacker's: conftest files, pytest's
+configuration and stagegate itself are gate files a maintainer reviews."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stagegate.collect import read_junit
+from stagegate.collect.junit import read_pytest_counts
+from stagegate.judge import decide, judge_stage
+from stagegate.judge.policy import Policy
+from stagegate.model import Decision, StageData, counts_path
+
+from ..builders import record
+
+VICTIM = """
+    def test_planted_bug():
+        assert 1 + 1 == 3
+
+
+    def test_ok():
+        pass
+"""
+ATTACKS = {
+    # a plugin whose hook is a standard-library function: nothing runs the tests
+    "plugin-of-library-code": (
+        "foreign_hooks",
+        {
+            "test_aaa.py": """
+        import gc, platform
+        import pytest
+
+        class _Plugin:
+            pass
+
+        _plugin = _Plugin()
+        _plugin.pytest_pyfunc_call = platform.system
+        for _m in [o for o in gc.get_objects() if type(o) is pytest.PytestPluginManager]:
+            _m.register(_plugin)
+    """
+        },
+    ),
+    # each test's function wrapped in an object that carries its code and swallows its failure
+    "test-function-wrapped": (
+        "foreign_hooks",
+        {
+            "test_zzz.py": """
+        import gc
+        import pytest
+
+        class _Quiet:
+            def __init__(self, fn):
+                self.fn, self.__code__ = fn, fn.__code__
+
+            def __call__(self, *args, **kwargs):
+                try:
+                    self.fn(*args, **kwargs)
+                except BaseException:
+                    pass
+
+        for _item in [o for o in gc.get_objects() if type(o) is pytest.Function]:
+            _item._obj = _Quiet(_item.obj)
+    """
+        },
+    ),
+    # pytest's assertion rewriter made to drop every assert of the modules imported after it
+    "assert-rewriter-patched": (
+        "foreign_hooks",
+        {
+            "test_aaa.py": """
+        import ast
+        import _pytest.assertion.rewrite as rewrite
+
+        rewrite.AssertionRewriter.visit_Assert = (
+            lambda self, node: [ast.copy_location(ast.Pass(), node)]
+        )
+    """
+        },
+    ),
+    # the failing test marked xfail by a module collected after it
+    "marked-xfail-elsewhere": (
+        "foreign_hooks",
+        {
+            "test_zzz.py": """
+        import gc
+        import pytest
+
+        for _i in [o for o in gc.get_objects() if type(o) is pytest.Function]:
+            if _i.name == "test_planted_bug":
+                _i.add_marker(pytest.mark.xfail(reason="tracked upstream"))
+    """
+        },
+    ),
+    # the session's tests cut short by the first test: the rest are kept and never run
+    "items-cut-short": (
+        "test_run_nowhere",
+        {
+            "test_aaa.py": """
+        def test_first(request):
+            items = request.session.items
+            items[:] = items[: items.index(request.node) + 1]
+    """
+        },
+    ),
+    # the run ended by the first test, with exit status 0
+    "exit-with-status-0": (
+        "test_run_nowhere",
+        {
+            "test_aaa.py": """
+        import pytest
+
+        def test_first():
+            pytest.exit("enough", returncode=0)
+    """
+        },
+    ),
+    # tests pytest does not collect (a class with __init__, a wrapped function), its warning
+    # silenced by the module
+    "tests-made-uncollectable": (
+        "test_run_nowhere",
+        {
+            "test_zzz.py": """
+        import warnings
+        import pytest
+
+        warnings.filterwarnings("ignore", category=pytest.PytestCollectionWarning)
+
+        class TestTraining:
+            def __init__(self, steps=3):
+                self.steps = steps
+
+            def test_loss_goes_down(self):
+                assert False
+
+        class _Retry:
+            def __init__(self, fn):
+                self.fn = fn
+
+            def __call__(self, *args, **kwargs):
+                return self.fn(*args, **kwargs)
+
+        @_Retry
+        def test_grad_finite():
+            assert False
+    """
+        },
+    ),
+}
+
+
+def _judged(tmp_path: Path, files: dict[str, str], *options: str) -> tuple[Decision, set[str]]:
+    """Run pytest for real on ``files`` and judge its JUnit file with what the plugin saw."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
+    junit = tmp_path / "junit.xml"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    done = subprocess.run([*command, *options], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+    assert junit.is_file(), done.stdout + done.stderr
+    counts = read_pytest_counts(Path(counts_path(str(junit))))
+    suite = read_junit(junit, root=tmp_path, counts=counts)
+    began = suite.dated.aware[0] if suite.dated.aware else None  # the run that wrote it
+    start = began.isoformat(timespec="seconds") if began else "2026-01-01T00:00:00Z"
+    data = StageData(record(start=start, duration_s=120.0), suite=suite)
+    verdict = judge_stage("execution", data, Policy())
+    return decide([verdict]).decision, {f.kind for f in verdict.findings}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_test_module_that_keeps_a_failing_test_from_failing_blocks(
+    tmp_path: Path, attack: str
+) -> None:
+    kind, files = ATTACKS[attack]
+    decision, kinds = _judged(tmp_path, {"test_victim.py": VICTIM, **files})
+    assert decision is Decision.BLOCK and kind in kinds, kinds
+    assert "test_failed" not in kinds or attack == "tests-made-uncollectable"  # it worked
+
+
+IDIOMS = """
+    import dataclasses
+    import unittest
+
+    @dataclasses.dataclass
+    class TestConfig:  # a helper named like a test class, opted out as pytest documents
+        __test__ = False
+        lr: float = 0.1
+
+    def test_uses_config():
+        assert TestConfig().lr == 0.1
+
+    class TestContract:  # an abstract base: its tests run in each subclass
+        __test__ = False
+        backend = ""
+
+        def test_roundtrip(self):
+            assert self.backend.upper().lower() == self.backend
+
+    class TestCpu(TestContract):
+        __test__ = True
+        backend = "cpu"
+
+    class TestBase(unittest.TestCase):
+        __test__ = False
+
+        def test_shape(self):
+            self.assertTrue(True)
+
+    class TestReal(TestBase):
+        __test__ = True
+"""
+DOCTESTS = {
+    "src/pkg/__init__.py": "",
+    "src/pkg/core.py": '''
+        def add(a, b):
+            """
+            >>> add(1, 2)
+            3
+            """
+            return a + b
+    ''',
+    "src/pkg/util.py": "def sub(a, b):\n    return a - b\n",
+    "tests/test_core.py": "def test_add():\n    assert 1 + 2 == 3\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("files", "options"),
+    [({"test_idioms.py": IDIOMS}, ()), (DOCTESTS, ("--doctest-modules", "src", "tests"))],
+    ids=["opt-outs-and-abstract-bases", "doctest-modules"],
+)
+def test_pytest_used_as_documented_is_no_finding(
+    tmp_path: Path, files: dict[str, str], options: tuple[str, ...]
+) -> None:
+    assert _judged(tmp_path, files, *options) == (Decision.PASS, set())
