@@ -155,8 +155,175 @@ ATTACKS = {
 }
 
 
+# Code under test (mylib.py) that hides its own planted bug from the test that catches it
+ADD_TEST = """
+    from mylib import add
+
+    def test_ok():
+        pass
+
+    def test_add():
+        assert add(2, 2) == 4
+"""
+FIND_SESSION = """
+    def _session():
+        import sys
+        frame = sys._getframe()
+        while frame is not None:
+            found = frame.f_locals.get("session")
+            if type(found).__name__ == "Session":
+                return found
+            frame = frame.f_back
+"""
+JUNIT_WITHOUT_FAILURES = """
+    import _pytest.junitxml as junitxml
+
+    _add = junitxml._NodeReporter._add_simple
+
+    def _add_simple(self, tag, message, data=None):
+        if tag != "failure":
+            _add(self, tag, message, data)
+
+    junitxml._NodeReporter._add_simple = _add_simple
+
+    class _Zero(int):
+        def __add__(self, other):
+            return self
+
+    _session().testsfailed = _Zero(0)  # pytest's exit status stays 0
+"""
+LIBRARY_ATTACKS = {
+    # pytest.exit's exception rebound to take in AssertionError: "the end of the session"
+    "exit-exception-rebound": (
+        "outcome_contradicted",
+        FIND_SESSION
+        + JUNIT_WITHOUT_FAILURES
+        + """
+    import pytest
+    from _pytest.outcomes import Exit
+
+    pytest.exit.Exception = (Exit, AssertionError)
+    """,
+    ),
+    # the failing test's subtests: the subtest context catches what they raise
+    "subtests-behind-a-junit-patch": (
+        "outcome_contradicted",
+        FIND_SESSION + JUNIT_WITHOUT_FAILURES,
+    ),
+    # pytest.exit with status 0 from inside the failing test
+    "exit-inside-the-test": (
+        "test_run_nowhere",
+        """
+    def add(a, b):
+        if a - b != a + b:
+            import pytest
+            pytest.exit("done", returncode=0)
+        return a - b
+    """,
+    ),
+    # the item's stash told it is an expected failure
+    "xfail-in-the-stash": (
+        "outcome_contradicted",
+        """
+    import sys
+
+    def add(a, b):
+        frame = sys._getframe(1)
+        while frame is not None:
+            item = frame.f_locals.get("pyfuncitem")
+            if item is not None:
+                from _pytest.skipping import Xfail, xfailed_key
+                item.stash[xfailed_key] = Xfail("", True, False, None)
+                break
+            frame = frame.f_back
+        return a - b
+    """,
+    ),
+    # pytest's evaluation of xfail marks, or AssertionError itself, made to expect it
+    "xfail-evaluation-replaced": (
+        "foreign_hooks",
+        """
+    import _pytest.skipping as skipping
+
+    _evaluate = skipping.evaluate_xfail_marks
+    _expected = skipping.Xfail("", True, False, None)
+    skipping.evaluate_xfail_marks = lambda item: _evaluate(item) or _expected
+    """,
+    ),
+    "assertion-error-replaced": (
+        "foreign_hooks",
+        """
+    import builtins
+    from _pytest.outcomes import XFailed
+
+    builtins.AssertionError = type("AssertionError", (XFailed, AssertionError), {})
+    """,
+    ),
+    # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
+    "hook-executor-wrapped": (
+        "foreign_hooks",
+        FIND_SESSION
+        + """
+    _manager = _session().config.pluginmanager
+    _inner = _manager._inner_hookexec
+
+    def _hookexec(name, impls, kwargs, firstresult):
+        if name in ("pytest_runtest_call", "pytest_pyfunc_call"):
+            impls = [i for i in impls if not i.plugin_name.startswith("stagegate")]
+        report = _inner(name, impls, kwargs, firstresult)
+        if name == "pytest_runtest_makereport" and report is not None and report.failed:
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    _manager._inner_hookexec = _hookexec
+    """,
+    ),
+    # the session's hook relay replaced: the test's call hook runs the test and swallows it
+    "session-hook-relay-replaced": (
+        "foreign_hooks",
+        FIND_SESSION
+        + """
+    class _Relay:
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            if name != "pytest_runtest_call":
+                return getattr(self.real, name)
+            return lambda item: None
+
+    _s = _session()
+    _real = _s.gethookproxy
+    _s.gethookproxy = lambda fspath: _Relay(_real(fspath))
+    """,
+    ),
+}
+SUBTESTS_TEST = """
+    import unittest
+    from mylib import add
+
+    def test_add(subtests):
+        for a in (1, 2):
+            with subtests.test(a=a):
+                assert add(a, a) == 2 * a
+
+    class TestAdd(unittest.TestCase):
+        def test_add(self):
+            with self.subTest():
+                self.assertEqual(add(2, 2), 4)
+"""
+
+
+def _library(attack: str) -> tuple[str, dict[str, str]]:
+    kind, code = LIBRARY_ATTACKS[attack]
+    add = "" if "def add" in code else "\n    def add(a, b):\n        return a - b\n"
+    test = SUBTESTS_TEST if attack.startswith("subtests") else ADD_TEST
+    return kind, {"mylib.py": code + add, "test_add.py": test}
+
+
 def _judged(tmp_path: Path, files: dict[str, str], *options: str) -> tuple[Decision, set[str]]:
-    """Run pytest for real on ``files`` and judge its JUnit file with what the plugin saw."""
+    """Run pytest for real on ``files`` and judge its JUnit file with what the plugin saw: the
+    decision and the kinds of what it found above INFO."""
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
@@ -171,7 +338,9 @@ def _judged(tmp_path: Path, files: dict[str, str], *options: str) -> tuple[Decis
     start = began.isoformat(timespec="seconds") if began else "2026-01-01T00:00:00Z"
     data = StageData(record(start=start, duration_s=120.0), suite=suite)
     verdict = judge_stage("execution", data, Policy())
-    return decide([verdict]).decision, {f.kind for f in verdict.findings}
+    return decide([verdict]).decision, {
+        f.kind for f in verdict.findings if f.severity.value != "INFO"
+    }
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -182,6 +351,16 @@ def test_a_test_module_that_keeps_a_failing_test_from_failing_blocks(
     decision, kinds = _judged(tmp_path, {"test_victim.py": VICTIM, **files})
     assert decision is Decision.BLOCK and kind in kinds, kinds
     assert "test_failed" not in kinds or attack == "tests-made-uncollectable"  # it worked
+
+
+@pytest.mark.parametrize("attack", LIBRARY_ATTACKS)
+def test_code_under_test_that_hides_its_bug_from_its_test_blocks(
+    tmp_path: Path, attack: str
+) -> None:
+    kind, files = _library(attack)
+    decision, kinds = _judged(tmp_path, files)
+    assert decision is Decision.BLOCK and kind in kinds, kinds
+    assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
 IDIOMS = """
@@ -216,6 +395,24 @@ IDIOMS = """
     class TestReal(TestBase):
         __test__ = True
 """
+XFAIL_IN_THE_TEST = """
+    import pytest
+
+    def test_marked_in_its_body(request):
+        request.node.add_marker(pytest.mark.xfail(reason="known bug"))
+        assert 0
+
+    def test_applied_in_its_body(request):
+        request.applymarker(pytest.mark.xfail(reason="known bug"))
+        assert 0
+
+    @pytest.fixture(scope="module", autouse=True)
+    def module_fixture(request):
+        request.applymarker(pytest.mark.usefixtures("tmp_path"))
+
+    def test_after_it():
+        pass
+"""
 DOCTESTS = {
     "src/pkg/__init__.py": "",
     "src/pkg/core.py": '''
@@ -233,8 +430,12 @@ DOCTESTS = {
 
 @pytest.mark.parametrize(
     ("files", "options"),
-    [({"test_idioms.py": IDIOMS}, ()), (DOCTESTS, ("--doctest-modules", "src", "tests"))],
-    ids=["opt-outs-and-abstract-bases", "doctest-modules"],
+    [
+        ({"test_idioms.py": IDIOMS}, ()),
+        (DOCTESTS, ("--doctest-modules", "src", "tests")),
+        ({"test_xfail.py": XFAIL_IN_THE_TEST}, ()),
+    ],
+    ids=["opt-outs-and-abstract-bases", "doctest-modules", "marks-added-by-the-test-module"],
 )
 def test_pytest_used_as_documented_is_no_finding(
     tmp_path: Path, files: dict[str, str], options: tuple[str, ...]

@@ -86,7 +86,7 @@ class _Context:
     raised: frozenset[tuple[str, str]] = frozenset()  # the plugin saw these tests raise
     recovered: frozenset[tuple[str, str]] = frozenset()  # ... these raise, then pass
     seen_raised: set[tuple[str, str]] = field(default_factory=set)  # ... and read them here
-    contradicted: list[str] = field(default_factory=list)  # ... and read them as no failure
+    raised_ids: set[str] = field(default_factory=set)  # ... those read, by node id
     pytest: bool = False  # pytest's 0-based line numbers and dotted module classnames
     mismatches: list[str] = field(default_factory=list)
     suites: int = 0  # <testsuite> elements opened so far
@@ -258,8 +258,7 @@ def _case(case: ET.Element, ctx: _Context, suite: _Suite) -> TestCase:
     named = (case.get("classname") or "", case.get("name") or "")
     if named in ctx.raised:
         ctx.seen_raised.add(named)
-        if outcome in ("passed", "skipped"):
-            ctx.contradicted.append(nodeid)
+        ctx.raised_ids.add(nodeid)  # held against its outcome once its attempts are merged
     elif named in ctx.recovered and outcome == "passed":
         outcome, message = "flaky", "it raised, then passed when run again"
     first = failures[0] if failures else None
@@ -565,11 +564,20 @@ def read_junit(
         count_mismatches=tuple(ctx.mismatches),
         dated=ctx.dated,
         witnessed=None if counts is None or not ctx.pytest else counts.complete,
-        contradicted=tuple(dict.fromkeys(ctx.contradicted)),  # a test written twice, once
+        contradicted=_contradicted(cases, ctx),
         foreign_hooks=counts.foreign if counts is not None else (),
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
         deselected=_deselected(counts, ctx),
         empty_files=counts.empty if counts is not None else (),
+    )
+
+
+def _contradicted(cases: tuple[TestCase, ...], ctx: _Context) -> tuple[str, ...]:
+    """The tests the plugin saw raise that the file, every attempt of each merged, says passed
+    or skipped; each once."""
+    passed = ("passed", "skipped")
+    return tuple(
+        dict.fromkeys(c.nodeid for c in cases if c.nodeid in ctx.raised_ids and c.outcome in passed)
     )
 
 

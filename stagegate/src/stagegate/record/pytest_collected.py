@@ -1,8 +1,9 @@
 """What a pytest run collected and did not run, for its witness: tests dropped from the session
-once collected (``-m``, ``-k``, ``--deselect``, a hook that removes them), tests kept and never
-started (``session.items`` cut short, ``pytest.exit`` with status 0), test files that yielded
-no test, and what the module names as a test that yielded none (``__test__ = False``, a class
-with ``__init__``, a test function wrapped in an object pytest does not collect).
+once collected (``-m``, ``-k``, ``--deselect``, a hook that removes them), tests kept that never
+started or never finished (``session.items`` cut short, ``pytest.exit`` with status 0), test
+files that yielded no test, and what the module names as a test that yielded none
+(``__test__ = False``, a class with ``__init__``, a test function wrapped in an object pytest
+does not collect).
 
 Only pytest and the standard library are imported: the gate mounts this folder alone."""
 
@@ -32,7 +33,7 @@ class Collected:
     def __init__(self) -> None:
         self.collected: set[str] = set()  # node ids, as collected
         self.kept: set[str] = set()  # ... still in the session when collection ended
-        self.started: set[str] = set()  # ... whose run began
+        self.finished_ids: set[str] = set()  # ... whose run began and ended
         self.empty: set[str] = set()  # test files and test-named objects that yielded none
         self.classes: set[type] = set()  # the classes of the tests collected
         self.candidates: dict[str, type] = {}  # test-named classes: node id -> class
@@ -74,17 +75,18 @@ class Collected:
                 self.empty.add(nodeid)
         return self.collected - self.kept
 
-    def start(self, item: pytest.Item) -> None:
-        self.started.add(item.nodeid)
+    def finish(self, item: pytest.Item) -> None:
+        self.finished_ids.add(item.nodeid)
 
     def not_started(self) -> set[str]:
-        """The tests kept in the session whose run never began."""
-        return self.kept - self.started
+        """The tests kept in the session whose run never began or never ended (a session
+        ended inside it)."""
+        return self.kept - self.finished_ids
 
     def sent(self) -> dict[str, list[str]]:
         """What a pytest-xdist worker sends: each worker runs a part of the tests it keeps."""
-        return {"kept": sorted(self.kept), "started": sorted(self.started)}
+        return {"kept": sorted(self.kept), "finished": sorted(self.finished_ids)}
 
     def add(self, sent: dict[str, Any]) -> None:
         self.kept.update(sent.get("kept", []))
-        self.started.update(sent.get("started", []))
+        self.finished_ids.update(sent.get("finished", []))

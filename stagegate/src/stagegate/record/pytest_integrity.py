@@ -24,10 +24,20 @@ INTERNALS = (
     ("_pytest.reports", "", "_report_to_json"),
     ("_pytest.junitxml", "_NodeReporter", "append_failure"),
     ("_pytest.junitxml", "_NodeReporter", "append_error"),
-    # and rewrite a test module's asserts as it is imported
+    # rewrite a test module's asserts as it is imported, decide an expected failure
     ("_pytest.assertion.rewrite", "AssertionRewriter", "visit_Assert"),
     ("_pytest.assertion.rewrite", "AssertionRewritingHook", "exec_module"),
     ("_pytest.assertion.rewrite", "", "rewrite_asserts"),
+    ("_pytest.skipping", "", "evaluate_xfail_marks"),
+    ("_pytest.skipping", "", "evaluate_skip_marks"),
+    ("builtins", "", "AssertionError"),
+    # and call the hooks' functions
+    ("pluggy._callers", "", "_multicall"),
+    ("pluggy._hooks", "HookCaller", "__call__"),
+    ("pluggy._hooks", "HookCaller", "get_hookimpls"),
+    ("pluggy._manager", "PluginManager", "_hookexec"),
+    ("_pytest.main", "Session", "gethookproxy"),
+    ("_pytest.nodes", "Node", "ihook"),
 )
 
 # The hooks a test is run and reported through
@@ -49,26 +59,57 @@ def code_of(function: object) -> object:
     return getattr(getattr(function, "__func__", function), "__code__", None)
 
 
-def _internals() -> dict[str, tuple[object, object]]:
+Held = tuple[str, Any, str, object, object]  # name, its holder, attribute, the object, code
+
+
+def _internals() -> list[Held]:
     """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself), with
-    its code; Nones for one this pytest lacks."""
-    found = {}
+    its code; Nones for one this pytest lacks. A class is held in its module too."""
+    found: list[Held] = []
     for module, owner, attribute in INTERNALS:
         holder: Any = sys.modules.get(module) or importlib.import_module(module)
-        holder = getattr(holder, owner, None) if owner else holder
+        if owner:
+            cls = vars(holder).get(owner)
+            found.append((f"{module}.{owner}", holder, owner, cls, None))
+            holder = cls
         held = vars(holder or {}).get(attribute)
-        found[".".join(filter(None, (owner or module, attribute)))] = (held, code_of(held))
+        name = ".".join(filter(None, (owner or module, attribute)))
+        found.append((name, holder, attribute, held, code_of(held)))
     return found
 
 
-def _hook_functions(config: pytest.Config) -> dict[tuple[str, object], tuple[object, object]]:
-    """(hook, implementation) -> (its function, that function's code), for :data:`RUN_HOOKS`."""
+Impls = dict[str, tuple[tuple[Any, object, object], ...]]  # hook -> (impl, function, code)
+
+
+def _hook_functions(config: pytest.Config) -> Impls:
+    """Each of :data:`RUN_HOOKS`' implementations with its function and that function's code."""
     found = {}
     for name in RUN_HOOKS:
         caller = getattr(config.hook, name, None)
-        for impl in caller.get_hookimpls() if caller is not None else ():
-            found[(name, impl)] = (impl.function, code_of(impl.function))
+        impls = caller.get_hookimpls() if caller is not None else ()
+        found[name] = tuple((i, i.function, code_of(i.function)) for i in impls)
     return found
+
+
+def _same(now: tuple[Any, ...], held: tuple[tuple[Any, object, object], ...]) -> bool:
+    """Whether ``now`` (a hook's implementations) are those held, function and code alike."""
+    return len(now) == len(held) and all(
+        i is impl and i.function is function and code_of(i.function) is code
+        for i, (impl, function, code) in zip(now, held, strict=True)
+    )
+
+
+def _hook_changes(hook: str, now: tuple[Any, ...], held: Any, added: bool) -> list[str]:
+    """What changed among a hook's implementations: removed, replaced, and ``added`` ones."""
+    current = {i: (i.function, code_of(i.function)) for i in now}
+    changes = []
+    for impl, function, code in held:
+        if impl not in current:
+            changes.append(f"{impl.plugin_name}'s {hook} unregistered")
+        elif current[impl][0] is not function or current[impl][1] is not code:
+            changes.append(f"{impl.plugin_name}'s {hook} replaced")
+    then = {impl for impl, _, _ in held}
+    return changes + [f"{i.plugin_name}'s {hook} added" for i in now if added and i not in then]
 
 
 def _held(callable_: object) -> tuple[object, object]:
@@ -85,8 +126,11 @@ def _item_code(item: pytest.Item) -> tuple[object, ...]:
     return (_held(function), *(_held(getattr(d, "func", None)) for d in defs))
 
 
+_SKIP_MARKS = ("skip", "skipif", "xfail")  # the marks that turn a failure into no failure
+
+
 def _marks(item: pytest.Item) -> tuple[str, ...]:
-    return tuple(mark.name for mark in item.iter_markers())
+    return tuple(m.name for m in item.iter_markers() if m.name in _SKIP_MARKS)
 
 
 class RunIntegrity:
@@ -96,10 +140,12 @@ class RunIntegrity:
         self.config = config
         self.internals = _internals()
         self.hooks = _hook_functions(config)
+        # what calls the hooks' functions: pytest's hook relay and pluggy's executor
+        self.callers = (config.hook, getattr(config.pluginmanager, "_inner_hookexec", None))
         self.items: dict[str, tuple[object, ...]] = {}
         # each test's marks as collected, then as the selection of tests left them
         self.marks: dict[str, tuple[str, ...]] = {}
-        self.collecting_done = False
+        self.session: pytest.Session | None = None  # once collection has ended
 
     def hold(self, item: pytest.Item) -> None:
         """Hold a test's code as it is collected (a module collected later cannot change it
@@ -117,34 +163,43 @@ class RunIntegrity:
             if self.marks.get(i.nodeid, _marks(i)) != _marks(i)
         ]
 
-    def collected(self, items: list[pytest.Item]) -> list[str]:
-        """Hold the hooks registered since the start too (those held already are checked,
-        never taken anew) and each test's marks; what changed so far."""
-        changed = self.changed()
-        for key, held in _hook_functions(self.config).items():
-            self.hooks.setdefault(key, held)
-        self.marks = {item.nodeid: _marks(item) for item in items}
-        self.collecting_done = True
+    def collected(self, session: pytest.Session) -> list[str]:
+        """What changed during collection (a plugin added then is judged as it is registered),
+        then hold the hooks as they are and each test's marks."""
+        self.session = session
+        changed = self.changed(added=False)
+        self.hooks = _hook_functions(self.config)
+        self.marks = {item.nodeid: _marks(item) for item in session.items}
         return changed
 
-    def changed(self) -> list[str]:
-        """pytest's functions and the hooks' functions that are not what was held."""
+    def changed(self, added: bool = True) -> list[str]:
+        """pytest's functions and the hooks' functions that are not what was held; ``added``:
+        a hook function registered since collection ended is a change too (a process that
+        collects nothing, pytest-xdist's controller, registers its own until the end)."""
+        added = added and self.session is not None
         changed = [
             f"pytest's {name} replaced"
-            for name, (held, code) in _internals().items()
-            if held is not self.internals[name][0] or code != self.internals[name][1]
+            for name, holder, attribute, held, code in self.internals
+            if (now := vars(holder or {}).get(attribute)) is not held or code_of(now) is not code
         ]
-        now = _hook_functions(self.config)
-        if self.collecting_done:  # every hook function there is is held
-            changed += [f"{getattr(i, 'plugin_name', '?')}'s {h} added" for h, i in now.keys()
-                        - self.hooks.keys()]  # fmt: skip
-        for (hook, impl), (function, code) in self.hooks.items():
-            plugin = getattr(impl, "plugin_name", "?")
-            if (hook, impl) not in now:
-                changed.append(f"{plugin}'s {hook} unregistered")
-            elif now[(hook, impl)][0] is not function or now[(hook, impl)][1] != code:
-                changed.append(f"{plugin}'s {hook} replaced")
+        manager = self.config.pluginmanager
+        if (self.config.hook, getattr(manager, "_inner_hookexec", None)) != self.callers:
+            changed.append("pytest's hook relay or pluggy's hook executor replaced")
+        if self.session is not None:
+            changed.extend(filter(None, [self.session_changed(self.session)]))
+        for hook, held in self.hooks.items():
+            caller = getattr(self.config.hook, hook, None)
+            now = tuple(caller.get_hookimpls()) if caller is not None else ()
+            if not _same(now, held):
+                changed += _hook_changes(hook, now, held, added)
         return changed
+
+    def session_changed(self, session: pytest.Session) -> str | None:
+        """Whether the session holds a hook relay of its own (an attribute over its class's
+        ``gethookproxy``, through which each test's hooks are called)."""
+        if "gethookproxy" in vars(session) or "ihook" in vars(session):
+            return "pytest's Session.gethookproxy replaced on the session"
+        return None
 
     def marks_changed(self, item: pytest.Item) -> str | None:
         """Whether the test's marks, before its first setup, are not those it had when

@@ -18,14 +18,15 @@ looks for these in the other stages' results.
 
 from __future__ import annotations
 
-import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
+from unittest import SkipTest
 
 import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
-from _pytest.skipping import xfailed_key
+from _pytest.outcomes import Exit, Skipped, XFailed
+from _pytest.skipping import evaluate_xfail_marks
 
 # Only pytest's and its own folder's imports: the gate mounts this folder apart from the rest of
 # stagegate (stagegate.record.witness_file)
@@ -64,11 +65,20 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
+# What pytest reports as no failure, bound as this module is imported: a test module that
+# rebinds pytest.exit.Exception (or the like) later does not make a failure one of them
+_NOT_FAILURES = (Skipped, XFailed, Exit, KeyboardInterrupt, SkipTest)
+
+
 def _xfailed(item: pytest.Item, exc: BaseException) -> bool:
-    """Whether the test's xfail marks, as pytest evaluated them (a condition that held, and
-    ``raises`` that matches), make ``exc`` an expected failure."""
-    xfailed = item.stash.get(xfailed_key, None)
-    if not xfailed or item.config.option.runxfail:
+    """Whether the test's xfail marks, evaluated as pytest evaluates them (a condition that
+    holds, ``raises`` that matches; marks added in the test itself included), make ``exc`` an
+    expected failure. What pytest keeps of its own evaluation (the item's stash) is not read:
+    code under test can write it."""
+    if item.config.option.runxfail:
+        return False
+    xfailed = evaluate_xfail_marks(item)
+    if not xfailed:
         return False
     raises = xfailed.raises
     if raises is None or isinstance(raises, type | tuple):
@@ -80,13 +90,7 @@ def _xfailed(item: pytest.Item, exc: BaseException) -> bool:
 def _expected(item: pytest.Item, exc: BaseException) -> bool:
     """Whether pytest reports ``exc`` as no failure: a skip, an expected failure, the end of
     the session (which ends the run without a report)."""
-    unittest = sys.modules.get("unittest")
-    skip = (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception)
-    return (
-        isinstance(exc, (*skip, KeyboardInterrupt))
-        or (unittest is not None and isinstance(exc, unittest.SkipTest))
-        or _xfailed(item, exc)
-    )
+    return isinstance(exc, _NOT_FAILURES) or _xfailed(item, exc)
 
 
 class OutcomeWitness:
@@ -178,12 +182,24 @@ class OutcomeWitness:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every test collected that the session will not run, however it was dropped."""
         self.deselected.update(self._name(n) for n in self.run.finished(session.items))
-        self.foreign.update(self.integrity.collected(session.items))
+        self.foreign.update(self.integrity.collected(session))
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        self.run.start(item)
-        return (yield)
+        # called through pytest's own relay; the test's hooks, through the session's
+        self.foreign.update(filter(None, [self.integrity.session_changed(item.session)]))
+        result = yield  # what ends the session (pytest.exit) leaves the test unfinished
+        self.run.finish(item)
+        return result
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A subtest that failed (pytest's subtests, unittest's subTest): its test raised,
+        though the context that ran it caught the exception."""
+        if report.failed and type(report).__name__ in ("SubtestReport", "SubTestReport"):
+            name = self._name(report.nodeid)
+            self.raised.add(name)
+            self.recovered.discard(name)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
@@ -231,9 +247,7 @@ class OutcomeWitness:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Any:
-        result = yield from self._watch(item)
-        self.foreign.update(self.integrity.changed())  # before the teardown's report is made
-        return result
+        return (yield from self._watch(item))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput"):  # the controller writes the file, once
