@@ -42,9 +42,11 @@ if args[:1] == ["run"]:
     if "pytest" in args and mode != "none":
         with open(out + "/junit-cuda.xml", "w") as dst:
             dst.write(os.environ["JUNIT_CUDA"])
-        with open(out + "/junit-cuda.xml.counts.json", "w") as dst:  # stagegate's plugin's
-            witness = '"raised": [], "deselected": []'
-            dst.write('{{"format_version": 3, "subtest_reports": 0, ' + witness + '}}')
+        witness = '"raised": [], "deselected": []'
+        gate = os.environ.get("GATE_WITNESS") != "absent"
+        for name in ("counts", "witness")[: 1 + gate]:  # stagegate's plugin's, and the gate's
+            with open(out + "/junit-cuda.xml." + name + ".json", "w") as dst:
+                dst.write('{{"format_version": 3, "subtest_reports": 0, ' + witness + '}}')
     elif "amptrain.benchmark.ab" in args:
         with open(os.environ["AB"]) as src, open(out + "/ab.json", "w") as dst:
             dst.write(src.read())
@@ -158,13 +160,17 @@ def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secr
     calls = docker_calls(host)
     assert [c[0] for c in calls] == ["pull", "run", "rm", "run", "rm"]
     cuda = calls[3]
-    assert cuda[cuda.index(IMAGE) + 1 :][:5] == [
+    assert cuda[cuda.index(IMAGE) + 1 :][:7] == [
         "python",
         "-m",
         "pytest",
         "-p",
         "stagegate.pytest_plugin",
+        "-p",
+        "stagegate_gate.witness_file",
     ]
+    assert f"{host['work']}/gate:/gate:ro" in cuda  # the default branch's witness, read-only
+    assert (host["work"] / "gate" / "stagegate_gate" / "witness_file.py").is_file()
     assert cuda[cuda.index("--network") + 1] == "none" and f"{host['pr']}:/workspace:ro" in cuda
     assert cuda[cuda.index("-m", cuda.index("pytest")) + 1] == "cuda"  # the cuda-marked tests
     assert calls[0][-1] == IMAGE
@@ -257,7 +263,7 @@ def judge_gpu(host: dict, artifact: Path) -> dict[str, str]:
         "--host", str(tmp / "host.json"), "--image", IMAGE,
         "--note", "regression NOT VERIFIED: no accepted baseline",
         "--", "--only", "performance", "--only", "cuda", "--require", "performance",
-        "--require", "cuda",
+        "--require", "cuda", "--gate-witness",
     ]  # fmt: skip
     run = subprocess.run(
         [sys.executable, str(TOOLS / "judge_records.py"), *args],
@@ -347,3 +353,17 @@ def test_the_gpu_judge_blocks_when_the_cuda_tests_left_no_junit(host: dict) -> N
     assert stage(host).returncode == 0
     (host["work"] / "reports" / "raw" / "junit-cuda.xml").unlink()
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] != "success"
+
+
+def test_the_gpu_judge_blocks_cuda_tests_the_gates_witness_did_not_see(host: dict) -> None:
+    """The commit's own plugin wrote its file; the default branch's witness wrote none (the
+    commit kept it from loading): the cuda stage's outcomes are claims, and the check fails."""
+    assert stage(host, GATE_WITNESS="absent").returncode == 0
+    raw = host["work"] / "reports" / "raw"
+    assert (raw / "junit-cuda.xml.counts.json").is_file()
+    assert judge_gpu(host, raw)["state"] == "failure"
+    verdict = json.loads((host["tmp"] / "gpu-reports" / "verdict.json").read_text())
+    (cuda,) = [s for s in verdict["stages"] if s["name"] == "cuda"]
+    assert [f["severity"] for f in cuda["findings"] if f["kind"] == "outcomes_unwitnessed"] == [
+        "HIGH"
+    ]

@@ -21,6 +21,7 @@ commit, whose parents it checked through the API).
 
     python3 tools/ci/cpu_stage.py --container STAGE WORK    (stagegate's command, in WORK)
     python3 tools/ci/cpu_stage.py --definitions NOXFILE     (the stages, as JSON)
+    python3 tools/ci/cpu_stage.py --gate-witness WORK       (WORK/gate, for gpu_stage.sh)
 """
 
 from __future__ import annotations
@@ -258,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args[:1] == ["--container"] and len(args) == 3:
             return run_container(args[1], Path(args[2]))
+        if args[:1] == ["--gate-witness"] and len(args) == 2:  # gpu_stage.sh's cuda stage
+            print(gate_witness(Path(args[1])))
+            return 0
         if len(args) != 2:
             raise StageError("usage: cpu_stage.py PR_TREE WORK")
         return run_stages(Path(args[0]), Path(args[1]), os.environ)

@@ -85,15 +85,18 @@ ab_container() {
 }
 
 # The cuda stage's command: the commit's cuda-marked tests inside the container, with JUnit.
-# The stagegate pytest plugin the project's pytest options name comes from the commit's tree.
+# The stagegate pytest plugin the project's pytest options name comes from the commit's tree;
+# the witness the judge reads is the default branch's (WORK/gate, read-only at /gate, first on
+# the path, as cpu_stage.py runs it for the CPU stages).
 cuda_container() {
     local rc=0
-    in_container cuda /workspace \
-        --env PYTHONPATH=/workspace/src:/workspace/stagegate/src -- \
-        python -m pytest -p stagegate.pytest_plugin -m cuda -p no:cacheprovider \
-        --junitxml=/out/junit-cuda.xml || rc=$?
+    in_container cuda /workspace --volume "$PWD/gate:/gate:ro" \
+        --env PYTHONPATH=/gate:/workspace/src:/workspace/stagegate/src -- \
+        python -m pytest -p stagegate.pytest_plugin -p stagegate_gate.witness_file -m cuda \
+        -p no:cacheprovider --junitxml=/out/junit-cuda.xml || rc=$?
     keep_output junit-cuda.xml
     keep_output junit-cuda.xml.counts.json  # the plugin's witness of the tests that raised
+    keep_output junit-cuda.xml.witness.json  # and the gate's
     return "$rc"
 }
 
@@ -127,6 +130,8 @@ stage() {
     mkdir -p "$work/reports/raw" "$work/container-out"
     docker pull --quiet "$IMAGE"
     cd "$work"
+    python3 "$(dirname "$SELF")/cpu_stage.py" --gate-witness "$PWD" >/dev/null ||
+        die "the default branch's witness could not be laid out in $PWD/gate"
     # GIT_DIR: the record's commit is the admitted SHA, never the host checkout's.
     GIT_DIR=/nonexistent GITHUB_SHA="$SHA" PR_TREE="$pr" \
         "$STAGEGATE" run performance --out-dir reports/raw \
