@@ -215,7 +215,8 @@ def test_the_gate_witness_is_the_hosts_own_and_a_change_that_blinds_its_own_stil
     project = tmp_path / "project"
     project.mkdir()
     producers = cpu_stage.ROOT / "stagegate" / "tests" / "fixtures" / "junit" / "producers"
-    for name in ("test_outcomes.py", "test_blinds_the_witness.py"):
+    tests = ["test_outcomes.py", "test_blinds_the_witness.py"]
+    for name in [*tests, "test_forged_reports.py"]:  # the second imports the third
         (project / name).write_bytes((producers / name).read_bytes())
     junit = "raw/junit.xml"
     env = {**os.environ, "PYTHONPATH": str(gate)}
@@ -223,7 +224,7 @@ def test_the_gate_witness_is_the_hosts_own_and_a_change_that_blinds_its_own_stil
     assert command == ["python", "-m", "pytest", "-p", "stagegate_gate.witness_file"]
     pytest_argv = [sys.executable, *command[1:], "-p", "no:cacheprovider", f"--junitxml={junit}"]
     stage = [str(STAGEGATE), "run", "execution", "--out-dir", "raw", f"--junit={junit}", "--"]
-    subprocess.run([*stage, *pytest_argv, "test_outcomes.py", "test_blinds_the_witness.py"],
+    subprocess.run([*stage, *pytest_argv, *tests],
                    cwd=project, env=env, capture_output=True, check=True, timeout=300)  # fmt: skip
     report = [str(STAGEGATE), "report", "raw", "--only", "execution", "--pyproject", "none.toml"]
     own = subprocess.run(report, cwd=project, capture_output=True, text=True, timeout=300)

@@ -34,6 +34,8 @@ from .pytest_collected import Collected
 from .pytest_integrity import RUN_HOOKS, RunIntegrity
 
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
+# The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
+SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
 
 _DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
@@ -115,12 +117,14 @@ class OutcomeWitness:
         the tests it kept and started; only the whole run's can tell which never started)."""
         self.foreign.update(self.integrity.changed())
         worker = hasattr(self.config, "workerinput")
-        dropped = self.deselected | {self._name(n) for n in self.run.not_started()}
+        dropped = set(self.deselected)
+        if not worker:
+            dropped.update(self._name(n) for n in self.run.not_started())
         return {
             "raised": [list(r) for r in sorted(self.raised)],
             "recovered": [list(r) for r in sorted(self.recovered)],
             "foreign": sorted(self.foreign),
-            "deselected": [list(r) for r in sorted(self.deselected if worker else dropped)],
+            "deselected": [list(r) for r in sorted(dropped)],
             "empty": sorted(self.run.empty),
             **(self.run.sent() if worker else {}),
         }
@@ -144,11 +148,11 @@ class OutcomeWitness:
             return (yield)
         except BaseException as exc:
             if not _expected(item, exc):
-                self._noted(item)
+                self._noted(item.nodeid)
             raise
 
-    def _noted(self, item: pytest.Item) -> None:
-        name = self._name(item.nodeid)
+    def _noted(self, nodeid: str) -> None:
+        name = self._name(nodeid)
         self.raised.add(name)
         self.recovered.discard(name)
 
@@ -196,10 +200,8 @@ class OutcomeWitness:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A subtest that failed (pytest's subtests, unittest's subTest): its test raised,
         though the context that ran it caught the exception."""
-        if report.failed and type(report).__name__ in ("SubtestReport", "SubTestReport"):
-            name = self._name(report.nodeid)
-            self.raised.add(name)
-            self.recovered.discard(name)
+        if report.failed and type(report).__name__ in SUBTEST_REPORTS:
+            self._noted(report.nodeid)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
@@ -235,7 +237,7 @@ class OutcomeWitness:
         # A unittest.TestCase's failures reach pytest through its result object, not raised
         for info in getattr(item, "_excinfo", None) or ():
             if not _expected(item, info.value):
-                self._noted(item)
+                self._noted(item.nodeid)
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)

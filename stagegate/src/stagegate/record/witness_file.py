@@ -21,13 +21,11 @@ from typing import Any
 
 import pytest
 
-from .pytest_witness import OutcomeWitness
+from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness
 
 FORMAT_VERSION = 3  # 2: the witness's lists; 3: what the run dropped
 GATE_SUFFIX = ".witness.json"
 GATE_KEY = "stagegate_gate_raised"  # a pytest-xdist worker's gate witness, in its workeroutput
-# The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
-_SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
 
 
 def _replace(path: Path, text: str) -> None:
@@ -57,7 +55,7 @@ class JUnitSidecar:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         counted = report.when == "call" or not report.passed
-        self.subtest_reports += counted and type(report).__name__ in _SUBTEST_REPORTS
+        self.subtest_reports += counted and type(report).__name__ in SUBTEST_REPORTS
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
