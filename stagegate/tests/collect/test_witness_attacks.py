@@ -298,6 +298,38 @@ LIBRARY_ATTACKS = {
     """,
     ),
 }
+# What the code under test does as it is imported, imported by a conftest.py before the
+# witness starts (pytest loads the first conftest files before any plugin configures)
+EARLY = {
+    "hook-executor-wrapped": """
+    import gc
+
+    for _manager in [o for o in gc.get_objects() if type(o).__name__ == "PytestPluginManager"]:
+        _inner = _manager._inner_hookexec
+
+        def _hookexec(name, impls, kwargs, firstresult, _inner=_inner):
+            if name in ("pytest_runtest_call", "pytest_pyfunc_call"):
+                impls = [i for i in impls if not i.plugin_name.startswith("stagegate")]
+            report = _inner(name, impls, kwargs, firstresult)
+            if name == "pytest_runtest_makereport" and report is not None and report.failed:
+                report.outcome, report.longrepr = "passed", None
+            return report
+
+        _manager._inner_hookexec = _hookexec
+    """,
+    "reports-forged": """
+    import _pytest.reports
+
+    _made = _pytest.reports.TestReport.from_item_and_call.__func__
+
+    def _forged(cls, item, call):
+        report = _made(cls, item, call)
+        report.outcome, report.longrepr = "passed", None
+        return report
+
+    _pytest.reports.TestReport.from_item_and_call = classmethod(_forged)
+    """,
+}
 SUBTESTS_TEST = """
     import unittest
     from mylib import add
@@ -360,6 +392,17 @@ def test_code_under_test_that_hides_its_bug_from_its_test_blocks(
     kind, files = _library(attack)
     decision, kinds = _judged(tmp_path, files)
     assert decision is Decision.BLOCK and kind in kinds, kinds
+    assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
+
+
+@pytest.mark.parametrize("attack", EARLY)
+def test_code_under_test_that_a_conftest_imports_before_the_witness_starts_blocks(
+    tmp_path: Path, attack: str
+) -> None:
+    add = "\n    def add(a, b):\n        return a - b\n"
+    files = {"conftest.py": "import mylib\n", "mylib.py": EARLY[attack] + add}
+    decision, kinds = _judged(tmp_path, {**files, "test_add.py": ADD_TEST})
+    assert decision is Decision.BLOCK and "foreign_hooks" in kinds, kinds
     assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,7 +60,8 @@ def code_of(function: object) -> object:
     return getattr(getattr(function, "__func__", function), "__code__", None)
 
 
-Held = tuple[str, Any, str, object, object]  # name, its holder, attribute, the object, code
+# module, name, the module or class holding it, attribute, the object, its code
+Held = tuple[str, str, Any, str, object, object]
 
 
 def _internals() -> list[Held]:
@@ -70,11 +72,47 @@ def _internals() -> list[Held]:
         holder: Any = sys.modules.get(module) or importlib.import_module(module)
         if owner:
             cls = vars(holder).get(owner)
-            found.append((f"{module}.{owner}", holder, owner, cls, None))
+            found.append((module, f"{module}.{owner}", holder, owner, cls, None))
             holder = cls
         held = vars(holder or {}).get(attribute)
         name = ".".join(filter(None, (owner or module, attribute)))
-        found.append((name, holder, attribute, held, code_of(held)))
+        found.append((module, name, holder, attribute, held, code_of(held)))
+    return found
+
+
+def _foreign_file(module: str, held: object, code: object) -> bool:
+    """Whether what :data:`INTERNALS` holds for ``module`` is not its package's own: code
+    from a file outside the package, or a builtin defined elsewhere (replaced before the
+    witness started, by a conftest.py's import of the code under test, say)."""
+    if module == "builtins":
+        return getattr(held, "__module__", module) != module
+    package = getattr(sys.modules.get(module.partition(".")[0]), "__file__", None)
+    if code is None or package is None:
+        return False
+    return not _inside(getattr(code, "co_filename", ""), Path(package).parent)
+
+
+def _inside(filename: str, folder: Path) -> bool:
+    return Path(filename).resolve().is_relative_to(folder.resolve())
+
+
+def _executor_foreign(manager: Any) -> bool:
+    """Whether pluggy's hook executor is not pluggy's own (its tracing, --debug, is)."""
+    pluggy = Path(sys.modules["pluggy"].__file__ or "").parent
+    code = code_of(getattr(manager, "_inner_hookexec", None))
+    return code is None or not _inside(getattr(code, "co_filename", ""), pluggy)
+
+
+def tampered_before(config: pytest.Config) -> list[str]:
+    """What was no longer pytest's and pluggy's own when the witness started: the snapshot the
+    witness holds from then on cannot show it."""
+    found = [
+        f"pytest's {name} replaced before the witness started"
+        for module, name, _, _, held, code in _internals()
+        if _foreign_file(module, held, code)
+    ]
+    if _executor_foreign(config.pluginmanager):
+        found.append("pluggy's hook executor replaced before the witness started")
     return found
 
 
@@ -179,7 +217,7 @@ class RunIntegrity:
         added = added and self.session is not None
         changed = [
             f"pytest's {name} replaced"
-            for name, holder, attribute, held, code in self.internals
+            for _, name, holder, attribute, held, code in self.internals
             if (now := vars(holder or {}).get(attribute)) is not held or code_of(now) is not code
         ]
         manager = self.config.pluginmanager

@@ -31,7 +31,7 @@ from _pytest.skipping import evaluate_xfail_marks
 # Only pytest's and its own folder's imports: the gate mounts this folder apart from the rest of
 # stagegate (stagegate.record.witness_file)
 from .pytest_collected import Collected
-from .pytest_integrity import RUN_HOOKS, RunIntegrity
+from .pytest_integrity import RUN_HOOKS, RunIntegrity, tampered_before
 
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 # The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
@@ -109,6 +109,7 @@ class OutcomeWitness:
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.collecting = False
         self.integrity = RunIntegrity(config)
+        self.foreign.update(tampered_before(config))
         # a test run again is a re-run only where a re-run plugin runs tests again
         self.reruns = config.pluginmanager.has_plugin("rerunfailures")
 
