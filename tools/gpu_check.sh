@@ -6,7 +6,9 @@
 #   SHA=<40 hex> [PLANT_SHA=<40 hex> PLANT_SRC=DIR] tools/gpu_check.sh [ITEM...]
 #
 # ITEMs, in the order given (default: all five, in this order):
-#   cuda     the cuda-marked tests as the cuda stage (JUnit), judged with --require cuda
+#   cuda     the cuda-marked tests as the cuda stage (JUnit), beside the gate's witness, judged
+#            with --require cuda --gate-witness
+#   cuda-plant  the same on CUDA_PLANT_SRC's tree (a fault planted and hidden): must BLOCK
 #   ab       the A/B regression stage on the gpu preset: the commit against itself (must PASS,
 #            half-width under 1%), then PLANT_SRC's commit (a planted slowdown) against SHA
 #            (must BLOCK with its ratio and interval)
@@ -89,19 +91,28 @@ EOF
     tail -n 1 "$OUT/machine.txt"
 }
 
-# The cuda-marked tests of the files that hold them: collecting every test file would import
-# packages this machine lacks (wandb, datasets), which the image installs.
-cuda() {
-    local raw="$WORK/cuda/raw" files
+# NAME TREE: the cuda-marked tests of TREE's files that hold them as the cuda stage, beside the
+# gate's witness (this tree's, as gpu_stage.sh loads main's), judged against the gate's file.
+# Collecting every test file would import packages this machine lacks (wandb, datasets).
+cuda_stage() {
+    local name="$1" tree="$2" raw="$WORK/$1/raw" files gate
     local plugin=(-p stagegate.pytest_plugin)  # the pytest options' --stagegate-guard is its
     "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(
         e.value.startswith('stagegate') for e in m.entry_points(group='pytest11')))" && plugin=()
-    mapfile -t files < <(grep -l "mark.cuda" tests/amptrain/test_*.py)
-    stage cuda 240 cuda "--junit=$raw/junit-cuda.xml" -- \
-        "$PY" -m pytest "${plugin[@]}" -m cuda -p no:cacheprovider \
-        --junitxml="$raw/junit-cuda.xml" "${files[@]}"
-    judge cuda --only cuda --require cuda
+    gate=$("$PY" tools/ci/cpu_stage.py --gate-witness "$WORK") || return
+    mapfile -t files < <(cd "$tree" && grep -l "mark.cuda" tests/amptrain/test_*.py)
+    (cd "$tree" && PYTHONPATH="$gate:$WORK/site:$PWD/src:$PWD/stagegate/src" \
+        stage "$name" 240 cuda "--junit=$raw/junit-cuda.xml" -- \
+        "$PY" -m pytest "${plugin[@]}" -p stagegate_gate.witness_file -m cuda -p no:cacheprovider \
+        --junitxml="$raw/junit-cuda.xml" "${files[@]}")
+    judge "$name" --only cuda --require cuda --gate-witness
 }
+
+cuda() { cuda_stage cuda "$PWD"; }
+
+# CUDA_PLANT_SRC's tree (a fault planted, and hidden from pytest's report) as the cuda stage
+# under this tree's gate witness: must BLOCK.
+cuda-plant() { cuda_stage cuda-plant "${CUDA_PLANT_SRC:?CUDA_PLANT_SRC must name a tree}"; }
 
 # NAME HEAD_SRC HEAD_SHA: the A/B of HEAD against SHA, recorded at HEAD_SHA, judged with SHA
 # as the base asked for. On an H200, 30 windows of 10 steps a side gave the commit against
@@ -145,8 +156,8 @@ items=("$@")
 facts
 for item in "${items[@]}"; do
     case "$item" in
-        cuda | ab | fsdp | profile | bench)
+        cuda | cuda-plant | ab | fsdp | profile | bench)
             start=$SECONDS; "$item"; echo "== $item: $((SECONDS - start)) s" ;;
-        *) echo "gpu_check: unknown item $item (cuda, ab, fsdp, profile, bench)" >&2; exit 2 ;;
+        *) echo "gpu_check: unknown item $item (cuda, cuda-plant, ab, fsdp, profile, bench)" >&2; exit 2 ;;
     esac
 done
