@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -227,24 +228,31 @@ def _outcome(
     return "passed", "", (), 1
 
 
+# A number with its thousands grouped ("1,234.5"), as Maven Surefire writes times over 1,000 s
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+
+
+def _number(text: str) -> float | None:
+    """A ``time`` attribute's number (grouped thousands read as one), None for no number."""
+    text = text.strip()
+    try:
+        return float(text.replace(",", "") if _GROUPED.fullmatch(text) else text)
+    except ValueError:
+        return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _seconds(text: str) -> float:
     """A ``time`` attribute as seconds (0 for anything but a positive finite number); one float
     for each text, so the many cases that took "0.001" s hold one object between them."""
-    try:
-        duration = float(text)
-    except ValueError:
-        return 0.0
+    duration = _number(text) or 0.0
     return duration if math.isfinite(duration) and duration > 0 else 0.0
 
 
 def _claimed(text: str | None) -> float:
     """A ``time`` attribute as the duration it claims: infinite for a number that is not
     finite ("inf", "1e400", "NaN"), which no run took; 0 for no number."""
-    try:
-        duration = float(text or "0")
-    except ValueError:
-        return 0.0
+    duration = _number(text or "0") or 0.0
     return duration if math.isfinite(duration) else math.inf
 
 
