@@ -44,6 +44,7 @@ class Kind(StrEnum):
     REQUIRED_TEST_SKIPPED = "required_test_skipped"
     SKIPPED_SHARE_ROSE = "skipped_share_rose"
     TEST_NEWLY_SKIPPED = "test_newly_skipped"
+    SKIPPED_BY_CODE_UNDER_TEST = "skipped_by_code_under_test"
     TEST_GONE = "test_gone"
     TEST_RUN_NOWHERE = "test_run_nowhere"
     SKIPPED_TEST = "skipped_test"
@@ -110,6 +111,9 @@ CATALOGUE: dict[Kind, About] = {
     Kind.REQUIRED_TEST_SKIPPED: About(H, "a test the policy names was skipped"),
     Kind.SKIPPED_SHARE_ROSE: About(M, "more of the tests skip than on the base branch"),
     Kind.TEST_NEWLY_SKIPPED: About(H, "a test that ran on the base branch skips here"),
+    Kind.SKIPPED_BY_CODE_UNDER_TEST: About(
+        H, "the code under test, not a test or a conftest.py, skipped or xfailed a test"
+    ),
     Kind.TEST_GONE: About(M, "a test that ran on the base branch did not run here"),
     Kind.TEST_RUN_NOWHERE: About(H, "a test a stage collected and dropped ran in no stage"),
     Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),

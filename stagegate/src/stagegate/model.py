@@ -290,6 +290,7 @@ class TestSuite:
     foreign_hooks: tuple[str, ...] = ()  # what could run or report its tests unseen
     deselected: tuple[str, ...] = ()  # node ids collected and dropped from the run
     empty_files: tuple[str, ...] = ()  # test files that yielded no test
+    skipped_by_code: tuple[tuple[str, Location], ...] = ()  # skipped by the code under test
 
     def count(self, outcome: str) -> int:
         """Number of cases with ``outcome``."""

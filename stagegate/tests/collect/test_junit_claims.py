@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from stagegate.collect import collect_stage, load_record, read_junit
+from stagegate.collect.junit import PytestCounts
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy
-from stagegate.model import Decision, Severity, StageData, StageStatus
+from stagegate.model import Decision, Location, Severity, StageData, StageStatus
 from stagegate.record.runner import run_stage
 
 from ..builders import record
@@ -95,7 +96,7 @@ def test_a_suite_failure_outside_any_test_case_is_a_failed_test_of_that_suite(
 
 
 def _stage(
-    tmp_path: Path, declared: int, counted: int | None, raised: str = "[]", version: int = 3
+    tmp_path: Path, declared: int, counted: int | None, raised: str = "[]", version: int = 4
 ) -> str:
     """A stage that writes a pytest JUnit file of 1 test case declaring ``declared`` tests and,
     unless ``counted`` is None, what the plugin saw beside it (``counted`` subtest reports, the
@@ -109,6 +110,7 @@ def _stage(
     if counted is not None:
         seen = f', "raised": {raised}' if version > 1 else ""
         seen += ', "deselected": []' if version > 2 else ""
+        seen += ', "skipped_by": []' if version > 3 else ""
         counts = f'{{"format_version": {version}, "subtest_reports": {counted}{seen}}}'
         lines.append(f"open({str(junit) + '.counts.json'!r}, 'w').write({counts!r})")
     run_stage(
@@ -170,12 +172,14 @@ def test_a_test_the_plugin_saw_raise_and_the_file_lacks_blocks(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    "version", [1, 2, None], ids=["before-the-witness", "before-the-dropped-tests", "no-file"]
+    "version",
+    [1, 2, 3, None],
+    ids=["before-the-witness", "before-the-dropped-tests", "before-the-skips", "no-file"],
 )
 def test_a_pytest_file_without_the_plugins_witness_is_said_and_blocks_where_the_policy_asks(
     tmp_path: Path, version: int | None
 ) -> None:
-    _stage(tmp_path, declared=1, counted=None if version is None else 0, version=version or 3)
+    _stage(tmp_path, declared=1, counted=None if version is None else 0, version=version or 4)
     data = _collected(tmp_path)
     assert data.suite is not None and data.suite.witnessed is False
     assert _judged(data) == (Decision.PASS, ["outcomes_unwitnessed"])  # INFO by default
@@ -188,6 +192,32 @@ def test_a_hook_the_witness_saw_blocks(tmp_path: Path) -> None:
     data = _collected(tmp_path)
     assert data.suite is not None and data.suite.foreign_hooks == ("t.py: pytest_pyfunc_call",)
     assert _judged(data) == (Decision.BLOCK, ["foreign_hooks"])
+
+
+def test_a_skip_the_code_under_test_raised_blocks_where_the_file_says_skipped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text(
+        '<testsuites name="pytest tests"><testsuite name="pytest" tests="2">'
+        '<testcase classname="test_m" name="test_a"><skipped message="later"/></testcase>'
+        '<testcase classname="test_m" name="test_b"/></testsuite></testsuites>'
+    )
+    where = {("test_m", "test_a"): "src/lib.py:7", ("test_m", "test_b"): "src/lib.py:9"}
+    counts = PytestCounts(raised=frozenset(), deselected=frozenset(), skipped_by=where)
+    suite = read_junit(path, root=tmp_path, counts=counts)
+    assert suite.skipped_by_code == (("test_m::test_a", Location("src/lib.py", 7)),)  # b passed
+    verdict = judge_stage("execution", StageData(record(), suite=suite), Policy())
+    (found,) = [f for f in verdict.findings if f.kind == "skipped_by_code_under_test"]
+    assert found.severity is Severity.HIGH and found.location == Location("src/lib.py", 7)
+    assert decide([verdict]).decision is Decision.BLOCK
+
+
+def test_a_witness_without_a_list_of_skips_is_an_input_error(tmp_path: Path) -> None:
+    skips = '[], "skipped_by": [["test_m", "test_a"]]'
+    _stage(tmp_path, declared=1, counted=0, raised=skips, version=3)
+    data = _collected(tmp_path)
+    assert data.suite is None and "skipped_by" in data.input_errors[0]
 
 
 @pytest.mark.parametrize("raised", ['"test_m"', '[["test_m"]]', "[[1, 2]]", "null"])

@@ -272,6 +272,7 @@ def test_a_test_that_raised_and_passed_when_run_again_is_flaky(tmp_path: Path) -
         raised=frozenset(),
         recovered=frozenset({("test_rerun_sample", "test_fails_then_passes")}),
         deselected=frozenset(),
+        skipped_by={},
     )
     suite = read_junit(CORPUS / "pytest-rerunfailures-16.xml", root=SAMPLES, counts=counts)
     cases = {c.name: c for c in suite.cases}

@@ -259,6 +259,27 @@ LIBRARY_ATTACKS = {
     builtins.AssertionError = type("AssertionError", (XFailed, AssertionError), {})
     """,
     ),
+    # the code under test skips its own test, or calls its failure expected
+    "skip-in-the-library": (
+        "skipped_by_code_under_test",
+        """
+    def add(a, b):
+        if a - b != a + b:
+            import pytest
+            pytest.skip("not on this machine")
+        return a - b
+    """,
+    ),
+    "xfail-in-the-library": (
+        "skipped_by_code_under_test",
+        """
+    def add(a, b):
+        if a - b != a + b:
+            import pytest
+            pytest.xfail("known")
+        return a - b
+    """,
+    ),
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
         "foreign_hooks",
@@ -471,14 +492,70 @@ DOCTESTS = {
 }
 
 
+SKIPS_IN_THE_TESTS = {
+    "src/pkg/__init__.py": "def gpu():\n    return False\n",
+    # the root's conftest: its folder holds the code under test too
+    "conftest.py": """
+        import pytest
+        import pkg
+
+        @pytest.fixture
+        def gpu():
+            if not pkg.gpu():
+                pytest.skip("needs a GPU")
+    """,
+    "tests/helpers.py": """
+        import pytest
+
+        def require(flag):
+            if not flag:
+                pytest.skip("flag off")
+    """,
+    "tests/test_skips.py": """
+        import unittest
+        import pytest
+        from helpers import require
+
+        def test_imports_or_skips():
+            pytest.importorskip("no_such_module_anywhere")
+
+        def test_helper_skips():
+            require(False)
+
+        def test_fixture_skips(gpu):
+            pass
+
+        @pytest.mark.skipif(True, reason="marked")
+        def test_marked():
+            pass
+
+        def test_xfails_itself():
+            pytest.xfail("known")
+
+        class TestCase(unittest.TestCase):
+            def test_skips_itself(self):
+                self.skipTest("not here")
+
+        def test_runs():
+            pass
+    """,
+}
+
+
 @pytest.mark.parametrize(
     ("files", "options"),
     [
         ({"test_idioms.py": IDIOMS}, ()),
+        ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
         (DOCTESTS, ("--doctest-modules", "src", "tests")),
         ({"test_xfail.py": XFAIL_IN_THE_TEST}, ()),
     ],
-    ids=["opt-outs-and-abstract-bases", "doctest-modules", "marks-added-by-the-test-module"],
+    ids=[
+        "opt-outs-and-abstract-bases",
+        "skips-decided-by-the-tests",
+        "doctest-modules",
+        "marks-added-by-the-test-module",
+    ],
 )
 def test_pytest_used_as_documented_is_no_finding(
     tmp_path: Path, files: dict[str, str], options: tuple[str, ...]

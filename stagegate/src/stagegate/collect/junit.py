@@ -577,6 +577,7 @@ def read_junit(
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
         deselected=_deselected(counts, ctx),
         empty_files=counts.empty if counts is not None else (),
+        skipped_by_code=_skipped_by_code(cases, counts, ctx),
     )
 
 
@@ -587,6 +588,22 @@ def _contradicted(cases: tuple[TestCase, ...], ctx: _Context) -> tuple[str, ...]
     return tuple(
         dict.fromkeys(c.nodeid for c in cases if c.nodeid in ctx.raised_ids and c.outcome in passed)
     )
+
+
+def _skipped_by_code(
+    cases: tuple[TestCase, ...], counts: PytestCounts | None, ctx: _Context
+) -> tuple[tuple[str, Location], ...]:
+    """(node id, where) of each test the file says skipped that the code under test skipped."""
+    skipped = {c.nodeid for c in cases if c.outcome == "skipped"}
+    named = counts.skipped_by if counts is not None and counts.skipped_by else {}
+    found = ((_nodeid_of(_named(c), _named(n), "", ctx)[0], w) for (c, n), w in named.items())
+    return tuple(sorted((i, _where(w)) for i, w in found if i in skipped))
+
+
+def _where(text: str) -> Location:
+    """``file:line`` as a Location (a line that is no number: the file alone)."""
+    file, _, line = text.rpartition(":")
+    return Location(file, _int(line)) if file and line.isdigit() else Location(text)
 
 
 def _deselected(counts: PytestCounts | None, ctx: _Context) -> tuple[str, ...]:
@@ -613,11 +630,13 @@ class PytestCounts:
     # that yielded no test
     deselected: frozenset[tuple[str, str]] | None = None
     empty: tuple[str, ...] = ()
+    # skipped or expected to fail by the code under test, with where (None: does not say)
+    skipped_by: dict[tuple[str, str], str] | None = None
 
     @property
     def complete(self) -> bool:
-        """Whether the plugin said both which tests raised and which it dropped."""
-        return self.raised is not None and self.deselected is not None
+        """Whether the plugin said which tests raised, which it dropped and what skipped."""
+        return None not in (self.raised, self.deselected, self.skipped_by)
 
 
 def _names(data: dict[str, object], key: str, path: Path) -> frozenset[tuple[str, str]] | None:
@@ -649,8 +668,24 @@ def read_pytest_counts(path: Path) -> PytestCounts:
     deselected = _names(data, "deselected", path) if "deselected" in data else None
     empty = _texts(data, "empty", path)
     return PytestCounts(
-        count, raised, recovered or frozenset(), _texts(data, "foreign", path), deselected, empty
-    )
+        count, raised, recovered or frozenset(), _texts(data, "foreign", path), deselected, empty,
+        _skipped_by(data, path),
+    )  # fmt: skip
+
+
+def _skipped_by(data: dict[str, object], path: Path) -> dict[tuple[str, str], str] | None:
+    """The tests the code under test skipped: [classname, name, where] each."""
+    if "skipped_by" not in data:
+        return None
+    triples = data["skipped_by"]
+    if not isinstance(triples, list) or not all(
+        isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t) for t in triples
+    ):
+        raise InputError(
+            f"pytest counts file {path} holds no list skipped_by of tests ([classname, name, "
+            "where] triples): run the tests again with stagegate's pytest plugin"
+        )
+    return {(c, n): _named(where[:500]) for c, n, where in triples}
 
 
 def _texts(data: dict[str, object], key: str, path: Path) -> tuple[str, ...]:

@@ -109,6 +109,15 @@ def _witness_findings(f: Findings, suite: TestSuite) -> None:
             "tests without their failures reaching stagegate's witness",
             fix="move the hook into a conftest.py (a gate file) or remove it",
         )
+    for nodeid, where in suite.skipped_by_code:
+        f.add(
+            Kind.SKIPPED_BY_CODE_UNDER_TEST,
+            f"{nodeid} was skipped by {where}, code it tests",
+            detail="pytest.skip, pytest.xfail or SkipTest raised outside the tests and "
+            "conftest files: the code under test decided its own test does not count",
+            location=where,
+            fix="decide skips in the test or a conftest.py; if the code fails here, fix it",
+        )
     if suite.witnessed is False:
         f.add(
             Kind.OUTCOMES_UNWITNESSED,

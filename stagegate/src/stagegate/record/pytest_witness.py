@@ -13,7 +13,9 @@ hooks are the project's own code, and what :mod:`stagegate.record.pytest_integri
 still (pytest's functions, the run's hook functions, each test's code) changed.
 
 And what was collected and did not run (:mod:`stagegate.record.pytest_collected`); stagegate
-looks for these in the other stages' results.
+looks for these in the other stages' results. And each test that the code it tests skipped or
+marked an expected failure (``pytest.skip`` or ``pytest.xfail`` called outside the tests and
+conftest files), with where it was called.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from unittest import SkipTest
 
+import _pytest
 import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.outcomes import Exit, Skipped, XFailed
@@ -67,6 +70,26 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
+# What a test skips or expects to fail by, and the folders of pytest's own code that raise them
+_SKIPS = (Skipped, XFailed, SkipTest)
+_PYTEST = tuple(Path(m.__file__).resolve().parent for m in (_pytest, pytest))
+
+
+def raised_from(exc: BaseException) -> tuple[Path, int] | None:
+    """The file and line ``exc`` was raised from: the innermost frame of its traceback outside
+    pytest's own code (``pytest.skip`` itself raises it)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    for filename, line in reversed(frames):
+        path = Path(filename).resolve()
+        if not any(map(path.is_relative_to, _PYTEST)):
+            return path, line
+    return None
+
+
 # What pytest reports as no failure, bound as this module is imported: a test module that
 # rebinds pytest.exit.Exception (or the like) later does not make a failure one of them
 _NOT_FAILURES = (Skipped, XFailed, Exit, KeyboardInterrupt, SkipTest)
@@ -107,6 +130,9 @@ class OutcomeWitness:
         self.foreign: set[str] = set()  # what could run or report tests unseen
         self.run = Collected()  # what was collected, kept and started
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
+        self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
+        self.test_files: set[Path] = set()  # the files tests were collected from
+        self._resolved: tuple[int, frozenset[Path]] = (0, frozenset())  # ... when a skip asks
         self.collecting = False
         self.integrity = RunIntegrity(config)
         self.foreign.update(tampered_before(config))
@@ -127,6 +153,7 @@ class OutcomeWitness:
             "foreign": sorted(self.foreign),
             "deselected": [list(r) for r in sorted(dropped)],
             "empty": sorted(self.run.empty),
+            "skipped_by": [[*r, where] for r, where in sorted(self.skipped_by.items())],
             **(self.run.sent() if worker else {}),
         }
 
@@ -137,6 +164,7 @@ class OutcomeWitness:
         self.foreign.update(seen.get("foreign", []))
         self.deselected.update((c, n) for c, n in seen.get("deselected", []))
         self.run.empty.update(seen.get("empty", []))
+        self.skipped_by.update(((c, n), where) for c, n, where in seen.get("skipped_by", []))
         self.run.add(seen)
 
     def _name(self, nodeid: str) -> Raised:
@@ -150,7 +178,28 @@ class OutcomeWitness:
         except BaseException as exc:
             if not _expected(item, exc):
                 self._noted(item.nodeid)
+            elif isinstance(exc, _SKIPS):
+                self._skip_seen(item, exc)
             raise
+
+    def _skip_seen(self, item: pytest.Item, exc: BaseException) -> None:
+        """A skip or expected failure raised by the project's code outside its tests."""
+        where = raised_from(exc)
+        relative = in_project(str(where[0]), self.root) if where else None
+        if where is not None and relative is not None and not self._test_code(where[0]):
+            self.skipped_by[self._name(item.nodeid)] = f"{relative}:{where[1]}"
+
+    def _test_code(self, path: Path) -> bool:
+        """A test module, a conftest file, or a file in a folder (below the root) that holds
+        one: where a test may decide to skip."""
+        if self._resolved[0] != len(self.test_files):
+            files = frozenset(p.resolve() for p in self.test_files)
+            self._resolved = (len(self.test_files), files)
+        files = self._resolved[1]
+        if path.name == "conftest.py" or path in files:
+            return True
+        folders = {p.parent for p in files} - {self.root}
+        return any(map(path.is_relative_to, folders))
 
     def _noted(self, nodeid: str) -> None:
         name = self._name(nodeid)
@@ -164,6 +213,7 @@ class OutcomeWitness:
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         self.run.item(item)
+        self.test_files.add(Path(item.path))
         self.integrity.hold(item)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -23,7 +23,7 @@ import pytest
 
 from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness
 
-FORMAT_VERSION = 3  # 2: the witness's lists; 3: what the run dropped
+FORMAT_VERSION = 4  # 2: the witness's lists; 3: what the run dropped; 4: what skipped tests
 GATE_SUFFIX = ".witness.json"
 GATE_KEY = "stagegate_gate_raised"  # a pytest-xdist worker's gate witness, in its workeroutput
 
