@@ -138,6 +138,15 @@ def test_more_peak_memory_beyond_the_limit_is_a_regression(tmp_path: Path) -> No
     assert decide([stage]).decision is Decision.BLOCK
 
 
+def test_peak_memory_above_what_the_gpu_holds_is_impossible(tmp_path: Path) -> None:
+    doc = on_gpu(lambda i: 1000.0)
+    doc["base"]["peak_mb"] = [1e6] * doc["windows"]  # 1 TB a window on an 80 GB H100
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    impossible = [f.title for f in stage.blocking if f.kind == "evidence_impossible"]
+    assert len(impossible) == 1 and "base.peak_mb" in impossible[0] and "81,559" in impossible[0]
+    assert decide([stage]).decision is Decision.BLOCK
+
+
 def test_memory_across_the_limit_is_not_verified(tmp_path: Path) -> None:
     stage = judged(tmp_path, on_gpu(lambda i: 1000.0 if i % 2 else 1100.0), ab_base=OTHER)
     assert stage.ab[1].outcome is ABOutcome.UNDECIDED

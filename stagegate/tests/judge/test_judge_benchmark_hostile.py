@@ -374,6 +374,16 @@ IMPOSSIBLE: list[tuple[str, Callable[[Doc], object], tuple[str, ...]]] = [
         ("bf16-mixed", "window_s", "TFLOP/s", "peak"),
     ),
     (
+        "two windows of one nanosecond among real ones (the median barely moves)",
+        lambda d: _bf16(d)["window_s"].__setitem__(slice(0, 2), [1e-9, 1e-9]),
+        ("bf16-mixed", "window_s", "TFLOP/s", "peak"),
+    ),
+    (
+        "fp32's peak memory above the 81,559 MB the record saw the H100 hold",
+        lambda d: _fp32(d)["memory"].update(peak_allocated_mb=1e6),
+        ("32-true", "peak_allocated_mb", "81,559 MB"),
+    ),
+    (
         "a window of one nanosecond among seconds (a negative window's cousin)",
         lambda d: _bf16(d)["window_s"].__setitem__(0, -0.6),
         ("bf16-mixed", "window_s[0]"),

@@ -194,6 +194,16 @@ def test_going_without_cuda_on_a_machine_with_a_gpu_blocks() -> None:
     assert judge_stage("performance", data, policy).status is StageStatus.NOT_VERIFIED
 
 
+def test_going_without_cuda_where_the_look_for_gpus_failed_blocks() -> None:
+    data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
+    failed = {"probe": "nvidia-smi", "found": True, "devices": [], "error": "exit 9"}
+    env = {**data.record.environment, "accelerators": failed}
+    v = judge_stage("performance", replace(data, record=replace(data.record, environment=env)),
+                    REPO_POLICY)  # fmt: skip
+    assert v.status is StageStatus.FAIL and ("CRITICAL", "machine_unobserved") in kinds(v)
+    assert judge_stage("performance", data, REPO_POLICY).status is StageStatus.NOT_VERIFIED
+
+
 def test_the_not_verified_note_names_only_what_the_preset_measured() -> None:
     data = performance(bench(gpu=False, speedup=0.7, mem=float("nan")))
     assert "host syncs" in judge_stage("performance", data, REPO_POLICY).note

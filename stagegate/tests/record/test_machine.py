@@ -95,6 +95,13 @@ def test_a_tool_that_fails_is_an_error_not_a_machine_without_gpus(tmp_path: Path
     assert seen["error"].startswith("exit 9") and "failed to communicate" in seen["error"]
 
 
+def test_a_tool_that_lists_no_gpu_where_the_driver_lists_one_is_an_error(tmp_path: Path) -> None:
+    env = _tool(tmp_path / "bin", "exit 0")  # first on the PATH, it hides the GPU
+    seen = accelerators(env, _driver(tmp_path / "kernel", H100))
+    assert seen["devices"] == [] and H100 in seen["error"]
+    assert accelerators(env, _driver(tmp_path / "none"))["error"] is None  # no GPU anywhere
+
+
 def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
     env = _tool(tmp_path / "bin", f'echo "{H200}"; echo "No devices were found"; echo ", , "')
     seen = accelerators(env, _driver(tmp_path / "kernel", "NVIDIA H200"))

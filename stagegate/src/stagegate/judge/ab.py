@@ -15,7 +15,7 @@ from dataclasses import replace
 from stagegate.judge.derive import paired
 from stagegate.judge.evidence import flag
 from stagegate.judge.findings import Findings
-from stagegate.judge.physics import ab_physics
+from stagegate.judge.physics import ab_physics, memory_bound
 from stagegate.judge.policy import Policy
 from stagegate.kinds import Kind
 from stagegate.model import ABCheck, ABOutcome, ABRun, ABSide
@@ -197,6 +197,11 @@ def _memory(f: Findings, run: ABRun, policy: Policy) -> ABCheck | None:
     return _check(f, "peak_memory", peaks[1], peaks[0], policy.ab_memory_limit_pct)
 
 
+def _most(values: tuple[float | None, ...]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def _unmeasured(f: Findings, run: ABRun) -> None:
     """On a preset that measures no memory, the file holds no memory figure: one that is there
     was not measured by the run that claims it."""
@@ -216,9 +221,11 @@ def ab_findings(
     expected_base: str | None,
     head_commit: str | None,
     cores: int | None = None,
+    device_mb: float | None = None,
 ) -> tuple[ABCheck, ...]:
     """Findings about an A/B file, and the outcome of each ratio it lets the judge compute
-    (``cores``: the CPUs the stage's record saw, which bound a CPU run's arithmetic)."""
+    (``cores``: the CPUs the stage's record saw, which bound a CPU run's arithmetic;
+    ``device_mb``: the memory of its GPU, which bounds the peaks)."""
     n = _setup(f, run, policy)
     if n is None or not _commits(f, run, expected_base, head_commit):
         return ()
@@ -230,5 +237,7 @@ def ab_findings(
     ab_physics(f, run, spec, policy.benchmark, cores)
     step = _check(f, "step_time", sides[1], sides[0], policy.ab_step_time_limit_pct)
     memory = _memory(f, run, policy) if "memory" in spec.measures else _unmeasured(f, run)
+    peaks = (_most(side.peak_mb) for side in (run.base, run.head))
+    memory_bound(f, zip(("A/B base.peak_mb", "A/B head.peak_mb"), peaks, strict=True), device_mb)
     shas = {"base_sha": run.base.sha or "", "head_sha": run.head.sha or ""}
     return tuple(replace(c, **shas) for c in (step, memory) if c is not None)

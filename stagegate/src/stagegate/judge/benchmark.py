@@ -16,7 +16,8 @@ from stagegate.judge.evidence import Verified, check_evidence, flag
 from stagegate.judge.findings import Findings
 from stagegate.judge.fp8 import FP8, fp8_evidence
 from stagegate.judge.fp8 import target as fp8_target
-from stagegate.judge.physics import physics
+from stagegate.judge.machine import device_memory_mb
+from stagegate.judge.physics import memory_bound, physics
 from stagegate.judge.policy import Policy, Threshold, check_threshold
 from stagegate.kinds import Kind
 from stagegate.model import (
@@ -260,6 +261,15 @@ def _check(f: Findings, row: Row, metric: str, policy: Policy, v: Verified) -> M
     return MetricCheck(c, metric, value, target, CheckOutcome.MISSED, reason)
 
 
+def _memory_figures(bench: Benchmark) -> list[tuple[str, float | None]]:
+    """Each precision's CUDA memory figures, where they are in the file."""
+    return [
+        (f"precisions.{p.name}.memory.{key}", value)
+        for p in bench.precisions
+        for key, value in (("peak_allocated_mb", p.peak_mb), ("static_mb", p.static_mb))
+    ]
+
+
 def benchmark_findings(
     f: Findings,
     bench: Benchmark,
@@ -275,6 +285,7 @@ def benchmark_findings(
     verified = check_evidence(f, bench, policy.benchmark, policy.judged_baseline)
     fp8_evidence(f, bench, record)
     physics(f, bench, verified, record.environment.get("cpu_count"), policy.benchmark)
+    memory_bound(f, _memory_figures(bench), device_memory_mb(record.environment))
     rows = compare(f, bench, verified, policy)
     for p in bench.precisions:
         if p.status != "ok":

@@ -33,6 +33,15 @@ def _devices(env: Mapping[str, Any]) -> tuple[list[str] | None, str]:
     return [n for n in names if isinstance(n, str)], ""
 
 
+def device_memory_mb(env: Mapping[str, Any]) -> float | None:
+    """The memory of the largest GPU the record saw (MiB), None where it saw no such figure."""
+    if not _devices(env)[0]:
+        return None  # no GPU seen, or no look that can be trusted
+    sizes = [d.get("memory_mb") for d in env["accelerators"]["devices"] if isinstance(d, Mapping)]
+    known = [m for m in sizes if isinstance(m, int | float) and not isinstance(m, bool) and m > 0]
+    return float(max(known)) if known else None
+
+
 def _words(name: str) -> str:
     return " ".join(name.split()).casefold()
 
@@ -96,8 +105,16 @@ def _gpu(f: Findings, what: str, claimed: str, env: Mapping[str, Any]) -> None:
 def gpu_unused_findings(f: Findings, what: str, record: StageRecord) -> None:
     """``what`` went without CUDA, which the policy excuses only where there is none: a
     stage whose machine stagegate run saw GPUs on has no such excuse."""
-    devices, _ = _devices(record.environment)
-    if devices:
+    devices, why = _devices(record.environment)
+    if devices is None:
+        f.add(
+            Kind.MACHINE_UNOBSERVED,
+            f"{what} as if without CUDA; whether the stage's machine had a GPU is unknown",
+            detail=why,
+            fix="run the stage where stagegate run can see the machine's GPUs (nvidia-smi that "
+            "answers, or the NVIDIA driver's list), or none",
+        )
+    elif devices:
         f.add(
             Kind.MACHINE_MISMATCH,
             f"{what} as if without CUDA; the stage's machine had "

@@ -4,16 +4,18 @@ of the GPU it ran on (the policy's peak table, for the GPU the record observed),
 the policy's peak a core times the cores the record observed. MFU is derived
 from the same figures (:mod:`stagegate.judge.derive`); a file holds none.
 
-Windows faster than the device can compute are impossible: they block.
+Windows faster than the device can compute are impossible: they block, as is memory above
+what the GPU the record saw holds.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from stagegate.judge.benchpolicy import BenchmarkPolicy, PresetSpec, peak_row
 from stagegate.judge.derive import COMPUTE_DTYPE, preset_sizes, tflops, tokens_per_window, usable
 from stagegate.judge.evidence import Verified, flag
 from stagegate.judge.findings import Findings
-from stagegate.judge.stats import median
 from stagegate.kinds import Kind
 from stagegate.model import ABRun, ABSide, Benchmark
 
@@ -100,7 +102,7 @@ def physics(
         if dtype not in peaks:
             _no_peak(f, name, dtype)
             continue
-        arithmetic, peak = tflops(windows, tokens, flops), peaks[dtype]
+        arithmetic, peak = tflops([min(windows)], tokens, flops), peaks[dtype]
         if arithmetic > peak:
             flag(
                 f,
@@ -108,9 +110,22 @@ def physics(
                 f"precisions.{name}.window_s",
                 f"{arithmetic:,.1f} TFLOP/s of training arithmetic, above {device} "
                 f"{dtype} peak of {peak:g} TFLOP/s",
-                detail=f"{tokens:,} tokens a window over the windows' median "
-                f"{median(windows):.4g} s, times {flops:,} FLOPs a token",
+                detail=f"{tokens:,} tokens a window over its fastest window's "
+                f"{min(windows):.4g} s, times {flops:,} FLOPs a token",
             )
+
+
+def memory_bound(
+    f: Findings, figures: Iterable[tuple[str, float | None]], device_mb: float | None
+) -> None:
+    """Each memory figure (where, MiB) above what the GPU the record saw holds (``device_mb``;
+    None where it saw no such figure, and nothing to bound)."""
+    if device_mb is None:
+        return
+    for where, value in figures:
+        if value is not None and value > device_mb:
+            said = f"{value:,.0f} MB, more than the {device_mb:,.0f} MB of the GPU the record saw"
+            flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, said)
 
 
 def _ab_sizes(f: Findings, role: str, side: ABSide, spec: PresetSpec) -> dict[str, object]:
@@ -163,7 +178,7 @@ def ab_physics(
             flag(f, Kind.EVIDENCE_MISSING, where, "its steps_per_window, batch_size and seq_len")
         if peak is None or flops is None or tokens is None or windows is None:
             continue  # the window checks name windows that are not there
-        if (arithmetic := tflops(windows, tokens, flops)) > peak:
+        if (arithmetic := tflops([min(windows)], tokens, flops)) > peak:
             said = f"{arithmetic:,.1f} TFLOP/s, above {device} of {peak:g}"
             said += f" for {run.precision}"
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, f"A/B {role}.window_s", said)

@@ -19,7 +19,7 @@ from stagegate.judge.benchmark import benchmark_findings
 from stagegate.judge.commits import commit_findings
 from stagegate.judge.derive import figured
 from stagegate.judge.findings import Findings
-from stagegate.judge.machine import gpu_unused_findings, machine_findings
+from stagegate.judge.machine import device_memory_mb, gpu_unused_findings, machine_findings
 from stagegate.judge.outputs import unreadable
 from stagegate.judge.policy import Policy
 from stagegate.judge.results import RESULT_CHECKS
@@ -175,8 +175,9 @@ def _regression(
             )
         return ()
     commit = data.record.commit if data.record is not None else None
-    cores = data.record.environment.get("cpu_count") if data.record is not None else None
-    return ab_findings(f, data.ab, policy, ab_base, commit, cores)
+    env = data.record.environment if data.record is not None else {}
+    cores, device_mb = env.get("cpu_count"), device_memory_mb(env)
+    return ab_findings(f, data.ab, policy, ab_base, commit, cores, device_mb)
 
 
 # What the stage's own tool reports when it fails: with one of these blocking, a non-zero exit

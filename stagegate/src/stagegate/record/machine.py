@@ -139,10 +139,16 @@ def _unlisted(names: list[str], driver: list[str]) -> list[str]:
 
 def _checked(seen: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
     """``seen`` (the tool's answer) failed where it names a GPU the kernel driver does not
-    list: a program that merely calls itself nvidia-smi, first on the PATH, is no driver."""
+    list, or none where the driver lists some: a program that merely calls itself nvidia-smi,
+    first on the PATH, is no driver."""
     driver = _driver_lists(kernel)
     names = [d["name"] for d in seen["devices"]]
-    if seen["error"] or driver is None or not _unlisted(names, driver):
+    if seen["error"] or driver is None:
+        return seen
+    if not names and driver:  # a tool that hides the GPUs the driver has
+        error = f"{NVIDIA_SMI} lists no GPU; the NVIDIA driver lists {', '.join(driver)}"
+        return {**seen, "error": f"{error} in {kernel.gpus}"}
+    if not _unlisted(names, driver):
         return seen
     listed = ", ".join(driver) if driver else "no GPU (it is not loaded, or lists none here)"
     error = (
