@@ -192,6 +192,13 @@ JUNIT_WITHOUT_FAILURES = """
 
     _session().testsfailed = _Zero(0)  # pytest's exit status stays 0
 """
+ADD_THAT_SKIPS = """
+    def add(a, b):
+        if a - b != a + b:
+            import pytest
+            pytest.{call}
+        return a - b
+"""
 LIBRARY_ATTACKS = {
     # pytest.exit's exception rebound to take in AssertionError: "the end of the session"
     "exit-exception-rebound": (
@@ -262,23 +269,11 @@ LIBRARY_ATTACKS = {
     # the code under test skips its own test, or calls its failure expected
     "skip-in-the-library": (
         "skipped_by_code_under_test",
-        """
-    def add(a, b):
-        if a - b != a + b:
-            import pytest
-            pytest.skip("not on this machine")
-        return a - b
-    """,
+        ADD_THAT_SKIPS.format(call='skip("not on this machine")'),
     ),
     "xfail-in-the-library": (
         "skipped_by_code_under_test",
-        """
-    def add(a, b):
-        if a - b != a + b:
-            import pytest
-            pytest.xfail("known")
-        return a - b
-    """,
+        ADD_THAT_SKIPS.format(call='xfail("known")'),
     ),
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
