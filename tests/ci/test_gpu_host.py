@@ -42,11 +42,11 @@ if args[:1] == ["run"]:
     if "pytest" in args and mode != "none":
         with open(out + "/junit-cuda.xml", "w") as dst:
             dst.write(os.environ["JUNIT_CUDA"])
-        witness = '"raised": [], "deselected": []'
+        witness = '"raised": [], "deselected": [], "skipped_by": []'
         gate = os.environ.get("GATE_WITNESS") != "absent"
         for name in ("counts", "witness")[: 1 + gate]:  # stagegate's plugin's, and the gate's
             with open(out + "/junit-cuda.xml." + name + ".json", "w") as dst:
-                dst.write('{{"format_version": 3, "subtest_reports": 0, ' + witness + '}}')
+                dst.write('{{"format_version": 4, "subtest_reports": 0, ' + witness + '}}')
     elif "amptrain.benchmark.ab" in args:
         with open(os.environ["AB"]) as src, open(out + "/ab.json", "w") as dst:
             dst.write(src.read())
