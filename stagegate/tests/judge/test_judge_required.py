@@ -217,6 +217,16 @@ def test_a_test_that_says_it_is_none_is_looked_for_under_its_own_name(
     assert kinds == ([("HIGH", "test_run_nowhere")] if finding else [])
 
 
+def test_tests_the_policy_says_no_stage_runs_are_excused_and_no_others() -> None:
+    policy = policy_from_mapping({"not_run": ["tests/property/*"]})
+    dropped = ("tests/property/test_p.py::test_any", "tests/t.py::slow")
+    here = suite(case("a"), deselected=dropped, empty_files=("tests.property.test_q::test_h",))
+    (found,) = judge_stage("execution", StageData(record(), suite=here), policy).findings
+    assert found.kind == "test_run_nowhere" and found.detail == "tests/t.py::slow"
+    excused = suite(case("a"), deselected=dropped[:1])
+    assert judge_stage("execution", StageData(record(), suite=excused), policy).findings == ()
+
+
 def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:
     policy = policy_from_mapping({"stages": {"cuda": {"subset": True}}})
     here = suite(case("a"), deselected=("tests/t.py::slow",))
@@ -231,6 +241,7 @@ def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:
         ({"required_tests": {"integration": "tests/x.py"}}, "required_tests.integration"),
         ({"required_tests": {"Bad Stage": ["x"]}}, "required_tests"),
         ({"required_tests": ["x"]}, "required_tests"),
+        ({"not_run": "tests/property/*"}, "not_run"),
         ({"gate_files": "pyproject.toml"}, "gate_files"),
         ({"gate_files": [""]}, "gate_files"),
         ({"skip_jump_pct": -1}, "skip_jump_pct"),

@@ -126,6 +126,9 @@ class Policy:
     rerun: str = ""  # the command that runs every stage, named in the fix for a missing one
     # stage -> node ids or patterns (``*`` matches anything) of tests that must run and pass
     required_tests: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Node ids or patterns of tests no stage runs on purpose (opt-in suites): never
+    # test_run_nowhere, which every other test a stage drops stays
+    not_run: tuple[str, ...] = ()
     # Globs (``*`` crosses folders) of the gate's own definition: a change touching one is
     # named at the top of the summary.
     gate_files: tuple[str, ...] = ()
@@ -379,6 +382,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "allow_no_tests": _stage_list,
     "rerun": _text,
     "required_tests": _required_tests,
+    "not_run": _texts,
     "gate_files": _texts,
     "skip_jump_pct": _number,
     "benchmark": benchmark_policy,

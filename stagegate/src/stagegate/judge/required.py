@@ -10,6 +10,7 @@ renamed) is a blocking finding that names it. Failures are already ``test_failed
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 
 from stagegate.judge.findings import Findings
@@ -172,6 +173,14 @@ def _ran_in(entry: str, elsewhere: frozenset[str]) -> bool:
     return entry in elsewhere or any(t.startswith((f"{entry}::", f"{entry}[")) for t in elsewhere)
 
 
+def _excused(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a node id is one the policy's ``not_run`` names, as read or in its file form."""
+    regexes = [_regex(p) for p in patterns]
+    return lambda nodeid: any(
+        r.fullmatch(i) for r in regexes for i in {nodeid, canonical_id(nodeid)}
+    )
+
+
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """The tests this stage collected and did not run (dropped by ``-m``, ``-k``,
     ``--deselect`` or a hook; kept and never started), and the test files, classes and
@@ -180,9 +189,10 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
     suite, spec = data.suite, policy.stages.get(stage)
     if suite is None or (spec is not None and spec.subset):
         return
-    elsewhere = data.ran_elsewhere
+    elsewhere, excused = data.ran_elsewhere, _excused(policy.not_run)
     dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
     empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
+    dropped, empty = [t for t in dropped if not excused(t)], [e for e in empty if not excused(e)]
     if not dropped and not empty:
         return
     named = [*dropped, *(f"{e} (named as a test, it yielded none)" for e in empty)]
@@ -193,6 +203,7 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
         Kind.TEST_RUN_NOWHERE,
         f"{len(named)} test(s) that {stage} dropped ran in no stage",
         detail=shown,
-        fix="run each in a stage: a mark, -m, -k, --deselect, __test__ = False or a run cut "
-        "short kept it from running here",
+        fix="run each in a stage (a mark, -m, -k, --deselect, __test__ = False or a run cut "
+        "short kept it from running here), or name the ones no stage runs on purpose in "
+        "[tool.stagegate] not_run",
     )
