@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from stagegate.model import Decision, Severity, StageData, StageStatus, StageVerdict, TestSuite
+import pytest
+
+from stagegate.model import (
+    Decision,
+    Location,
+    Severity,
+    StageData,
+    StageStatus,
+    StageVerdict,
+    TestSuite,
+)
 
 from .builders import case, record
 
@@ -35,3 +45,16 @@ def test_decisions_and_statuses_are_enums_with_the_words_reports_print() -> None
         deductions=(), data=StageData(None),
     )  # fmt: skip
     assert stage.count(Severity.HIGH) == 0 and stage.blocking == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "location"),
+    [
+        ("src/m.py:12", Location("src/m.py", 12)),
+        ("src/m.py", Location("src/m.py")),
+        ("src/m.py:²", Location("src/m.py:²")),  # a digit int() does not read: no line
+        (":12", Location(":12")),
+    ],
+)
+def test_a_location_written_as_text_is_read_as_file_and_line(text: str, location: Location) -> None:
+    assert Location.parse(text) == location

@@ -115,6 +115,12 @@ class Location:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file
 
+    @classmethod
+    def parse(cls, text: str) -> Location:
+        """``file:line`` as a Location (a line that is no number: the text as the file)."""
+        file, _, line = text.rpartition(":")
+        return cls(file, int(line)) if file and line.isdecimal() else cls(text)
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -192,6 +192,21 @@ JUNIT_WITHOUT_FAILURES = """
 
     _session().testsfailed = _Zero(0)  # pytest's exit status stays 0
 """
+# pluggy's hook executor of ``_manager`` wrapped: the witness's hooks left out, failed reports
+# passed
+EXECUTOR_WRAPPED = """
+    _inner = _manager._inner_hookexec
+
+    def _hookexec(name, impls, kwargs, firstresult):
+        if name in ("pytest_runtest_call", "pytest_pyfunc_call"):
+            impls = [i for i in impls if not i.plugin_name.startswith("stagegate")]
+        report = _inner(name, impls, kwargs, firstresult)
+        if name == "pytest_runtest_makereport" and report is not None and report.failed:
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    _manager._inner_hookexec = _hookexec
+"""
 ADD_THAT_SKIPS = """
     def add(a, b):
         if a - b != a + b:
@@ -278,21 +293,7 @@ LIBRARY_ATTACKS = {
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
         "foreign_hooks",
-        FIND_SESSION
-        + """
-    _manager = _session().config.pluginmanager
-    _inner = _manager._inner_hookexec
-
-    def _hookexec(name, impls, kwargs, firstresult):
-        if name in ("pytest_runtest_call", "pytest_pyfunc_call"):
-            impls = [i for i in impls if not i.plugin_name.startswith("stagegate")]
-        report = _inner(name, impls, kwargs, firstresult)
-        if name == "pytest_runtest_makereport" and report is not None and report.failed:
-            report.outcome, report.longrepr = "passed", None
-        return report
-
-    _manager._inner_hookexec = _hookexec
-    """,
+        FIND_SESSION + "\n    _manager = _session().config.pluginmanager\n" + EXECUTOR_WRAPPED,
     ),
     # the session's hook relay replaced: the test's call hook runs the test and swallows it
     "session-hook-relay-replaced": (
@@ -320,19 +321,9 @@ EARLY = {
     "hook-executor-wrapped": """
     import gc
 
-    for _manager in [o for o in gc.get_objects() if type(o).__name__ == "PytestPluginManager"]:
-        _inner = _manager._inner_hookexec
-
-        def _hookexec(name, impls, kwargs, firstresult, _inner=_inner):
-            if name in ("pytest_runtest_call", "pytest_pyfunc_call"):
-                impls = [i for i in impls if not i.plugin_name.startswith("stagegate")]
-            report = _inner(name, impls, kwargs, firstresult)
-            if name == "pytest_runtest_makereport" and report is not None and report.failed:
-                report.outcome, report.longrepr = "passed", None
-            return report
-
-        _manager._inner_hookexec = _hookexec
-    """,
+    (_manager,) = [o for o in gc.get_objects() if type(o).__name__ == "PytestPluginManager"]
+    """
+    + EXECUTOR_WRAPPED,
     "reports-forged": """
     import _pytest.reports
 

@@ -597,13 +597,7 @@ def _skipped_by_code(
     skipped = {c.nodeid for c in cases if c.outcome == "skipped"}
     named = counts.skipped_by if counts is not None and counts.skipped_by else {}
     found = ((_nodeid_of(_named(c), _named(n), "", ctx)[0], w) for (c, n), w in named.items())
-    return tuple(sorted((i, _where(w)) for i, w in found if i in skipped))
-
-
-def _where(text: str) -> Location:
-    """``file:line`` as a Location (a line that is no number: the file alone)."""
-    file, _, line = text.rpartition(":")
-    return Location(file, _int(line)) if file and line.isdigit() else Location(text)
+    return tuple(sorted((i, Location.parse(w)) for i, w in found if i in skipped))
 
 
 def _deselected(counts: PytestCounts | None, ctx: _Context) -> tuple[str, ...]:

@@ -72,7 +72,7 @@ def _sync_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold]) -> 
             Kind.HOST_SYNC,
             f"{p.name}: {p.syncs_per_step:g} host-device syncs per training step",
             detail=where,
-            location=_location(p.sync_locations[0]["location"]) if p.sync_locations else None,
+            location=Location.parse(p.sync_locations[0]["location"]) if p.sync_locations else None,
             fix="remove .item()/.cpu()/.tolist()/bool(tensor) from the step",
         )
 
@@ -177,11 +177,6 @@ def _learning_check(f: Findings, p: PrecisionResult, t: Mapping[str, Threshold])
 
 
 PRECISION_CHECKS = (_memory_checks, _sync_check, _learning_check)
-
-
-def _location(text: str) -> Location:
-    file, _, line = text.rpartition(":")
-    return Location(file, int(line)) if line.isdigit() and file else Location(text)
 
 
 # The precisions the AMP targets (speedup, memory reduction) are for: 16-bit compute. fp32 in

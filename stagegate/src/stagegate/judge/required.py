@@ -10,7 +10,6 @@ renamed) is a blocking finding that names it. Failures are already ``test_failed
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from functools import cache
 
 from stagegate.judge.findings import Findings
@@ -47,8 +46,13 @@ def canonical_id(nodeid: str) -> str:
 
 def matches(pattern: str, case: TestCase) -> bool:
     """Whether ``case`` is named by ``pattern``, as read or in its file form."""
+    return named_by(pattern, case.nodeid)
+
+
+def named_by(pattern: str, nodeid: str) -> bool:
+    """Whether ``nodeid`` is named by ``pattern``, as read or in its file form."""
     regex = _regex(pattern)
-    return any(regex.fullmatch(i) for i in {case.nodeid, canonical(case)})
+    return any(regex.fullmatch(i) for i in {nodeid, canonical_id(nodeid)})
 
 
 def _listed(cases: list[TestCase]) -> str:
@@ -173,14 +177,6 @@ def _ran_in(entry: str, elsewhere: frozenset[str]) -> bool:
     return entry in elsewhere or any(t.startswith((f"{entry}::", f"{entry}[")) for t in elsewhere)
 
 
-def _excused(patterns: tuple[str, ...]) -> Callable[[str], bool]:
-    """Whether a node id is one the policy's ``not_run`` names, as read or in its file form."""
-    regexes = [_regex(p) for p in patterns]
-    return lambda nodeid: any(
-        r.fullmatch(i) for r in regexes for i in {nodeid, canonical_id(nodeid)}
-    )
-
-
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """The tests this stage collected and did not run (dropped by ``-m``, ``-k``,
     ``--deselect`` or a hook; kept and never started), and the test files, classes and
@@ -189,10 +185,13 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
     suite, spec = data.suite, policy.stages.get(stage)
     if suite is None or (spec is not None and spec.subset):
         return
-    elsewhere, excused = data.ran_elsewhere, _excused(policy.not_run)
-    dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
-    empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
-    dropped, empty = [t for t in dropped if not excused(t)], [e for e in empty if not excused(e)]
+    elsewhere = data.ran_elsewhere
+
+    def excused(nodeid: str) -> bool:  # the policy's not_run names it
+        return any(named_by(p, nodeid) for p in policy.not_run)
+
+    dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere and not excused(t)]
+    empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere) and not excused(e)]
     if not dropped and not empty:
         return
     named = [*dropped, *(f"{e} (named as a test, it yielded none)" for e in empty)]

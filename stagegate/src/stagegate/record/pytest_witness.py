@@ -92,7 +92,7 @@ def raised_from(exc: BaseException) -> tuple[Path, int] | None:
 
 # What pytest reports as no failure, bound as this module is imported: a test module that
 # rebinds pytest.exit.Exception (or the like) later does not make a failure one of them
-_NOT_FAILURES = (Skipped, XFailed, Exit, KeyboardInterrupt, SkipTest)
+_NOT_FAILURES = (*_SKIPS, Exit, KeyboardInterrupt)
 
 
 def _xfailed(item: pytest.Item, exc: BaseException) -> bool:
@@ -132,7 +132,12 @@ class OutcomeWitness:
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the files tests were collected from
-        self._resolved: tuple[int, frozenset[Path]] = (0, frozenset())  # ... when a skip asks
+        # ... resolved, with their folders below the root, as of the count of files then
+        self._test_places: tuple[int, frozenset[Path], frozenset[Path]] = (
+            0,
+            frozenset(),
+            frozenset(),
+        )
         self.collecting = False
         self.integrity = RunIntegrity(config)
         self.foreign.update(tampered_before(config))
@@ -192,14 +197,13 @@ class OutcomeWitness:
     def _test_code(self, path: Path) -> bool:
         """A test module, a conftest file, or a file in a folder (below the root) that holds
         one: where a test may decide to skip."""
-        if self._resolved[0] != len(self.test_files):
+        count, files, folders = self._test_places
+        if count != len(self.test_files):
             files = frozenset(p.resolve() for p in self.test_files)
-            self._resolved = (len(self.test_files), files)
-        files = self._resolved[1]
-        if path.name == "conftest.py" or path in files:
-            return True
-        folders = {p.parent for p in files} - {self.root}
-        return any(map(path.is_relative_to, folders))
+            folders = frozenset(p.parent for p in files) - {self.root}
+            self._test_places = (len(self.test_files), files, folders)
+        in_folder = any(map(path.is_relative_to, folders))
+        return path.name == "conftest.py" or path in files or in_folder
 
     def _noted(self, nodeid: str) -> None:
         name = self._name(nodeid)
