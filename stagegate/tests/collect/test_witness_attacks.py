@@ -528,16 +528,99 @@ SKIPS_IN_THE_TESTS = {
 }
 
 
+# The code under test skipping its own test where the witness first missed it: a
+# unittest.TestCase (the skip reaches pytest through its result), a skip raised through the
+# standard library, a package folder that also holds a test module
+LIBRARY_SKIPS = {
+    "unittest-testcase": {
+        "mylib.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+        "test_add.py": """
+            import unittest
+            from mylib import add
+
+            class TestAdd(unittest.TestCase):
+                def test_add(self):
+                    self.assertEqual(add(2, 2), 4)
+
+                def test_ok(self):
+                    pass
+        """,
+    },
+    "through-the-standard-library": {
+        "mylib.py": """
+            from unittest import mock, SkipTest
+
+            def add(a, b):
+                if a - b != a + b:
+                    mock.Mock(side_effect=SkipTest("later"))()
+                return a - b
+        """,
+        "test_add.py": ADD_TEST,
+    },
+    "a-test-module-in-the-package": {
+        "pytest.ini": "[pytest]\npythonpath = src\n",
+        "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+        "src/mylib/test_smoke.py": "def test_import():\n    import mylib\n",
+        "tests/test_add.py": ADD_TEST,
+    },
+}
+
+
+@pytest.mark.parametrize("files", LIBRARY_SKIPS.values(), ids=LIBRARY_SKIPS)
+def test_the_code_under_test_skipping_its_own_test_blocks(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    decision, kinds = _judged(tmp_path, files)
+    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
+
+
+HELPERS_ELSEWHERE = {
+    "pytest.ini": "[pytest]\npythonpath = . tests\n",
+    "tests/helpers/gpu.py": "import pytest\n\ndef need():\n    pytest.skip('no GPU')\n",
+    "testutils.py": "import pytest\n\ndef need():\n    pytest.skip('offline')\n",
+    "tests/unit/test_core.py": """
+        import testutils
+        from helpers import gpu
+
+        def test_gpu():
+            gpu.need()
+
+        def test_net():
+            testutils.need()
+
+        def test_runs():
+            pass
+    """,
+}
+DOCTEST_SKIP = {
+    "src/pkg/__init__.py": "",
+    "src/pkg/core.py": '''
+        def add(a, b):
+            """
+            >>> import pytest; pytest.skip("shown elsewhere")
+            >>> add(1, 2)
+            3
+            """
+            return a + b
+    ''',
+    "tests/test_core.py": "def test_add():\n    assert 1 + 2 == 3\n",
+}
+
+
 @pytest.mark.parametrize(
     ("files", "options"),
     [
         ({"test_idioms.py": IDIOMS}, ()),
+        (HELPERS_ELSEWHERE, ()),
+        (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
         (DOCTESTS, ("--doctest-modules", "src", "tests")),
         ({"test_xfail.py": XFAIL_IN_THE_TEST}, ()),
     ],
     ids=[
         "opt-outs-and-abstract-bases",
+        "skip-helpers-in-another-test-folder-and-the-root",
+        "a-skip-in-a-doctest",
         "skips-decided-by-the-tests",
         "doctest-modules",
         "marks-added-by-the-test-module",

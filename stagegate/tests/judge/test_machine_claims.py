@@ -188,7 +188,7 @@ def _junit(tmp_path: Path, timestamp: str, suite_s: object, case_s: object) -> T
         # thousands grouped, as Maven Surefire writes them: a claim like any other
         ("2026-01-01T00:00:01Z", "1,000,000.0", 49, ["evidence_impossible"]),
         ("2026-01-01T00:00:01Z", 50, "1,000.5", ["evidence_impossible"]),
-        ("2026-01-01T00:00:01Z", 50, "0,050", []),  # no grouping: no number, no claim
+        ("2026-01-01T00:00:01Z", 50, "0,500", []),  # a decimal comma: no number, no claim
     ],
 )
 def test_a_junit_file_is_dated_inside_its_stages_run_and_took_no_longer(

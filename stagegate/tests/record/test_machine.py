@@ -90,7 +90,7 @@ def test_each_gpu_the_tool_lists_is_recorded_with_its_driver_memory_and_capabili
 
 def test_a_tool_that_fails_is_an_error_not_a_machine_without_gpus(tmp_path: Path) -> None:
     env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed to communicate' >&2; exit 9")
-    seen = accelerators(env)
+    seen = accelerators(env, _driver(tmp_path / "kernel", H100))
     assert seen["found"] and seen["devices"] == []
     assert seen["error"].startswith("exit 9") and "failed to communicate" in seen["error"]
 
@@ -100,6 +100,13 @@ def test_a_tool_that_lists_no_gpu_where_the_driver_lists_one_is_an_error(tmp_pat
     seen = accelerators(env, _driver(tmp_path / "kernel", H100))
     assert seen["devices"] == [] and H100 in seen["error"]
     assert accelerators(env, _driver(tmp_path / "none"))["error"] is None  # no GPU anywhere
+
+
+def test_a_failing_tool_where_no_nvidia_driver_is_loaded_saw_no_gpu(tmp_path: Path) -> None:
+    env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    seen = accelerators(env, _driver(tmp_path / "kernel"))  # a CPU machine's image ships it
+    assert seen["devices"] == [] and seen["error"] is None
+    assert accelerators(env, _driver(tmp_path / "gpu", H100))["error"].startswith("exit 9")
 
 
 def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
@@ -169,11 +176,3 @@ def test_only_linux_is_held_to_the_drivers_folder(tmp_path: Path) -> None:
     linux = _driver(tmp_path / "kernel")
     assert accelerators(env, linux)["error"] is not None
     assert accelerators(env, Kernel("win32", linux.gpus, linux.release))["error"] is None
-
-
-def test_a_tool_that_fails_keeps_its_own_error_where_the_driver_is_not_loaded(
-    tmp_path: Path,
-) -> None:
-    env = _tool(tmp_path / "bin", "echo 'NVIDIA-SMI has failed to communicate' >&2; exit 9")
-    seen = accelerators(env, _driver(tmp_path / "kernel"))
-    assert seen["error"].startswith("exit 9")

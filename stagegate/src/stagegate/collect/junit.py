@@ -229,7 +229,7 @@ def _outcome(
 
 
 # A number with its thousands grouped ("1,234.5"), as Maven Surefire writes times over 1,000 s
-_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+_GROUPED = re.compile(r"[1-9]\d{0,2}(?:,\d{3})+(?:\.\d*)?")
 
 
 def _number(text: str) -> float | None:

@@ -140,9 +140,12 @@ def _unlisted(names: list[str], driver: list[str]) -> list[str]:
 def _checked(seen: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
     """``seen`` (the tool's answer) failed where it names a GPU the kernel driver does not
     list, or none where the driver lists some: a program that merely calls itself nvidia-smi,
-    first on the PATH, is no driver."""
+    first on the PATH, is no driver. A tool that fails where the driver lists no GPU (it is not
+    loaded: a CPU machine whose image ships the tool) saw none."""
     driver = _driver_lists(kernel)
     names = [d["name"] for d in seen["devices"]]
+    if seen["error"] and driver == []:  # a tool that fails where no NVIDIA driver is loaded
+        return {**seen, "devices": [], "error": None}
     if seen["error"] or driver is None:
         return seen
     if not names and driver:  # a tool that hides the GPUs the driver has

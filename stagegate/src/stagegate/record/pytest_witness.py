@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from unittest import SkipTest
 
-import _pytest
 import pytest
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.outcomes import Exit, Skipped, XFailed
@@ -70,23 +69,22 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-# What a test skips or expects to fail by, and the folders of pytest's own code that raise them
+# What a test skips or expects to fail by
 _SKIPS = (Skipped, XFailed, SkipTest)
-_PYTEST = tuple(Path(m.__file__).resolve().parent for m in (_pytest, pytest))
 
 
-def raised_from(exc: BaseException) -> tuple[Path, int] | None:
-    """The file and line ``exc`` was raised from: the innermost frame of its traceback outside
-    pytest's own code (``pytest.skip`` itself raises it)."""
+def raised_from(exc: BaseException, root: Path) -> tuple[Path, int] | None:
+    """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
+    file of the project (pytest, the standard library, installed packages and code of no file,
+    such as a doctest's ``<doctest ...>``, pass it on)."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
     for filename, line in reversed(frames):
-        path = Path(filename).resolve()
-        if not any(map(path.is_relative_to, _PYTEST)):
-            return path, line
+        if not filename.startswith("<") and in_project(filename, root) is not None:
+            return Path(filename).resolve(), line
     return None
 
 
@@ -131,13 +129,8 @@ class OutcomeWitness:
         self.run = Collected()  # what was collected, kept and started
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
-        self.test_files: set[Path] = set()  # the files tests were collected from
-        # ... resolved, with their folders below the root, as of the count of files then
-        self._test_places: tuple[int, frozenset[Path], frozenset[Path]] = (
-            0,
-            frozenset(),
-            frozenset(),
-        )
+        self.test_files: set[Path] = set()  # the modules test functions were collected from
+        self._resolved: tuple[int, set[Path]] = (0, set())  # ... resolved, when a skip asks
         self.collecting = False
         self.integrity = RunIntegrity(config)
         self.foreign.update(tampered_before(config))
@@ -189,21 +182,20 @@ class OutcomeWitness:
 
     def _skip_seen(self, item: pytest.Item, exc: BaseException) -> None:
         """A skip or expected failure raised by the project's code outside its tests."""
-        where = raised_from(exc)
-        relative = in_project(str(where[0]), self.root) if where else None
-        if where is not None and relative is not None and not self._test_code(where[0]):
+        where = raised_from(exc, self.root)
+        if where is not None and not self._test_code(where[0]):
+            relative = where[0].relative_to(self.root)
             self.skipped_by[self._name(item.nodeid)] = f"{relative}:{where[1]}"
 
     def _test_code(self, path: Path) -> bool:
-        """A test module, a conftest file, or a file in a folder (below the root) that holds
-        one: where a test may decide to skip."""
-        count, files, folders = self._test_places
-        if count != len(self.test_files):
-            files = frozenset(p.resolve() for p in self.test_files)
-            folders = frozenset(p.parent for p in files) - {self.root}
-            self._test_places = (len(self.test_files), files, folders)
-        in_folder = any(map(path.is_relative_to, folders))
-        return path.name == "conftest.py" or path in files or in_folder
+        """Where a test may decide to skip: a module tests were collected from, a conftest
+        file, or a file whose name or a folder of whose path below the root starts with
+        "test" (tests/, testing/, test_helpers.py, testutils.py)."""
+        if self._resolved[0] != len(self.test_files):
+            self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
+        below = path.relative_to(self.root).parts
+        named = any(part.startswith("test") for part in below)
+        return named or path.name == "conftest.py" or path in self._resolved[1]
 
     def _noted(self, nodeid: str) -> None:
         name = self._name(nodeid)
@@ -217,7 +209,8 @@ class OutcomeWitness:
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         self.run.item(item)
-        self.test_files.add(Path(item.path))
+        if isinstance(item, pytest.Function):  # a doctest's path is the code it documents
+            self.test_files.add(Path(item.path))
         self.integrity.hold(item)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -293,6 +286,8 @@ class OutcomeWitness:
         for info in getattr(item, "_excinfo", None) or ():
             if not _expected(item, info.value):
                 self._noted(item.nodeid)
+            elif isinstance(info.value, _SKIPS):
+                self._skip_seen(item, info.value)
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
