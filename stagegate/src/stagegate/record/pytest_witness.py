@@ -69,21 +69,25 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-# What a test skips or expects to fail by
+# What a test skips or expects to fail by; the witness's own folder (a project's own code where
+# stagegate is the project)
 _SKIPS = (Skipped, XFailed, SkipTest)
+_WITNESS = Path(__file__).resolve().parent
 
 
 def raised_from(exc: BaseException, root: Path) -> tuple[Path, int] | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
-    file of the project (pytest, the standard library, installed packages and code of no file,
-    such as a doctest's ``<doctest ...>``, pass it on)."""
+    file of the project (pytest, the standard library, installed packages, the witness and code
+    of no file, such as a doctest's ``<doctest ...>``, pass it on)."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
     for filename, line in reversed(frames):
-        if not filename.startswith("<") and in_project(filename, root) is not None:
+        if filename.startswith("<") or Path(filename).resolve().is_relative_to(_WITNESS):
+            continue  # code of no file; the witness's frames that pass the exception on
+        if in_project(filename, root) is not None:
             return Path(filename).resolve(), line
     return None
 
