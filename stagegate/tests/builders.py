@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import sys
 from dataclasses import replace
@@ -63,6 +64,13 @@ def run_that_wrote(doc: dict) -> dict[str, object]:
     info = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
     gpu = info.get("gpu_name")
     machine = gpu_machine(gpu) if isinstance(gpu, str) else dict(CPU_MACHINE)
+    if isinstance(gpu, str):  # the driver's look at the GPU the file's torch saw
+        device = machine["accelerators"]["devices"][0]  # type: ignore[index]
+        if isinstance(info.get("driver"), str):
+            device["driver"] = info["driver"].split()[0]
+        if isinstance(info.get("gpu_memory_mb"), int | float):  # the driver's figure is above
+            device["memory_mb"] = max(device["memory_mb"], math.ceil(info["gpu_memory_mb"]))
+        device["compute_capability"] = info.get("gpu_capability")
     for key in ("cpu_count", "machine"):
         if key in info:
             machine[key] = info[key]

@@ -422,6 +422,9 @@ class MachineClaim:
     gpu_name: str | None = None
     cpu_count: int | None = None
     arch: str | None = None  # platform.machine(): x86_64, aarch64
+    driver: str | None = None  # the NVIDIA driver's version, one a GPU where it lists several
+    gpu_memory_mb: float | None = None  # the GPU's memory as torch sees it (MiB)
+    gpu_capability: str | None = None  # its compute capability, "9.0"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,12 @@ import pytest
 from stagegate.collect.junit import read_junit
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.findings import Findings
-from stagegate.judge.machine import claim_findings, junit_clock_findings, record_findings
+from stagegate.judge.machine import (
+    claim_findings,
+    device_memory_mb,
+    junit_clock_findings,
+    record_findings,
+)
 from stagegate.judge.policy import Policy
 from stagegate.model import Decision, MachineClaim, Severity, StageData, TestSuite
 
@@ -70,6 +75,64 @@ def test_each_machine_claim_is_held_against_the_records_observation(
     claim_findings(f, "the benchmark file", claim, record("performance", environment=machine))
     assert _kinds(f) == kinds
     assert all(x.severity.blocks for x in f.items)
+
+
+def _seen_as(capability: str | None = None, driver: str | None = "580.159.04") -> dict:
+    """An H100 as nvidia-smi reports it: its driver, 81,559 MiB and ``capability``."""
+    machine = gpu_machine(H100)
+    device = machine["accelerators"]["devices"][0]  # type: ignore[index]
+    device.update(driver=driver, compute_capability=capability)
+    return machine
+
+
+@pytest.mark.parametrize(
+    ("claim", "machine", "kinds"),
+    [
+        (MachineClaim(driver="570.86.15"), _seen_as(), ["machine_mismatch"]),
+        (MachineClaim(driver="580.159.04\n570.86.15"), _seen_as(), ["machine_mismatch"]),
+        (MachineClaim(driver="580.159.04\n580.159.04"), _seen_as(), []),
+        (MachineClaim(driver="570.86.15"), _seen_as(driver=None), []),
+        (MachineClaim(gpu_capability="8.9"), _seen_as("9.0"), ["machine_mismatch"]),
+        (MachineClaim(gpu_capability="9.0"), _seen_as("9.0"), []),
+        (MachineClaim(gpu_capability="8.9"), _seen_as(None), []),
+        (MachineClaim(gpu_memory_mb=143_156.0), _seen_as(), ["machine_mismatch"]),
+        (MachineClaim(gpu_memory_mb=81_004.6), _seen_as(), []),
+        (MachineClaim(driver="570.86.15", gpu_memory_mb=1e9), CPU_MACHINE, []),
+    ],
+    ids=[
+        "another-driver",
+        "one-gpu-of-two-on-another-driver",
+        "a-line-a-gpu",
+        "driver-not-reported",
+        "another-capability",
+        "the-capability-seen",
+        "capability-not-reported",
+        "more-memory-than-the-gpu",
+        "torchs-smaller-figure",
+        "no-gpu-seen-the-name-decides",
+    ],
+)
+def test_the_gpus_driver_capability_and_memory_are_held_to_the_drivers_look(
+    claim: MachineClaim, machine: dict, kinds: list[str]
+) -> None:
+    f = Findings("performance", Policy())
+    claim_findings(f, "the benchmark file", claim, record("performance", environment=machine))
+    assert _kinds(f) == kinds
+    assert all(x.severity.blocks for x in f.items)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "bound"),
+    [([81559], 81559.0), ([16384, 81559], 81559.0), ([16384, None], None), ([None], None)],
+    ids=["one", "the-largest", "one-of-unknown-size-may-be-larger", "unknown"],
+)
+def test_memory_is_bounded_by_the_largest_gpu_and_only_where_every_size_is_known(
+    sizes: list[int | None], bound: float | None
+) -> None:
+    machine = gpu_machine(*[H100] * len(sizes))
+    for device, size in zip(machine["accelerators"]["devices"], sizes, strict=True):  # type: ignore[index]
+        device["memory_mb"] = size
+    assert device_memory_mb(machine) == bound
 
 
 def test_a_gpu_claim_where_the_look_for_gpus_failed_is_unobserved() -> None:

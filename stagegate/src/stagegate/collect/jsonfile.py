@@ -203,11 +203,15 @@ def load_document(path: Path, what: str, kind: str, versions: tuple[int, ...]) -
 
 
 def machine_claim(info: Any) -> MachineClaim:
-    """What a file's ``machine_info`` says of its machine (GPU, CPUs, architecture)."""
+    """What a file's ``machine_info`` says of its machine (GPU, CPUs, architecture, driver,
+    GPU memory and compute capability)."""
     if not isinstance(info, dict):
         return MachineClaim()
     return MachineClaim(
         gpu_name=text(info.get("gpu_name")),
         cpu_count=whole(info.get("cpu_count")),
         arch=text(info.get("machine")),
+        driver=text(info.get("driver")),
+        gpu_memory_mb=finite(info.get("gpu_memory_mb")),
+        gpu_capability=text(info.get("gpu_capability")),
     )

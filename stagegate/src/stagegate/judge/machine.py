@@ -34,12 +34,14 @@ def _devices(env: Mapping[str, Any]) -> tuple[list[str] | None, str]:
 
 
 def device_memory_mb(env: Mapping[str, Any]) -> float | None:
-    """The memory of the largest GPU the record saw (MiB), None where it saw no such figure."""
-    if not _devices(env)[0]:
-        return None  # no GPU seen, or no look that can be trusted
-    sizes = [d.get("memory_mb") for d in env["accelerators"]["devices"] if isinstance(d, Mapping)]
-    known = [m for m in sizes if isinstance(m, int | float) and not isinstance(m, bool) and m > 0]
-    return float(max(known)) if known else None
+    """The memory of the largest GPU the record saw (MiB), None where it saw no such figure
+    for any of them (a GPU whose memory the driver reports as [N/A] may be the largest)."""
+    devices, _ = _devices(env)
+    sizes = _seen(env, "memory_mb")
+    known = [m for m in sizes if isinstance(m, int | float) and m > 0]
+    if not devices or len(known) < len(devices):
+        return None  # no GPU seen, no look that can be trusted, or a GPU of unknown size
+    return float(max(known))
 
 
 def _words(name: str) -> str:
@@ -124,21 +126,64 @@ def gpu_unused_findings(f: Findings, what: str, record: StageRecord) -> None:
         )
 
 
+# torch's figure of a GPU's memory is below the driver's (the H200: 143,156 MiB against
+# 143,771); one above the driver's by more than rounding is a GPU the record did not see.
+MEMORY_SLACK = 1.01
+
+
+def _seen(env: Mapping[str, Any], key: str) -> list[Any]:
+    """Each value of ``key`` the record observed of the machine's GPUs (none where it saw no
+    such figure, or no GPU)."""
+    if not _devices(env)[0]:
+        return []
+    devices = [d for d in env["accelerators"]["devices"] if isinstance(d, Mapping)]
+    return [
+        d[key] for d in devices if d.get(key) not in (None, "") and not isinstance(d[key], bool)
+    ]
+
+
+def _gpu_facts(f: Findings, what: str, claim: MachineClaim, env: Mapping[str, Any]) -> None:
+    """The driver, compute capability and memory ``what`` claims for its GPU, each held to
+    those the record's look saw (a fact the look did not report is left as claimed)."""
+    drivers = {str(d).strip() for d in _seen(env, "driver")}
+    said = (claim.driver or "").split()  # nvidia-smi answers a line a GPU
+    wrong = [d for d in said if d not in drivers]
+    if drivers and wrong:
+        _mismatch(f, what, f"NVIDIA driver {wrong[0][:40]}", ", ".join(sorted(drivers)))
+    capabilities = {str(c).strip() for c in _seen(env, "compute_capability")}
+    if capabilities and claim.gpu_capability and claim.gpu_capability not in capabilities:
+        seen = ", ".join(sorted(capabilities))
+        _mismatch(f, what, f"compute capability {claim.gpu_capability[:20]}", seen)
+    sizes = [m for m in _seen(env, "memory_mb") if isinstance(m, int | float) and m > 0]
+    if (
+        sizes
+        and claim.gpu_memory_mb is not None
+        and claim.gpu_memory_mb > max(sizes) * MEMORY_SLACK
+    ):
+        seen = f"{max(sizes):,.0f} MiB at most"
+        _mismatch(f, what, f"a GPU of {claim.gpu_memory_mb:,.0f} MiB", seen)
+
+
+def _mismatch(f: Findings, what: str, claimed: str, seen: object) -> None:
+    f.add(
+        Kind.MACHINE_MISMATCH,
+        f"{what} claims {claimed}; the stage's machine had {seen}",
+        fix=FIX,
+    )
+
+
 def claim_findings(f: Findings, what: str, claim: MachineClaim, record: StageRecord) -> None:
     """Each machine fact ``what`` (a file of the stage) claims is the one the record saw."""
     env = record.environment
     if claim.gpu_name is not None:
         _gpu(f, what, claim.gpu_name, env)
+    _gpu_facts(f, what, claim, env)
     for label, said, seen in (
         ("CPU count", claim.cpu_count, env.get("cpu_count")),
         ("architecture", claim.arch, env.get("machine")),
     ):
         if said is not None and seen is not None and said != seen:
-            f.add(
-                Kind.MACHINE_MISMATCH,
-                f"{what} claims {label} {str(said)[:40]}; the stage's machine had {seen}",
-                fix=FIX,
-            )
+            _mismatch(f, what, f"{label} {str(said)[:40]}", seen)
 
 
 def machine_findings(
