@@ -688,6 +688,18 @@ SIZED = dataclasses.replace(
 )
 
 
+UNSIZED = dataclasses.replace(
+    POLICY,
+    benchmark=dataclasses.replace(
+        POLICY.benchmark,
+        presets={
+            **POLICY.benchmark.presets,
+            "gpu": dataclasses.replace(POLICY.benchmark.presets["gpu"], sizes={}),
+        },
+    ),
+)
+
+
 def _stretched(doc: Doc) -> None:
     """Every window 1.5 times as long, said to hold 15 steps: a 50% slower step, disguised."""
     doc["preset"]["window_steps"] = 15
@@ -730,10 +742,22 @@ def test_sizes_the_file_states_against_the_declared_ones_block(
     assert bf16.step_time_ms == pytest.approx(step_ms)
 
 
+def test_a_gpu_preset_without_declared_sizes_is_never_bounded_by_the_files_own(
+    tmp_path: Path,
+) -> None:
+    """Windows ten times too fast, of batches the file says held one row: where the policy
+    declares no sizes, the bound is unknown (a finding), never met by the file's word."""
+    for doc in (altered(H100, _small_batch), H100):
+        stage = judged(tmp_path, doc, UNSIZED)
+        (unchecked,) = [f for f in stage.blocking if "declares no" in f.title]
+        assert unchecked.kind == "evidence_unchecked" and "batch_size" in unchecked.title
+        assert decide([stage]).decision is Decision.BLOCK
+
+
 @pytest.mark.parametrize("size", [10**20, 1e300])
 def test_a_size_too_large_to_run_blocks_and_derives_nothing(tmp_path: Path, size: float) -> None:
     """No policy size declared: the file's own, past any preset, would overflow the figures."""
-    stage = judged(tmp_path, altered(H100, lambda d: d["preset"].update(batch_size=size)))
+    stage = judged(tmp_path, altered(H100, lambda d: d["preset"].update(batch_size=size)), UNSIZED)
     assert_blocked(stage, "preset.batch_size")
     assert stage.data.benchmark is not None
     assert all(p.tokens_per_second is None for p in stage.data.benchmark.precisions)

@@ -42,7 +42,11 @@ class PresetSpec:
 DEFAULT_PRESETS = {
     # amptrain's presets (src/amptrain/benchmark/presets.py): CUDA memory only exists on a GPU.
     "gpu": PresetSpec(
-        "cuda", ("32-true", "32-tf32", "16-mixed", "bf16-mixed"), MEASURES, 633_019_392
+        "cuda",
+        ("32-true", "32-tf32", "16-mixed", "bf16-mixed"),
+        MEASURES,
+        633_019_392,
+        {"window_steps": 10, "batch_size": 32, "seq_len": 1024},
     ),
     "cpu-smoke": PresetSpec(
         "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast"), 189_696

@@ -53,6 +53,27 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
     return flops
 
 
+# The sizes a window's tokens are counted from: on a GPU the policy's, never the file's own (a
+# file that states a batch of one makes any window it times possible)
+BOUND_SIZES = ("window_steps", "batch_size", "seq_len")
+
+
+def _undeclared(f: Findings, preset: str, spec: PresetSpec, where: str) -> bool:
+    """True, with a finding, where the policy declares too few of a GPU preset's sizes to
+    count the tokens of its windows."""
+    missing = [k for k in BOUND_SIZES if k not in spec.sizes]
+    if missing:
+        flag(
+            f,
+            Kind.EVIDENCE_UNCHECKED,
+            where,
+            f"preset {preset} declares no {', '.join(missing)}: the file's own sizes cannot "
+            "bound the windows it timed by the GPU's peak",
+            fix=f"declare {', '.join(missing)} under [tool.stagegate.benchmark.presets.{preset}]",
+        )
+    return bool(missing)
+
+
 def _no_peak(f: Findings, name: str, dtype: str) -> None:
     """A precision measured on a GPU whose peak table row has no figure for its dtype: a GPU
     without tensor cores for it (fp8 before compute capability 8.9) cannot have run it."""
@@ -85,7 +106,7 @@ def physics(
     if v.spec is None:
         return
     peaks = v.peaks if v.gpu else _cpu_peak(cores, policy)
-    if not peaks:
+    if not peaks or (v.gpu and _undeclared(f, bench.preset, v.spec, "preset")):
         return
     sizes = preset_sizes(bench, v.spec)
     tokens = tokens_per_window(sizes, sizes.get("window_steps"))
@@ -158,6 +179,8 @@ def _ab_bound(
     if spec.flops_per_token is None:
         said = f"preset {run.preset} declares no flops_per_token: the windows cannot be bounded"
         flag(f, Kind.EVIDENCE_UNCHECKED, "A/B preset", said, fix=FLOPS_FIX)
+    if _undeclared(f, str(run.preset), spec, "A/B preset"):
+        return peak, None
     return peak, spec.flops_per_token
 
 
