@@ -10,7 +10,7 @@ from stagegate.errors import ConfigError
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.policy import Policy, policy_from_mapping
 from stagegate.judge.required import canonical, matches
-from stagegate.model import Decision, Location, StageData, StageStatus, TestCase
+from stagegate.model import Decision, Location, Severity, StageData, StageStatus, TestCase
 
 from ..builders import case, record, suite
 
@@ -221,10 +221,13 @@ def test_tests_the_policy_says_no_stage_runs_are_excused_and_no_others() -> None
     policy = policy_from_mapping({"not_run": ["tests/property/*"]})
     dropped = ("tests/property/test_p.py::test_any", "tests/t.py::slow")
     here = suite(case("a"), deselected=dropped, empty_files=("tests.property.test_q::test_h",))
-    (found,) = judge_stage("execution", StageData(record(), suite=here), policy).findings
+    found, shown = judge_stage("execution", StageData(record(), suite=here), policy).findings
     assert found.kind == "test_run_nowhere" and found.detail == "tests/t.py::slow"
+    assert (shown.kind, shown.severity) == ("test_not_run_by_policy", Severity.INFO)
+    assert shown.detail == "tests/property/test_p.py::test_any; tests.property.test_q::test_h"
     excused = suite(case("a"), deselected=dropped[:1])
-    assert judge_stage("execution", StageData(record(), suite=excused), policy).findings == ()
+    (shown,) = judge_stage("execution", StageData(record(), suite=excused), policy).findings
+    assert shown.kind == "test_not_run_by_policy" and not shown.severity.blocks
 
 
 def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:

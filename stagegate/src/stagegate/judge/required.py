@@ -177,6 +177,22 @@ def _ran_in(entry: str, elsewhere: frozenset[str]) -> bool:
     return entry in elsewhere or any(t.startswith((f"{entry}::", f"{entry}[")) for t in elsewhere)
 
 
+def _names(named: list[str]) -> str:
+    more = len(named) - _LISTED
+    return "; ".join(named[:_LISTED]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _excused(f: Findings, stage: str, named: list[str]) -> None:
+    """The dropped tests no stage ran that the policy's not_run excuses, shown, never hidden."""
+    if named:
+        f.add(
+            Kind.TEST_NOT_RUN_BY_POLICY,
+            f"{len(named)} test(s) that {stage} dropped run in no stage, as not_run allows",
+            detail=_names(named),
+            fix="nothing, if the policy's [tool.stagegate] not_run still means them",
+        )
+
+
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """The tests this stage collected and did not run (dropped by ``-m``, ``-k``,
     ``--deselect`` or a hook; kept and never started), and the test files, classes and
@@ -190,14 +206,15 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
     def excused(nodeid: str) -> bool:  # the policy's not_run names it
         return any(named_by(p, nodeid) for p in policy.not_run)
 
-    dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere and not excused(t)]
-    empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere) and not excused(e)]
+    dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
+    empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
+    _excused(f, stage, [t for t in [*dropped, *empty] if excused(t)])
+    dropped = [t for t in dropped if not excused(t)]
+    empty = [e for e in empty if not excused(e)]
     if not dropped and not empty:
         return
     named = [*dropped, *(f"{e} (named as a test, it yielded none)" for e in empty)]
-    shown = "; ".join(named[:_LISTED]) + (
-        f"; and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
-    )
+    shown = _names(named)
     f.add(
         Kind.TEST_RUN_NOWHERE,
         f"{len(named)} test(s) that {stage} dropped ran in no stage",
