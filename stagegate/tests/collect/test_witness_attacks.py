@@ -566,6 +566,61 @@ LIBRARY_SKIPS = {
 }
 
 
+# The code under test skipping every test module that imports it, as it is imported: pytest
+# reports each module skipped, a test of its own
+SKIPPED_AS_IMPORTED = {
+    "mylib.py": """
+        import sys
+
+        if "pytest" in sys.modules:
+            import pytest
+
+            pytest.skip("not under test", allow_module_level=True)
+
+
+        def add(a, b):
+            return a - b
+    """,
+    "test_add.py": ADD_TEST,
+    "test_other.py": "def test_ok():\n    pass\n",
+}
+# Modules the tests skip as they are imported: themselves, by importorskip, by a helper in a
+# test folder, and a test module whose name pytest.ini's python_files gives
+MODULE_SKIPS_IN_THE_TESTS = {
+    "pytest.ini": "[pytest]\npythonpath = tests\npython_files = test_*.py check_*.py\n",
+    "tests/test_itself.py": """
+        import pytest
+
+        pytest.skip("not on this platform", allow_module_level=True)
+    """,
+    "tests/test_optional.py": """
+        import pytest
+
+        pytest.importorskip("no_such_module_anywhere")
+    """,
+    "tests/helpers/net.py": "import pytest\n\npytest.skip('offline', allow_module_level=True)\n",
+    "tests/test_net.py": "from helpers import net\n",
+    "checks/check_self.py": "import pytest\n\npytest.skip('later', allow_module_level=True)\n",
+    "tests/test_runs.py": "def test_runs():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_module_skipped_by_the_code_under_test_as_it_is_imported_blocks(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    decision, kinds = _judged(tmp_path, SKIPPED_AS_IMPORTED, *options)
+    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
+
+
+@pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_modules_the_tests_skip_as_they_are_imported_are_no_finding(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    files = MODULE_SKIPS_IN_THE_TESTS
+    assert _judged(tmp_path, files, *options, "tests", "checks") == (Decision.PASS, set())
+
+
 @pytest.mark.parametrize("files", LIBRARY_SKIPS.values(), ids=LIBRARY_SKIPS)
 def test_the_code_under_test_skipping_its_own_test_blocks(
     tmp_path: Path, files: dict[str, str]

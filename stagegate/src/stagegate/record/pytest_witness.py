@@ -221,7 +221,24 @@ class OutcomeWitness:
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         report = yield
         self.run.module_report(collector, report)
+        if report.skipped:
+            self._collect_skip_seen(collector, report)
         return report
+
+    def _collect_skip_seen(self, collector: pytest.Collector, report: pytest.CollectReport) -> None:
+        """A module the project's code skipped while it was imported (a module-level skip
+        outside the tests), placed where pytest places it: the innermost frame that did not
+        hide itself."""
+        if not isinstance(report.longrepr, tuple) or len(report.longrepr) != 3:
+            return
+        path, line, _ = report.longrepr
+        located = in_project(str(path), self.root)
+        if located is None:
+            return
+        resolved = Path(str(path)).resolve()
+        if resolved == Path(collector.path).resolve() or self._test_code(resolved):
+            return
+        self.skipped_by[self._name(report.nodeid)] = f"{located}:{line}"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
