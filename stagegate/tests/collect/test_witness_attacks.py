@@ -621,6 +621,29 @@ def test_modules_the_tests_skip_as_they_are_imported_are_no_finding(
     assert _judged(tmp_path, files, *options, "tests", "checks") == (Decision.PASS, set())
 
 
+# The project installed into a virtualenv inside its root, not editable, as tox installs it:
+# its modules are in site-packages, with the distribution's record of them
+SITE = ".tox/py311/lib/python3.11/site-packages"
+INSTALLED = {
+    "pyproject.toml": '[project]\nname = "my-lib"\nversion = "1.0"\n',
+    "pytest.ini": f"[pytest]\npythonpath = {SITE}\n",
+    f"{SITE}/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+    f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\nVersion: 1.0\n",
+    f"{SITE}/my_lib-1.0.dist-info/RECORD": "mylib/__init__.py,,\nmy_lib-1.0.dist-info/METADATA,,\n",
+    "tests/test_add.py": ADD_TEST,
+}
+
+
+def test_the_code_under_test_installed_apart_from_its_tree_skipping_its_test_blocks(
+    tmp_path: Path,
+) -> None:
+    decision, kinds = _judged(tmp_path, INSTALLED)
+    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
+    # another distribution installed there is a library, whose skips are its own
+    other = {**INSTALLED, "pyproject.toml": '[project]\nname = "app"\nversion = "1.0"\n'}
+    assert _judged(tmp_path / "other", other) == (Decision.PASS, set())
+
+
 @pytest.mark.parametrize("files", LIBRARY_SKIPS.values(), ids=LIBRARY_SKIPS)
 def test_the_code_under_test_skipping_its_own_test_blocks(
     tmp_path: Path, files: dict[str, str]

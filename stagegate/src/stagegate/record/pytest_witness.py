@@ -20,7 +20,10 @@ conftest files), with where it was called.
 
 from __future__ import annotations
 
+import importlib.metadata
 import sysconfig
+import tomllib
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from unittest import SkipTest
@@ -69,16 +72,34 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
+def installed_files(root: Path) -> dict[Path, str]:
+    """The modules of the project's own distribution (``[project] name`` of the root's
+    pyproject.toml) installed apart from its tree, as tox installs it: each resolved path, and
+    the path it has inside its installation (``mylib/core.py``). None for an editable install."""
+    try:
+        name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+            "name"
+        ]
+        dist = importlib.metadata.distribution(name)
+    except (OSError, ValueError, KeyError, TypeError, importlib.metadata.PackageNotFoundError):
+        return {}
+    modules = (f for f in dist.files or () if f.suffix == ".py")
+    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}
+
+
 # What a test skips or expects to fail by; the witness's own folder (a project's own code where
 # stagegate is the project)
 _SKIPS = (Skipped, XFailed, SkipTest)
 _WITNESS = Path(__file__).resolve().parent
 
 
-def raised_from(exc: BaseException, root: Path) -> tuple[Path, int] | None:
+def raised_from(
+    exc: BaseException, root: Path, installed: dict[Path, str] | None = None
+) -> tuple[Path, int] | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
-    file of the project (pytest, the standard library, installed packages, the witness and code
-    of no file, such as a doctest's ``<doctest ...>``, pass it on)."""
+    file of the project or of its ``installed`` distribution (pytest, the standard library,
+    other installed packages, the witness and code of no file, such as a doctest's
+    ``<doctest ...>``, pass it on)."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -87,8 +108,9 @@ def raised_from(exc: BaseException, root: Path) -> tuple[Path, int] | None:
     for filename, line in reversed(frames):
         if filename.startswith("<") or Path(filename).resolve().is_relative_to(_WITNESS):
             continue  # code of no file; the witness's frames that pass the exception on
-        if in_project(filename, root) is not None:
-            return Path(filename).resolve(), line
+        path = Path(filename).resolve()
+        if in_project(filename, root) is not None or path in (installed or {}):
+            return path, line
     return None
 
 
@@ -184,21 +206,30 @@ class OutcomeWitness:
                 self._skip_seen(item, exc)
             raise
 
+    @cached_property
+    def installed(self) -> dict[Path, str]:
+        """The project's own modules installed apart from its tree (read at the first skip,
+        once pytest has set its path)."""
+        return installed_files(self.root)
+
     def _skip_seen(self, item: pytest.Item, exc: BaseException) -> None:
         """A skip or expected failure raised by the project's code outside its tests."""
-        where = raised_from(exc, self.root)
+        where = raised_from(exc, self.root, self.installed)
         if where is not None and not self._test_code(where[0]):
-            relative = where[0].relative_to(self.root)
-            self.skipped_by[self._name(item.nodeid)] = f"{relative}:{where[1]}"
+            self.skipped_by[self._name(item.nodeid)] = f"{self._own(where[0])}:{where[1]}"
+
+    def _own(self, path: Path) -> str:
+        """``path`` (the project's code) below the root, or inside its installation."""
+        return self.installed.get(path) or path.relative_to(self.root).as_posix()
 
     def _test_code(self, path: Path) -> bool:
         """Where a test may decide to skip: a module tests were collected from, a conftest
-        file, or a file whose name or a folder of whose path below the root starts with
-        "test" (tests/, testing/, test_helpers.py, testutils.py)."""
+        file, or a file whose name or a folder of whose path below the root (or inside the
+        project's installation) starts with "test" (tests/, testing/, test_helpers.py,
+        testutils.py)."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
-        below = path.relative_to(self.root).parts
-        named = any(part.startswith("test") for part in below)
+        named = any(part.startswith("test") for part in Path(self._own(path)).parts)
         return named or path.name == "conftest.py" or path in self._resolved[1]
 
     def _noted(self, nodeid: str) -> None:
@@ -232,13 +263,12 @@ class OutcomeWitness:
         if not isinstance(report.longrepr, tuple) or len(report.longrepr) != 3:
             return
         path, line, _ = report.longrepr
-        located = in_project(str(path), self.root)
-        if located is None:
-            return
         resolved = Path(str(path)).resolve()
+        if in_project(str(path), self.root) is None and resolved not in self.installed:
+            return
         if resolved == Path(collector.path).resolve() or self._test_code(resolved):
             return
-        self.skipped_by[self._name(report.nodeid)] = f"{located}:{line}"
+        self.skipped_by[self._name(report.nodeid)] = f"{self._own(resolved)}:{line}"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
