@@ -557,6 +557,25 @@ LIBRARY_SKIPS = {
         """,
         "test_add.py": ADD_TEST,
     },
+    "inside-subtests": {
+        "mylib.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+        "test_add.py": """
+            import unittest
+            from mylib import add
+
+            def test_add(subtests):
+                with subtests.test("two"):
+                    assert add(2, 2) == 4
+
+            class TestAdd(unittest.TestCase):
+                def test_add(self):
+                    with self.subTest("two"):
+                        self.assertEqual(add(2, 2), 4)
+
+            def test_ok():
+                pass
+        """,
+    },
     "a-test-module-in-the-package": {
         "pytest.ini": "[pytest]\npythonpath = src\n",
         "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
@@ -670,6 +689,24 @@ HELPERS_ELSEWHERE = {
             pass
     """,
 }
+SUBTESTS_SKIPPED_BY_THE_TEST = """
+    import unittest
+    import pytest
+
+    def test_each(subtests):
+        for n in range(2):
+            with subtests.test(n=n):
+                if n:
+                    pytest.skip("odd")
+
+    class TestEach(unittest.TestCase):
+        def test_each(self):
+            with self.subTest("later"):
+                self.skipTest("not yet")
+
+    def test_runs():
+        pass
+"""
 # the same, one doctest skipped as pytest documents (a "<doctest ...>" frame, no file)
 DOCTEST_SKIP = {
     **DOCTESTS,
@@ -689,6 +726,7 @@ DOCTEST_SKIP = {
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
         (DOCTESTS, ("--doctest-modules", "src", "tests")),
         ({"test_xfail.py": XFAIL_IN_THE_TEST}, ()),
+        ({"test_subtests.py": SUBTESTS_SKIPPED_BY_THE_TEST}, ()),
     ],
     ids=[
         "opt-outs-and-abstract-bases",
@@ -697,6 +735,7 @@ DOCTEST_SKIP = {
         "skips-decided-by-the-tests",
         "doctest-modules",
         "marks-added-by-the-test-module",
+        "subtests-the-test-skips",
     ],
 )
 def test_pytest_used_as_documented_is_no_finding(

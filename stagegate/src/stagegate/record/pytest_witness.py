@@ -252,23 +252,23 @@ class OutcomeWitness:
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         report = yield
         self.run.module_report(collector, report)
-        if report.skipped:
-            self._collect_skip_seen(collector, report)
+        if report.skipped:  # a module the project's code skipped as it was imported
+            self._placed_skip(report.nodeid, report.longrepr, Path(collector.path))
         return report
 
-    def _collect_skip_seen(self, collector: pytest.Collector, report: pytest.CollectReport) -> None:
-        """A module the project's code skipped while it was imported (a module-level skip
-        outside the tests), placed where pytest places it: the innermost frame that did not
-        hide itself."""
-        if not isinstance(report.longrepr, tuple) or len(report.longrepr) != 3:
+    def _placed_skip(self, nodeid: str, longrepr: object, module: Path | None) -> None:
+        """A skip pytest caught and placed itself (the innermost frame that did not hide
+        itself), where that is the project's code outside its tests and the ``module`` being
+        collected."""
+        if not isinstance(longrepr, tuple) or len(longrepr) != 3:
             return
-        path, line, _ = report.longrepr
+        path, line, _ = longrepr
         resolved = Path(str(path)).resolve()
         if in_project(str(path), self.root) is None and resolved not in self.installed:
             return
-        if resolved == Path(collector.path).resolve() or self._test_code(resolved):
+        if (module and resolved == module.resolve()) or self._test_code(resolved):
             return
-        self.skipped_by[self._name(report.nodeid)] = f"{self._own(resolved)}:{line}"
+        self.skipped_by[self._name(nodeid)] = f"{self._own(resolved)}:{line}"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
@@ -298,9 +298,14 @@ class OutcomeWitness:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A subtest that failed (pytest's subtests, unittest's subTest): its test raised,
-        though the context that ran it caught the exception."""
-        if report.failed and type(report).__name__ in SUBTEST_REPORTS:
+        though the context that ran it caught the exception. One the project's code skipped:
+        its test was skipped in part by the code it tests."""
+        if type(report).__name__ not in SUBTEST_REPORTS:
+            return
+        if report.failed:
             self._noted(report.nodeid)
+        elif report.skipped:  # the subtest's context caught the skip: pytest placed it
+            self._placed_skip(report.nodeid, report.longrepr, None)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
