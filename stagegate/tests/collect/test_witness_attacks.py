@@ -576,6 +576,12 @@ LIBRARY_SKIPS = {
                 pass
         """,
     },
+    "a-package-named-test-something": {
+        "pyproject.toml": '[project]\nname = "Test-Kit"\nversion = "1.0"\n',
+        "pytest.ini": "[pytest]\npythonpath = src\n",
+        "src/test_kit/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+        "tests/test_add.py": ADD_TEST.replace("from mylib", "from test_kit"),
+    },
     "a-test-module-in-the-package": {
         "pytest.ini": "[pytest]\npythonpath = src\n",
         "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),

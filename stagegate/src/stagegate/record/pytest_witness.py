@@ -21,6 +21,7 @@ conftest files), with where it was called.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import sysconfig
 import tomllib
 from functools import cached_property
@@ -72,19 +73,27 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-def installed_files(root: Path) -> dict[Path, str]:
-    """The modules of the project's own distribution (``[project] name`` of the root's
-    pyproject.toml) installed apart from its tree, as tox installs it: each resolved path, and
-    the path it has inside its installation (``mylib/core.py``). None for an editable install."""
+def project_name(root: Path) -> str | None:
+    """The ``[project] name`` of the root's pyproject.toml, where it states one."""
     try:
-        name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"][
-            "name"
-        ]
-        dist = importlib.metadata.distribution(name)
-    except (OSError, ValueError, KeyError, TypeError, importlib.metadata.PackageNotFoundError):
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    name = project.get("name") if isinstance(project, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def installed_files(root: Path) -> dict[Path, str]:
+    """The modules of the project's own distribution (:func:`project_name`) installed apart
+    from its tree, as tox installs it: each resolved path, and the path it has inside its
+    installation (``mylib/core.py``). None for an editable install, which lists no module."""
+    name = project_name(root)
+    try:
+        dist = importlib.metadata.distribution(name) if name else None
+    except (ValueError, importlib.metadata.PackageNotFoundError):
         return {}
-    modules = (f for f in dist.files or () if f.suffix == ".py")
-    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}
+    modules = (f for f in (dist.files if dist else None) or () if f.suffix == ".py")
+    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}  # type: ignore[union-attr]
 
 
 # What a test skips or expects to fail by; the witness's own folder (a project's own code where
@@ -226,11 +235,18 @@ class OutcomeWitness:
         """Where a test may decide to skip: a module tests were collected from, a conftest
         file, or a file whose name or a folder of whose path below the root (or inside the
         project's installation) starts with "test" (tests/, testing/, test_helpers.py,
-        testutils.py)."""
+        testutils.py) and is not the project's own package."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
-        named = any(part.startswith("test") for part in Path(self._own(path)).parts)
+        parts = (p.removesuffix(".py").lower() for p in Path(self._own(path)).parts)
+        named = any(p.startswith("test") and p != self.package for p in parts)
         return named or path.name == "conftest.py" or path in self._resolved[1]
+
+    @cached_property
+    def package(self) -> str:
+        """The project's own package, by its distribution's name ("testinfra"): whatever its
+        name starts with, it is the code under test."""
+        return re.sub(r"[-_.]+", "_", project_name(self.root) or "").lower()
 
     def _noted(self, nodeid: str) -> None:
         name = self._name(nodeid)
