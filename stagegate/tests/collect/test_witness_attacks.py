@@ -582,6 +582,34 @@ LIBRARY_SKIPS = {
         "src/test_kit/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
         "tests/test_add.py": ADD_TEST.replace("from mylib", "from test_kit"),
     },
+    "a-skiptest-or-xfail-inside-subtests": {
+        "mylib.py": """
+            import unittest
+            import pytest
+
+            def add(a, b):
+                if a - b != a + b:
+                    raise unittest.SkipTest("later")
+                return a - b
+
+            def sub(a, b):
+                pytest.xfail("later")
+        """,
+        "test_add.py": """
+            from mylib import add, sub
+
+            def test_add(subtests):
+                with subtests.test("two"):
+                    assert add(2, 2) == 4
+
+            def test_sub(subtests):
+                with subtests.test("two"):
+                    assert sub(2, 2) == 0
+
+            def test_ok():
+                pass
+        """,
+    },
     "a-test-module-in-the-package": {
         "pytest.ini": "[pytest]\npythonpath = src\n",
         "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
@@ -627,14 +655,50 @@ MODULE_SKIPS_IN_THE_TESTS = {
     "tests/test_net.py": "from helpers import net\n",
     "checks/check_self.py": "import pytest\n\npytest.skip('later', allow_module_level=True)\n",
     "tests/test_runs.py": "def test_runs():\n    pass\n",
+    # a test package that skips itself in its __init__.py
+    "e2e/__init__.py": "import pytest\n\npytest.importorskip('no_such_browser_driver')\n",
+    "e2e/test_login.py": "def test_login():\n    pass\n",
+}
+
+
+SITE_LIBRARY = ".venv/lib/python3.11/site-packages"
+# ... the same, the code under test hiding its frames from pytest's report, or skipping
+# through the standard library or an installed library
+IMPORTED_SKIPS = {
+    "module-level": SKIPPED_AS_IMPORTED,
+    "hiding-its-frames": {
+        **SKIPPED_AS_IMPORTED,
+        "mylib.py": "__tracebackhide__ = True\n" + textwrap.dedent(SKIPPED_AS_IMPORTED["mylib.py"]),
+    },
+    "through-the-standard-library": {
+        **SKIPPED_AS_IMPORTED,
+        "mylib.py": """
+            from unittest import mock, SkipTest
+
+            mock.Mock(side_effect=SkipTest("later"))()
+        """,
+    },
+    "through-an-installed-library": {
+        **SKIPPED_AS_IMPORTED,
+        "pytest.ini": f"[pytest]\npythonpath = {SITE_LIBRARY}\n",
+        f"{SITE_LIBRARY}/somelib.py": """
+            import pytest
+
+            def require(ok):
+                if not ok:
+                    pytest.skip("off", allow_module_level=True)
+        """,
+        "mylib.py": "import somelib\n\nsomelib.require(False)\n",
+    },
 }
 
 
 @pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("files", IMPORTED_SKIPS.values(), ids=IMPORTED_SKIPS)
 def test_a_module_skipped_by_the_code_under_test_as_it_is_imported_blocks(
-    tmp_path: Path, options: tuple[str, ...]
+    tmp_path: Path, files: dict[str, str], options: tuple[str, ...]
 ) -> None:
-    decision, kinds = _judged(tmp_path, SKIPPED_AS_IMPORTED, *options)
+    decision, kinds = _judged(tmp_path, files, *options)
     assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
 
 
@@ -643,7 +707,8 @@ def test_modules_the_tests_skip_as_they_are_imported_are_no_finding(
     tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     files = MODULE_SKIPS_IN_THE_TESTS
-    assert _judged(tmp_path, files, *options, "tests", "checks") == (Decision.PASS, set())
+    found = _judged(tmp_path, files, *options, "tests", "checks", "e2e")
+    assert found == (Decision.PASS, set())
 
 
 # The project installed into a virtualenv inside its root, not editable, as tox installs it:
@@ -659,14 +724,28 @@ INSTALLED = {
 }
 
 
+NAMED = {
+    "project": INSTALLED["pyproject.toml"],
+    "poetry": '[tool.poetry]\nname = "My_Lib"\nversion = "1.0"\n',
+    "setup-cfg": "[metadata]\nname = my-lib\n",
+}
+
+
+@pytest.mark.parametrize("named", NAMED)
 def test_the_code_under_test_installed_apart_from_its_tree_skipping_its_test_blocks(
+    tmp_path: Path, named: str
+) -> None:
+    files = {k: v for k, v in INSTALLED.items() if k != "pyproject.toml"}
+    files["setup.cfg" if named == "setup-cfg" else "pyproject.toml"] = NAMED[named]
+    decision, kinds = _judged(tmp_path, files)
+    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
+
+
+def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_own(
     tmp_path: Path,
 ) -> None:
-    decision, kinds = _judged(tmp_path, INSTALLED)
-    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
-    # another distribution installed there is a library, whose skips are its own
     other = {**INSTALLED, "pyproject.toml": '[project]\nname = "app"\nversion = "1.0"\n'}
-    assert _judged(tmp_path / "other", other) == (Decision.PASS, set())
+    assert _judged(tmp_path, other) == (Decision.PASS, set())
 
 
 @pytest.mark.parametrize("files", LIBRARY_SKIPS.values(), ids=LIBRARY_SKIPS)

@@ -383,6 +383,29 @@ def test_a_side_that_ran_other_sizes_than_the_declared_preset_blocks(tmp_path: P
     assert any("head.preset.batch_size" in t for t in titles), titles
 
 
+@pytest.mark.parametrize(
+    ("sizes", "unchecked"),
+    [({}, True), ({"batch_size": 32, "seq_len": 1024}, False)],
+    ids=["none-declared", "its-own-steps-a-window"],
+)
+def test_a_gpu_ab_run_is_bounded_by_the_declared_batch_and_sequence_sizes(
+    tmp_path: Path, sizes: dict[str, int], unchecked: bool
+) -> None:
+    gpu = dataclasses.replace(POLICY.benchmark.presets["gpu"], sizes=sizes)
+    policy = dataclasses.replace(
+        POLICY, benchmark=dataclasses.replace(POLICY.benchmark, presets={"gpu": gpu})
+    )
+    doc = on_gpu(lambda i: 1000.0)
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    rec = record("regression", files={"ab": str(path)}, commit=SHA, **run_that_wrote(doc))
+    stage = judge_stage(
+        "regression", collect_stage(sealed(rec, tmp_path), tmp_path), policy, ab_base=OTHER
+    )
+    said = [f for f in stage.blocking if "declares no" in f.title]
+    assert [f.kind for f in said] == (["evidence_unchecked"] if unchecked else [])
+
+
 def _fast(doc: Doc) -> Doc:
     for role in ROLES:
         doc[role]["window_s"] = [1e-3] * doc["windows"]  # far above an H100's peak

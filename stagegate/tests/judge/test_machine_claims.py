@@ -51,6 +51,13 @@ def _seen_as(capability: str | None = None, driver: str | None = "580.159.04") -
     return machine
 
 
+def _beside_unknown() -> dict:
+    """An H100 beside a GPU whose memory nvidia-smi reports as [N/A]."""
+    machine = gpu_machine(H100, "NVIDIA GH200 480GB")
+    machine["accelerators"]["devices"][1]["memory_mb"] = None  # type: ignore[index]
+    return machine
+
+
 @pytest.mark.parametrize(
     ("claim", "machine", "kinds"),
     [
@@ -73,6 +80,7 @@ def _seen_as(capability: str | None = None, driver: str | None = "580.159.04") -
         (MachineClaim(gpu_memory_mb=143_156.0), _seen_as(), ["machine_mismatch"]),
         (MachineClaim(gpu_memory_mb=81_004.6), _seen_as(), []),
         (MachineClaim(driver="570.86.15", gpu_memory_mb=1e9), CPU_MACHINE, []),
+        (MachineClaim(gpu_memory_mb=97_280.0), _beside_unknown(), []),
     ],
     ids=[
         "gpu-on-a-cpu-machine",
@@ -94,6 +102,7 @@ def _seen_as(capability: str | None = None, driver: str | None = "580.159.04") -
         "more-memory-than-the-gpu",
         "torchs-smaller-figure",
         "no-gpu-seen-the-name-decides",
+        "beside-a-gpu-of-unknown-memory",
     ],
 )
 def test_each_machine_claim_is_held_against_the_records_observation(

@@ -154,14 +154,10 @@ def _gpu_facts(f: Findings, what: str, claim: MachineClaim, env: Mapping[str, An
     if capabilities and claim.gpu_capability and claim.gpu_capability not in capabilities:
         seen = ", ".join(sorted(capabilities))
         _mismatch(f, what, f"compute capability {claim.gpu_capability[:20]}", seen)
-    sizes = [m for m in _seen(env, "memory_mb") if isinstance(m, int | float) and m > 0]
-    if (
-        sizes
-        and claim.gpu_memory_mb is not None
-        and claim.gpu_memory_mb > max(sizes) * MEMORY_SLACK
-    ):
-        seen = f"{max(sizes):,.0f} MiB at most"
-        _mismatch(f, what, f"a GPU of {claim.gpu_memory_mb:,.0f} MiB", seen)
+    largest = device_memory_mb(env)  # none where a GPU's memory is unknown
+    if largest is not None and (claim.gpu_memory_mb or 0) > largest * MEMORY_SLACK:
+        said = f"a GPU of {claim.gpu_memory_mb:,.0f} MiB"
+        _mismatch(f, what, said, f"{largest:,.0f} MiB at most")
 
 
 def _mismatch(f: Findings, what: str, claimed: str, seen: object) -> None:

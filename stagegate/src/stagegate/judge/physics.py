@@ -58,10 +58,12 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
 BOUND_SIZES = ("window_steps", "batch_size", "seq_len")
 
 
-def _undeclared(f: Findings, preset: str, spec: PresetSpec, where: str) -> bool:
-    """True, with a finding, where the policy declares too few of a GPU preset's sizes to
+def _undeclared(
+    f: Findings, preset: str, spec: PresetSpec, where: str, sizes: tuple[str, ...] = BOUND_SIZES
+) -> bool:
+    """True, with a finding, where the policy declares too few of a GPU preset's ``sizes`` to
     count the tokens of its windows."""
-    missing = [k for k in BOUND_SIZES if k not in spec.sizes]
+    missing = [k for k in sizes if k not in spec.sizes]
     if missing:
         flag(
             f,
@@ -179,7 +181,8 @@ def _ab_bound(
     if spec.flops_per_token is None:
         said = f"preset {run.preset} declares no flops_per_token: the windows cannot be bounded"
         flag(f, Kind.EVIDENCE_UNCHECKED, "A/B preset", said, fix=FLOPS_FIX)
-    if _undeclared(f, str(run.preset), spec, "A/B preset"):
+    # an A/B run's steps a window are its own setting (the file's claim, held to nothing)
+    if _undeclared(f, str(run.preset), spec, "A/B preset", ("batch_size", "seq_len")):
         return peak, None
     return peak, spec.flops_per_token
 

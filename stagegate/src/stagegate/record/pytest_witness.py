@@ -20,6 +20,7 @@ conftest files), with where it was called.
 
 from __future__ import annotations
 
+import configparser
 import importlib.metadata
 import re
 import sysconfig
@@ -74,13 +75,22 @@ def own_code(filename: str, root: Path) -> str | None:
 
 
 def project_name(root: Path) -> str | None:
-    """The ``[project] name`` of the root's pyproject.toml, where it states one."""
+    """The name of the root's distribution: pyproject.toml's ``[project]`` (or Poetry's
+    ``[tool.poetry]``) name, else setup.cfg's ``[metadata]`` name."""
     try:
-        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    for table in (data.get("project"), tool.get("poetry")):
+        if isinstance(table, dict) and isinstance(table.get("name"), str):
+            return table["name"]
+    setup = configparser.ConfigParser(interpolation=None)
+    try:
+        setup.read(root / "setup.cfg", encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
         return None
-    name = project.get("name") if isinstance(project, dict) else None
-    return name if isinstance(name, str) else None
+    return setup.get("metadata", "name", fallback=None) or None
 
 
 def installed_files(root: Path) -> dict[Path, str]:
@@ -121,6 +131,13 @@ def raised_from(
         if in_project(filename, root) is not None or path in (installed or {}):
             return path, line
     return None
+
+
+def _holds(module: Path, path: Path) -> bool:
+    """Whether ``path`` is the ``module`` (or package folder) being collected or the
+    ``__init__.py`` of a package that holds it: the tests' own code."""
+    module = module.resolve()
+    return path == module or (path.name == "__init__.py" and module.is_relative_to(path.parent))
 
 
 # What pytest reports as no failure, bound as this module is imported: a test module that
@@ -212,7 +229,7 @@ class OutcomeWitness:
             if not _expected(item, exc):
                 self._noted(item.nodeid)
             elif isinstance(exc, _SKIPS):
-                self._skip_seen(item, exc)
+                self._skip_seen(item.nodeid, exc)
             raise
 
     @cached_property
@@ -221,11 +238,13 @@ class OutcomeWitness:
         once pytest has set its path)."""
         return installed_files(self.root)
 
-    def _skip_seen(self, item: pytest.Item, exc: BaseException) -> None:
-        """A skip or expected failure raised by the project's code outside its tests."""
+    def _skip_seen(self, nodeid: str, exc: BaseException, module: Path | None = None) -> None:
+        """A skip or expected failure raised by the project's code outside its tests (and,
+        while a ``module`` is collected, outside it and the packages that hold it)."""
         where = raised_from(exc, self.root, self.installed)
-        if where is not None and not self._test_code(where[0]):
-            self.skipped_by[self._name(item.nodeid)] = f"{self._own(where[0])}:{where[1]}"
+        if where is None or self._test_code(where[0]) or (module and _holds(module, where[0])):
+            return
+        self.skipped_by[self._name(nodeid)] = f"{self._own(where[0])}:{where[1]}"
 
     def _own(self, path: Path) -> str:
         """``path`` (the project's code) below the root, or inside its installation."""
@@ -268,23 +287,10 @@ class OutcomeWitness:
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         report = yield
         self.run.module_report(collector, report)
-        if report.skipped:  # a module the project's code skipped as it was imported
-            self._placed_skip(report.nodeid, report.longrepr, Path(collector.path))
+        call = getattr(report, "call", None)  # pytest keeps the collection's call on its report
+        if report.skipped and getattr(call, "excinfo", None) is not None:
+            self._skip_seen(report.nodeid, call.excinfo.value, Path(collector.path))
         return report
-
-    def _placed_skip(self, nodeid: str, longrepr: object, module: Path | None) -> None:
-        """A skip pytest caught and placed itself (the innermost frame that did not hide
-        itself), where that is the project's code outside its tests and the ``module`` being
-        collected."""
-        if not isinstance(longrepr, tuple) or len(longrepr) != 3:
-            return
-        path, line, _ = longrepr
-        resolved = Path(str(path)).resolve()
-        if in_project(str(path), self.root) is None and resolved not in self.installed:
-            return
-        if (module and resolved == module.resolve()) or self._test_code(resolved):
-            return
-        self.skipped_by[self._name(nodeid)] = f"{self._own(resolved)}:{line}"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
@@ -314,14 +320,17 @@ class OutcomeWitness:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A subtest that failed (pytest's subtests, unittest's subTest): its test raised,
-        though the context that ran it caught the exception. One the project's code skipped:
-        its test was skipped in part by the code it tests."""
-        if type(report).__name__ not in SUBTEST_REPORTS:
-            return
-        if report.failed:
+        though the context that ran it caught the exception."""
+        if report.failed and type(report).__name__ in SUBTEST_REPORTS:
             self._noted(report.nodeid)
-        elif report.skipped:  # the subtest's context caught the skip: pytest placed it
-            self._placed_skip(report.nodeid, report.longrepr, None)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        """A skip the project's code raised inside a subtest (pytest's subtests, unittest's
+        subTest), whose context catches it: its report is made from the exception."""
+        if call.excinfo is not None and isinstance(call.excinfo.value, _SKIPS):
+            self._skip_seen(item.nodeid, call.excinfo.value)
+        return (yield)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A plugin registered once tests are collected: its hooks that are the project's own
@@ -359,7 +368,7 @@ class OutcomeWitness:
             if not _expected(item, info.value):
                 self._noted(item.nodeid)
             elif isinstance(info.value, _SKIPS):
-                self._skip_seen(item, info.value)
+                self._skip_seen(item.nodeid, info.value)
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
