@@ -610,6 +610,31 @@ LIBRARY_SKIPS = {
                 pass
         """,
     },
+    "skiptest-in-a-testcase": {
+        "mylib.py": """
+            import unittest
+
+            def add(a, b):
+                if a - b != a + b:
+                    raise unittest.SkipTest("later")
+                return a - b
+        """,
+        "test_add.py": """
+            import unittest
+            from mylib import add
+
+            class TestAdd(unittest.TestCase):
+                def test_add(self):
+                    self.assertEqual(add(2, 2), 4)
+
+                def test_in_a_subtest(self):
+                    with self.subTest("two"):
+                        self.assertEqual(add(2, 2), 4)
+
+                def test_ok(self):
+                    pass
+        """,
+    },
     "a-test-module-in-the-package": {
         "pytest.ini": "[pytest]\npythonpath = src\n",
         "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
@@ -678,6 +703,21 @@ IMPORTED_SKIPS = {
             mock.Mock(side_effect=SkipTest("later"))()
         """,
     },
+    "above-tests-kept-in-the-package": {
+        "pytest.ini": "[pytest]\npythonpath = src\n",
+        "src/mylib/__init__.py": SKIPPED_AS_IMPORTED["mylib.py"],
+        "src/mylib/tests/__init__.py": "",
+        "src/mylib/tests/test_add.py": ADD_TEST,
+        "tests/test_other.py": "def test_ok():\n    pass\n",
+    },
+    "compiled-under-a-conftests-name": {
+        **SKIPPED_AS_IMPORTED,
+        "conftest.py": "",
+        "mylib.py": """
+            SKIP = "import pytest\\npytest.skip('later', allow_module_level=True)\\n"
+            exec(compile(SKIP, "conftest.py", "exec"), {})
+        """,
+    },
     "through-an-installed-library": {
         **SKIPPED_AS_IMPORTED,
         "pytest.ini": f"[pytest]\npythonpath = {SITE_LIBRARY}\n",
@@ -699,6 +739,29 @@ def test_a_module_skipped_by_the_code_under_test_as_it_is_imported_blocks(
     tmp_path: Path, files: dict[str, str], options: tuple[str, ...]
 ) -> None:
     decision, kinds = _judged(tmp_path, files, *options)
+    assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
+
+
+# Doctest modules collected from the code under test: one whose package skips as it is
+# imported, one that skips itself
+DOCTEST_IMPORT_SKIPS = {
+    "package": {
+        **DOCTESTS,
+        "src/pkg/__init__.py": SKIPPED_AS_IMPORTED["mylib.py"],
+    },
+    "module": {
+        **DOCTESTS,
+        "src/pkg/core.py": DOCTESTS["src/pkg/core.py"]
+        + "\n    import pytest\n    pytest.skip('later', allow_module_level=True)\n",
+    },
+}
+
+
+@pytest.mark.parametrize("files", DOCTEST_IMPORT_SKIPS.values(), ids=DOCTEST_IMPORT_SKIPS)
+def test_a_doctest_module_skipped_as_it_is_imported_blocks(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    decision, kinds = _judged(tmp_path, files, "--doctest-modules", "src", "tests")
     assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from unittest import SkipTest
 
 import pytest
+from _pytest.doctest import DoctestModule, DoctestTextfile
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.outcomes import Exit, Skipped, XFailed
 from _pytest.skipping import evaluate_xfail_marks
@@ -40,6 +41,7 @@ from _pytest.skipping import evaluate_xfail_marks
 from .pytest_collected import Collected
 from .pytest_integrity import RUN_HOOKS, RunIntegrity, tampered_before
 
+DOCTESTS = (DoctestModule, DoctestTextfile)
 RAISED_KEY = "stagegate_raised"  # a pytest-xdist worker's witness, in its workeroutput
 # The report classes of pytest's own subtests (9.0 on) and of the pytest-subtests plugin
 SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
@@ -112,32 +114,47 @@ _SKIPS = (Skipped, XFailed, SkipTest)
 _WITNESS = Path(__file__).resolve().parent
 
 
+def _frame_file(frame: Any) -> str | None:
+    """The file a frame's code belongs to: its module's ``__file__`` where that differs from
+    the name it was compiled under (code compiled as ``conftest.py`` inside a library runs in
+    the library), none for code of no file (a doctest's ``<doctest ...>``) or of no module."""
+    named, module = frame.f_code.co_filename, frame.f_globals.get("__file__")
+    if named.startswith("<") or not isinstance(module, str):
+        return None
+    if Path(named).resolve() != Path(module).resolve():
+        return None if module.startswith("<") else module
+    return named
+
+
 def raised_from(
     exc: BaseException, root: Path, installed: dict[Path, str] | None = None
 ) -> tuple[Path, int] | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
     file of the project or of its ``installed`` distribution (pytest, the standard library,
-    other installed packages, the witness and code of no file, such as a doctest's
-    ``<doctest ...>``, pass it on)."""
+    other installed packages, the witness and code of no file pass it on). A skip pytest or
+    unittest raised anew while handling one (a unittest.TestCase's SkipTest) is placed where
+    the one handled was raised."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
-        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        frames.append((_frame_file(tb.tb_frame), tb.tb_lineno))
         tb = tb.tb_next
     for filename, line in reversed(frames):
-        if filename.startswith("<") or Path(filename).resolve().is_relative_to(_WITNESS):
+        if filename is None or Path(filename).resolve().is_relative_to(_WITNESS):
             continue  # code of no file; the witness's frames that pass the exception on
         path = Path(filename).resolve()
         if in_project(filename, root) is not None or path in (installed or {}):
             return path, line
-    return None
+    handled = exc.__context__
+    return raised_from(handled, root, installed) if isinstance(handled, _SKIPS) else None
 
 
 def _holds(module: Path, path: Path) -> bool:
-    """Whether ``path`` is the ``module`` (or package folder) being collected or the
-    ``__init__.py`` of a package that holds it: the tests' own code."""
+    """Whether ``path`` is the test ``module`` (or test package folder) being collected or
+    the ``__init__.py`` of the package folder that holds it: the tests' own code."""
     module = module.resolve()
-    return path == module or (path.name == "__init__.py" and module.is_relative_to(path.parent))
+    folder = module if module.is_dir() else module.parent
+    return path == module or path == folder / "__init__.py"
 
 
 # What pytest reports as no failure, bound as this module is imported: a test module that
@@ -289,7 +306,9 @@ class OutcomeWitness:
         self.run.module_report(collector, report)
         call = getattr(report, "call", None)  # pytest keeps the collection's call on its report
         if report.skipped and getattr(call, "excinfo", None) is not None:
-            self._skip_seen(report.nodeid, call.excinfo.value, Path(collector.path))
+            # a doctest module is the code under test, as is every package that holds it
+            tests = None if isinstance(collector, DOCTESTS) else Path(collector.path)
+            self._skip_seen(report.nodeid, call.excinfo.value, tests)
         return report
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
