@@ -528,6 +528,19 @@ SKIPS_IN_THE_TESTS = {
 }
 
 
+# add, skipping by unittest's exception; sub, marking its test an expected failure
+SKIPTEST_ADD = """
+    import unittest
+    import pytest
+
+    def add(a, b):
+        if a - b != a + b:
+            raise unittest.SkipTest("later")
+        return a - b
+
+    def sub(a, b):
+        pytest.xfail("later")
+"""
 # The code under test skipping its own test where the witness first missed it: a
 # unittest.TestCase (the skip reaches pytest through its result), a skip raised through the
 # standard library, a package folder that also holds a test module
@@ -583,18 +596,7 @@ LIBRARY_SKIPS = {
         "tests/test_add.py": ADD_TEST.replace("from mylib", "from test_kit"),
     },
     "a-skiptest-or-xfail-inside-subtests": {
-        "mylib.py": """
-            import unittest
-            import pytest
-
-            def add(a, b):
-                if a - b != a + b:
-                    raise unittest.SkipTest("later")
-                return a - b
-
-            def sub(a, b):
-                pytest.xfail("later")
-        """,
+        "mylib.py": SKIPTEST_ADD,
         "test_add.py": """
             from mylib import add, sub
 
@@ -611,14 +613,7 @@ LIBRARY_SKIPS = {
         """,
     },
     "skiptest-in-a-testcase": {
-        "mylib.py": """
-            import unittest
-
-            def add(a, b):
-                if a - b != a + b:
-                    raise unittest.SkipTest("later")
-                return a - b
-        """,
+        "mylib.py": SKIPTEST_ADD,
         "test_add.py": """
             import unittest
             from mylib import add
