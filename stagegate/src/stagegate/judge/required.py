@@ -182,7 +182,7 @@ def _names(named: list[str]) -> str:
     return "; ".join(named[:_LISTED]) + (f"; and {more} more" if more > 0 else "")
 
 
-def _excused(f: Findings, stage: str, named: list[str]) -> None:
+def _not_run_listed(f: Findings, stage: str, named: list[str]) -> None:
     """The dropped tests no stage ran that the policy's not_run excuses, shown, never hidden."""
     if named:
         f.add(
@@ -202,15 +202,13 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
     if suite is None or (spec is not None and spec.subset):
         return
     elsewhere = data.ran_elsewhere
-
-    def excused(nodeid: str) -> bool:  # the policy's not_run names it
-        return any(named_by(p, nodeid) for p in policy.not_run)
-
     dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
     empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
-    _excused(f, stage, [t for t in [*dropped, *empty] if excused(t)])
-    dropped = [t for t in dropped if not excused(t)]
-    empty = [e for e in empty if not excused(e)]
+    excused = [t for t in [*dropped, *empty] if any(named_by(p, t) for p in policy.not_run)]
+    _not_run_listed(f, stage, excused)
+    policy_says = set(excused)
+    dropped = [t for t in dropped if t not in policy_says]
+    empty = [e for e in empty if e not in policy_says]
     if not dropped and not empty:
         return
     named = [*dropped, *(f"{e} (named as a test, it yielded none)" for e in empty)]

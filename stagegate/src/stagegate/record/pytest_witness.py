@@ -98,14 +98,14 @@ def project_name(root: Path) -> str | None:
 def installed_files(root: Path) -> dict[Path, str]:
     """The modules of the project's own distribution (:func:`project_name`) installed apart
     from its tree, as tox installs it: each resolved path, and the path it has inside its
-    installation (``mylib/core.py``). None for an editable install, which lists no module."""
+    installation (``mylib/core.py``). Nothing for an editable install, which lists no module."""
     name = project_name(root)
     try:
-        dist = importlib.metadata.distribution(name) if name else None
+        dist = importlib.metadata.distribution(name or "")
     except (ValueError, importlib.metadata.PackageNotFoundError):
         return {}
-    modules = (f for f in (dist.files if dist else None) or () if f.suffix == ".py")
-    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}  # type: ignore[union-attr]
+    modules = (f for f in dist.files or () if f.suffix == ".py")
+    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}
 
 
 # What a test skips or expects to fail by; the witness's own folder (a project's own code where
@@ -140,9 +140,9 @@ def raised_from(
         frames.append((_frame_file(tb.tb_frame), tb.tb_lineno))
         tb = tb.tb_next
     for filename, line in reversed(frames):
-        if filename is None or Path(filename).resolve().is_relative_to(_WITNESS):
+        path = Path(filename).resolve() if filename is not None else _WITNESS
+        if path.is_relative_to(_WITNESS):
             continue  # code of no file; the witness's frames that pass the exception on
-        path = Path(filename).resolve()
         if in_project(filename, root) is not None or path in (installed or {}):
             return path, line
     handled = exc.__context__
