@@ -117,11 +117,12 @@ cuda-plant() { cuda_stage cuda-plant "${CUDA_PLANT_SRC:?CUDA_PLANT_SRC must name
 
 # NAME HEAD_SRC HEAD_SHA: the A/B of HEAD against SHA, recorded at HEAD_SHA, judged with SHA
 # as the base asked for. On an H200, 30 windows of 10 steps a side gave the commit against
-# itself a half-width of 0.3% (10 windows: 1.3%).
+# itself a half-width of 0.3% (10 windows: 1.3%); the steps a window are the policy's
+# ab_window_steps (the A/B's default), which the judge holds the file to.
 ab_run() {
     local name="$1" src="$2" head="$3" raw="$WORK/$1/raw"
     GITHUB_SHA="$head" stage "$name" 200 regression "--ab=$raw/ab.json" -- \
-        "$PY" -m amptrain.benchmark.ab --preset "$PRESET" --windows 30 --steps 10 \
+        "$PY" -m amptrain.benchmark.ab --preset "$PRESET" --windows 30 \
         --base-src src --base-sha "$SHA" --head-src "$src" --head-sha "$head" --out "$raw/ab.json"
     judge "$name" --only regression --require regression --ab-base "$SHA"
 }

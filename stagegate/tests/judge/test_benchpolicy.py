@@ -76,6 +76,7 @@ def test_a_table_given_replaces_its_default_whole() -> None:
         ({"presets": {"p": {**GPU, "batch_size": 0}}}, "presets.p.batch_size", "a whole number"),
         ({"presets": {"p": {**GPU, "seq_len": 2.5}}}, "presets.p.seq_len", "a whole number"),
         ({"presets": {"p": {**GPU, "windows": True}}}, "presets.p.windows", "a finite number"),
+        ({"presets": {"p": {**GPU, "ab_window_steps": 0}}}, "presets.p.ab_window_steps", "whole"),
         ({"presets": {"p": {**GPU, "batch": 8}}}, "presets.p", "the sizes windows"),
         ({"presets": {"p": "gpu"}}, "presets.p", "write { device"),
         ({"peak_tflops": []}, "peak_tflops", "a table of GPU name patterns"),
@@ -134,6 +135,9 @@ def test_the_limits_themselves_are_allowed() -> None:
     assert p.presets["cpu"].sizes == {}  # no size declared: the file's own are used
     sized = bench_policy(presets={"p": {**GPU, "window_steps": 10, "batch_size": 32}})
     assert sized.presets["p"].sizes == {"window_steps": 10, "batch_size": 32}
+    assert sized.presets["p"].ab_window_steps is None
+    ab = bench_policy(presets={"p": {**GPU, "ab_window_steps": 1}}).presets["p"]
+    assert (ab.ab_window_steps, ab.sizes) == (1, {})
     assert bench_policy(max_windows=500).max_windows == 500
 
 

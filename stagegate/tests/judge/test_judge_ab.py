@@ -17,7 +17,9 @@ import pytest
 from stagegate.collect import collect_stage
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.ab import _outcome as ab_outcome
+from stagegate.judge.physics import ab_declared
 from stagegate.judge.policy import load_policy
+from stagegate.kinds import Kind
 from stagegate.model import ABOutcome, Decision, StageStatus, StageVerdict
 
 from ..builders import FIXTURES, POLICY_FILE, record, run_that_wrote, sealed
@@ -116,7 +118,7 @@ def on_gpu(head_mb: Callable[[int], float]) -> Doc:
     doc["machine_info"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
     for role in ROLES:  # the sizes the policy declares for the gpu preset: 128 times the
         # tokens a window, done 8 times as fast as the CPU did them (about 330 TFLOP/s in bf16)
-        doc[role]["preset"].update(POLICY.benchmark.presets["gpu"].sizes)
+        doc[role]["preset"].update(ab_declared(POLICY.benchmark.presets["gpu"]))
         doc[role]["window_s"] = [w * 16 for w in doc[role]["window_s"]]
     n = doc["windows"]
     doc["base"]["peak_mb"] = [1000.0] * n
@@ -366,44 +368,66 @@ def test_gpu_windows_faster_than_the_device_computes_are_impossible(tmp_path: Pa
 
 def test_a_side_that_ran_other_sizes_than_the_declared_preset_blocks(tmp_path: Path) -> None:
     doc = on_gpu(lambda i: 1000.0)
-    gpu = POLICY.benchmark.presets["gpu"]
-    sizes = {k: doc["base"]["preset"][k] for k in ("batch_size", "seq_len")}
-    sized = dataclasses.replace(gpu, sizes={**sizes, "batch_size": sizes["batch_size"] * 4})
-    policy = dataclasses.replace(
-        POLICY,
-        benchmark=dataclasses.replace(POLICY.benchmark, presets={"gpu": sized}),
-    )
-    path = tmp_path / "ab.json"
-    path.write_text(json.dumps(doc))
-    rec = record("regression", files={"ab": str(path)}, commit=SHA, **run_that_wrote(doc))
-    data = collect_stage(sealed(rec, tmp_path), tmp_path)
-    stage = judge_stage("regression", data, policy, ab_base=OTHER)
+    sizes = dict(POLICY.benchmark.presets["gpu"].sizes)
+    stage = judged_under(tmp_path, doc, {**sizes, "batch_size": sizes["batch_size"] * 4})
     titles = [f.title for f in stage.blocking if f.kind == "evidence_inconsistent"]
     assert any("base.preset.batch_size" in t for t in titles), titles
     assert any("head.preset.batch_size" in t for t in titles), titles
 
 
+GPU_SIZES = {"batch_size": 32, "seq_len": 1024}
+
+
 @pytest.mark.parametrize(
-    ("sizes", "unchecked"),
-    [({}, True), ({"batch_size": 32, "seq_len": 1024}, False)],
-    ids=["none-declared", "its-own-steps-a-window"],
+    ("sizes", "steps", "unchecked"),
+    [({}, None, True), (GPU_SIZES, None, True), ({}, 20, True), (GPU_SIZES, 20, False)],
+    ids=["none-declared", "its-own-steps-a-window", "steps-alone", "all-declared"],
 )
-def test_a_gpu_ab_run_is_bounded_by_the_declared_batch_and_sequence_sizes(
-    tmp_path: Path, sizes: dict[str, int], unchecked: bool
+def test_a_gpu_ab_run_is_bounded_by_the_declared_sizes_or_unchecked(
+    tmp_path: Path, sizes: dict[str, int], steps: int | None, unchecked: bool
 ) -> None:
-    gpu = dataclasses.replace(POLICY.benchmark.presets["gpu"], sizes=sizes)
+    stage = judged_under(tmp_path, on_gpu(lambda i: 1000.0), sizes, steps)
+    said = [f for f in stage.blocking if "declares no" in f.title]
+    assert [f.kind for f in said] == (["evidence_unchecked"] if unchecked else [])
+
+
+def judged_under(
+    tmp_path: Path, doc: Doc, sizes: dict[str, int], steps: int | None = 20
+) -> StageVerdict:
+    """``doc`` judged against base OTHER, under a policy whose gpu preset declares ``sizes``
+    and ``steps`` a window of an A/B run."""
+    gpu = POLICY.benchmark.presets["gpu"]
+    gpu = dataclasses.replace(gpu, sizes=sizes, ab_window_steps=steps)
     policy = dataclasses.replace(
         POLICY, benchmark=dataclasses.replace(POLICY.benchmark, presets={"gpu": gpu})
     )
-    doc = on_gpu(lambda i: 1000.0)
     path = tmp_path / "ab.json"
     path.write_text(json.dumps(doc))
     rec = record("regression", files={"ab": str(path)}, commit=SHA, **run_that_wrote(doc))
-    stage = judge_stage(
-        "regression", collect_stage(sealed(rec, tmp_path), tmp_path), policy, ab_base=OTHER
-    )
-    said = [f for f in stage.blocking if "declares no" in f.title]
-    assert [f.kind for f in said] == (["evidence_unchecked"] if unchecked else [])
+    data = collect_stage(sealed(rec, tmp_path), tmp_path)
+    return judge_stage("regression", data, policy, ab_base=OTHER)
+
+
+def test_windows_of_fewer_steps_than_the_policy_declares_are_bounded_by_the_declared_steps(
+    tmp_path: Path,
+) -> None:
+    """A file that states one step a window makes a window 20 times as fast possible: the
+    tokens are counted from the declared 20, and the stated 1 is a finding of its own."""
+    doc = on_gpu(lambda i: 1000.0)
+    for role in ROLES:  # 20 steps of 32 x 1024 tokens at 633 MFLOPs each: about 2,070 TFLOP/s
+        doc[role]["preset"]["steps_per_window"] = 1
+        doc[role]["window_s"] = [0.2] * doc["windows"]
+    stage = judged(tmp_path, doc, ab_base=OTHER)
+    fields = [(f.kind, f.title.split(":")[0].split()[-1]) for f in stage.blocking]
+    assert sorted(fields) == [
+        *((Kind.EVIDENCE_IMPOSSIBLE, f"{role}.window_s") for role in ROLES),
+        *((Kind.EVIDENCE_INCONSISTENT, f"{role}.preset.steps_per_window") for role in ROLES),
+    ], stage.findings
+    # windows of the declared 20 steps taking 4 s each are possible, and no finding
+    doc = on_gpu(lambda i: 1000.0)
+    for role in ROLES:
+        doc[role]["window_s"] = [4.0] * doc["windows"]
+    assert "evidence_impossible" not in kinds(judged(tmp_path, doc, ab_base=OTHER))
 
 
 def _fast(doc: Doc) -> Doc:
@@ -432,7 +456,7 @@ def _unknown_gpu(doc: Doc) -> None:
 
 UNBOUNDED = {
     _bf16_named_so: ("evidence_inconsistent", "precision"),
-    _no_steps: ("evidence_missing", "preset"),
+    _no_steps: ("evidence_inconsistent", "preset.steps_per_window"),
     _huge_sizes: ("evidence_inconsistent", "preset.batch_size"),
     _unknown_gpu: ("evidence_unchecked", "gpu_name"),
 }

@@ -37,6 +37,10 @@ class PresetSpec:
     # The sizes the preset runs with (SIZES), where declared: a file that states others ran
     # other work, and throughput, MFU and the physics bound are derived from these instead
     sizes: Mapping[str, int] = field(default_factory=dict)
+    # The steps of each window of an A/B run of the preset (amptrain.benchmark.ab's --steps),
+    # where declared: the A/B's tokens a window are counted from these and the batch and
+    # sequence sizes above, never from the file's own
+    ab_window_steps: int | None = None
 
 
 DEFAULT_PRESETS = {
@@ -47,6 +51,7 @@ DEFAULT_PRESETS = {
         MEASURES,
         633_019_392,
         {"window_steps": 10, "batch_size": 32, "seq_len": 1024},
+        ab_window_steps=20,
     ),
     "cpu-smoke": PresetSpec(
         "cpu", ("32-true", "bf16-mixed"), ("speed", "accuracy", "syncs", "autocast"), 189_696
@@ -137,17 +142,20 @@ def _words(key: str, value: Any, allowed: tuple[str, ...] | None = None) -> tupl
 
 def _preset(key: str, spec: Any) -> PresetSpec:
     keys = {"device", "precisions", "measures"}
-    if not isinstance(spec, dict) or not keys <= set(spec) <= keys | {"flops_per_token", *SIZES}:
+    optional = {"flops_per_token", "ab_window_steps", *SIZES}
+    if not isinstance(spec, dict) or not keys <= set(spec) <= keys | optional:
         raise _fail(
             key,
             spec,
             'write { device = "cuda", precisions = [...], measures = [...] } and, optionally, '
-            f"flops_per_token = N and the sizes {', '.join(SIZES)}",
+            f"flops_per_token = N, the sizes {', '.join(SIZES)} and ab_window_steps",
         )
     sizes = {k: int(_within(f"{key}.{k}", spec[k], 0, 1e9, whole=True)) for k in SIZES if k in spec}
-    flops = spec.get("flops_per_token")
+    flops, ab_steps = spec.get("flops_per_token"), spec.get("ab_window_steps")
     if flops is not None:
         flops = int(_within(f"{key}.flops_per_token", flops, 0, 1e18, whole=True))
+    if ab_steps is not None:
+        ab_steps = int(_within(f"{key}.ab_window_steps", ab_steps, 0, 1e9, whole=True))
     device = spec["device"]
     if device not in ("cuda", "cpu"):
         raise _fail(f"{key}.device", device, "cuda or cpu")
@@ -157,7 +165,7 @@ def _preset(key: str, spec: Any) -> PresetSpec:
         need = "speed, accuracy" + (", memory" if device == "cuda" else " and never memory")
         raise _fail(f"{key}.measures", spec["measures"], f"a {device} preset measures {need}")
     precisions = _words(f"{key}.precisions", spec["precisions"])
-    return PresetSpec(device, precisions, measures, flops, sizes)
+    return PresetSpec(device, precisions, measures, flops, sizes, ab_steps)
 
 
 def _peaks(key: str, table: Any) -> dict[str, dict[str, float]]:

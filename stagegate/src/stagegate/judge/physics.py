@@ -58,12 +58,9 @@ def _flops(f: Findings, bench: Benchmark, v: Verified) -> int | None:
 BOUND_SIZES = ("window_steps", "batch_size", "seq_len")
 
 
-def _undeclared(
-    f: Findings, preset: str, spec: PresetSpec, where: str, sizes: tuple[str, ...] = BOUND_SIZES
-) -> bool:
-    """True, with a finding, where the policy declares too few of a GPU preset's ``sizes`` to
-    count the tokens of its windows."""
-    missing = [k for k in sizes if k not in spec.sizes]
+def _undeclared(f: Findings, preset: str, missing: list[str], where: str) -> bool:
+    """True, with a finding, where the policy declares too few (the ``missing`` ones) of the
+    sizes a GPU preset's windows are counted from."""
     if missing:
         flag(
             f,
@@ -108,7 +105,8 @@ def physics(
     if v.spec is None:
         return
     peaks = v.peaks if v.gpu else _cpu_peak(cores, policy)
-    if not peaks or (v.gpu and _undeclared(f, bench.preset, v.spec, "preset")):
+    missing = [k for k in BOUND_SIZES if k not in v.spec.sizes]
+    if not peaks or (v.gpu and _undeclared(f, bench.preset, missing, "preset")):
         return
     sizes = preset_sizes(bench, v.spec)
     tokens = tokens_per_window(sizes, sizes.get("window_steps"))
@@ -151,14 +149,24 @@ def memory_bound(
             flag(f, Kind.EVIDENCE_IMPOSSIBLE, where, said)
 
 
+def ab_declared(spec: PresetSpec) -> dict[str, int]:
+    """The sizes the policy declares for an A/B run of a preset, named as its file names them:
+    the batch and sequence sizes, and each window's steps (the file's steps_per_window)."""
+    sizes = {k: v for k, v in spec.sizes.items() if k in ("batch_size", "seq_len")}
+    if spec.ab_window_steps is not None:
+        sizes["steps_per_window"] = spec.ab_window_steps
+    return sizes
+
+
 def _ab_sizes(f: Findings, role: str, side: ABSide, spec: PresetSpec) -> dict[str, object]:
-    """One side's preset sizes, each held to the policy's declaration (the steps of a window
-    are the A/B run's own setting), and the declared ones where there are."""
-    for key, declared in spec.sizes.items():
-        if key != "window_steps" and side.preset.get(key) != declared:
-            said = f"is {str(side.preset.get(key))[:20]}; the policy declares {declared}"
+    """One side's preset sizes, each held to the policy's declaration, and the declared ones
+    where there are."""
+    declared = ab_declared(spec)
+    for key, value in declared.items():
+        if side.preset.get(key) != value:
+            said = f"is {str(side.preset.get(key))[:20]}; the policy declares {value}"
             flag(f, Kind.EVIDENCE_INCONSISTENT, f"A/B {role}.preset.{key}", said)
-    return {**side.preset, **spec.sizes}
+    return {**side.preset, **declared}
 
 
 def _ab_bound(
@@ -181,8 +189,9 @@ def _ab_bound(
     if spec.flops_per_token is None:
         said = f"preset {run.preset} declares no flops_per_token: the windows cannot be bounded"
         flag(f, Kind.EVIDENCE_UNCHECKED, "A/B preset", said, fix=FLOPS_FIX)
-    # an A/B run's steps a window are its own setting (the file's claim, held to nothing)
-    if _undeclared(f, str(run.preset), spec, "A/B preset", ("batch_size", "seq_len")):
+    missing = [k for k in ("batch_size", "seq_len") if k not in spec.sizes]
+    missing += ["ab_window_steps"] if spec.ab_window_steps is None else []
+    if _undeclared(f, str(run.preset), missing, "A/B preset"):
         return peak, None
     return peak, spec.flops_per_token
 
@@ -197,7 +206,7 @@ def ab_physics(
     device = "the GPU's dense peak" if spec.device == "cuda" else f"{cores} CPU cores' peak"
     for role, side in (("base", run.base), ("head", run.head)):
         sizes = _ab_sizes(f, role, side, spec)
-        tokens = tokens_per_window(sizes, side.preset.get("steps_per_window"))
+        tokens = tokens_per_window(sizes, sizes.get("steps_per_window"))
         windows = usable(side.window_s)
         if tokens is None:
             where = f"A/B {role}.preset"
