@@ -360,9 +360,11 @@ def _library(attack: str) -> tuple[str, dict[str, str]]:
     return kind, {"mylib.py": code + add, "test_add.py": test}
 
 
-def _judged(tmp_path: Path, files: dict[str, str], *options: str) -> tuple[Decision, set[str]]:
-    """Run pytest for real on ``files`` and judge its JUnit file with what the plugin saw: the
-    decision and the kinds of what it found above INFO."""
+def _judged(
+    tmp_path: Path, files: dict[str, str], *options: str, policy: Policy | None = None
+) -> tuple[Decision, set[str]]:
+    """Run pytest for real on ``files`` and judge its JUnit file with what the plugin saw (by
+    ``policy``, the default one if None): the decision and the kinds it found above INFO."""
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
@@ -376,7 +378,7 @@ def _judged(tmp_path: Path, files: dict[str, str], *options: str) -> tuple[Decis
     began = suite.dated.aware[0] if suite.dated.aware else None  # the run that wrote it
     start = began.isoformat(timespec="seconds") if began else "2026-01-01T00:00:00Z"
     data = StageData(record(start=start, duration_s=120.0), suite=suite)
-    verdict = judge_stage("execution", data, Policy())
+    verdict = judge_stage("execution", data, policy or Policy())
     return decide([verdict]).decision, {
         f.kind for f in verdict.findings if f.severity.value != "INFO"
     }
@@ -767,6 +769,32 @@ def test_modules_the_tests_skip_as_they_are_imported_are_no_finding(
     files = MODULE_SKIPS_IN_THE_TESTS
     found = _judged(tmp_path, files, *options, "tests", "checks", "e2e")
     assert found == (Decision.PASS, set())
+
+
+# Tests kept in a folder not named test*, whose helper skips them where no browser driver is
+BROWSER_TESTS = {
+    "e2e/browser.py": """
+        import pytest
+
+        def driver():
+            pytest.skip("no browser driver here")
+    """,
+    "e2e/test_login.py": "from browser import driver\n\ndef test_login():\n    driver()\n",
+    "e2e/test_home.py": "def test_home():\n    pass\n",
+}
+
+
+def test_a_helper_the_policy_names_as_the_tests_own_code_decides_their_skips(
+    tmp_path: Path,
+) -> None:
+    """By its path, e2e/browser.py is code under test; the policy's test_code says otherwise."""
+    found = _judged(tmp_path, BROWSER_TESTS, "e2e")
+    assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
+    excused = _judged(tmp_path, BROWSER_TESTS, "e2e", policy=Policy(test_code=("e2e/*",)))
+    assert excused == (Decision.PASS, set())
+    # the globs name the helpers, not every file: another folder's is still the code's
+    found = _judged(tmp_path, BROWSER_TESTS, "e2e", policy=Policy(test_code=("docs/*",)))
+    assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
 
 
 # The project installed into a virtualenv inside its root, not editable, as tox installs it:

@@ -113,6 +113,7 @@ def test_a_custom_table_overrides_what_it_names() -> None:
         ({"ab_min_windows": 2.5}, "ab_min_windows"),
         ({"ab_min_windows": 501}, "ab_min_windows"),
         ({"history_runs": -1}, "history_runs"),
+        ({"test_code": "e2e/*"}, "test_code"),  # a list of globs, not one
         ({"outputs": {"execution": ["junit"]}}, "'outputs'"),  # now a stage's own key
     ],
 )

@@ -132,6 +132,10 @@ class Policy:
     # Globs (``*`` crosses folders) of the gate's own definition: a change touching one is
     # named at the top of the summary.
     gate_files: tuple[str, ...] = ()
+    # Globs (``*`` crosses folders) of the tests' own helpers besides conftest.py files and
+    # paths named test* (``e2e/*``): a skip raised in one is the tests' decision, never
+    # skipped_by_code_under_test
+    test_code: tuple[str, ...] = ()
     # A finding when a stage's skipped share rises more than this (percentage points) over the
     # base branch's with tests that ran there skipped here.
     skip_jump_pct: float = 0.0
@@ -148,6 +152,10 @@ class Policy:
         return tuple(
             p for p in changed if any(fnmatch.fnmatchcase(p, glob) for glob in self.gate_files)
         )
+
+    def is_test_code(self, path: str) -> bool:
+        """Whether ``path`` (below the root) is one of the tests' helpers the policy names."""
+        return any(fnmatch.fnmatchcase(path, glob) for glob in self.test_code)
 
     @property
     def outputs(self) -> Mapping[str, tuple[str, ...]]:
@@ -384,6 +392,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "required_tests": _required_tests,
     "not_run": _texts,
     "gate_files": _texts,
+    "test_code": _texts,
     "skip_jump_pct": _number,
     "benchmark": benchmark_policy,
     "ab_step_time_limit_pct": _number,

@@ -83,7 +83,7 @@ _REWRITTEN = (
 )
 
 
-def _witness_findings(f: Findings, suite: TestSuite) -> None:
+def _witness_findings(f: Findings, suite: TestSuite, policy: Policy) -> None:
     """A pytest file's outcomes held against what stagegate's plugin saw raise."""
     for nodeid in suite.contradicted:
         f.add(
@@ -110,6 +110,8 @@ def _witness_findings(f: Findings, suite: TestSuite) -> None:
             fix="move the hook into a conftest.py (a gate file) or remove it",
         )
     for nodeid, where in suite.skipped_by_code:
+        if policy.is_test_code(where.file):
+            continue
         f.add(
             Kind.SKIPPED_BY_CODE_UNDER_TEST,
             f"{nodeid} was skipped by {where}, code it tests",
@@ -148,7 +150,7 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
             fix="check that the test run wrote the whole file; if the producer counts something "
             "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch",
         )
-    _witness_findings(f, suite)
+    _witness_findings(f, suite, policy)
     for case in suite.cases:
         _case_findings(f, case, stage == "integration", policy.slow_test_s)
     skipped: dict[str, list[str]] = defaultdict(list)
