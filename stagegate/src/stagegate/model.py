@@ -481,6 +481,7 @@ class ABRun:
     head: ABSide
     datetime: str = ""
     machine: MachineClaim = field(default_factory=MachineClaim)
+    threads: int | None = None  # the threads a side's step ran on, as the file states
 
 
 @dataclass(frozen=True)

@@ -827,6 +827,30 @@ def test_the_code_under_test_installed_apart_from_its_tree_skipping_its_test_blo
     assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
 
 
+# The installed code under test renaming itself in its distribution's RECORD as it is
+# imported, before its skip: the name a test path's ("tests/../"), or a policy's test_code's
+RENAMED = """
+    import pathlib
+
+    PACKAGE = pathlib.Path(__file__).resolve().parent
+    RECORD = PACKAGE.parent / "my_lib-1.0.dist-info" / "RECORD"
+    RECORD.write_text(RECORD.read_text() + "{folder}/../mylib/__init__.py,,\\n")
+"""
+
+
+@pytest.mark.parametrize("folder", ["tests", "e2e"])
+def test_installed_code_under_test_renaming_itself_in_its_record_still_blocks(
+    tmp_path: Path, folder: str
+) -> None:
+    code = textwrap.dedent(RENAMED.format(folder=folder)) + textwrap.dedent(
+        ADD_THAT_SKIPS.format(call='skip("later")')
+    )
+    files = {**INSTALLED, f"{SITE}/mylib/__init__.py": code}
+    found = _judged(tmp_path, files, policy=Policy(test_code=("e2e/*",)))
+    assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
+    assert f"{folder}/../mylib" in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
+
+
 def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_own(
     tmp_path: Path,
 ) -> None:

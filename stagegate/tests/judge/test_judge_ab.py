@@ -110,6 +110,20 @@ def test_cpu_windows_faster_than_the_cores_the_record_saw_can_compute_block(
     assert decide([stage]).decision is Decision.BLOCK
 
 
+@pytest.mark.parametrize(("threads", "impossible"), [(1, True), (None, False), (64, False)])
+def test_a_cpu_step_on_one_thread_is_bounded_by_one_cores_peak(
+    tmp_path: Path, threads: int | None, impossible: bool
+) -> None:
+    """20 steps of 8 x 32 tokens at 189,696 FLOPs each in 81 us: 12 TFLOP/s, within the
+    16 of the two cores the record saw and above one core's 8."""
+    doc = scaled(lambda i: 1.0)
+    doc["threads"] = threads
+    for role in ROLES:
+        doc[role]["window_s"] = [8.1e-5] * doc["windows"]
+    found = kinds(judged(tmp_path, doc, ab_base=OTHER))
+    assert ("evidence_impossible" in found) is impossible, found
+
+
 def on_gpu(head_mb: Callable[[int], float]) -> Doc:
     """The real file as the gpu preset writes it: on CUDA, with each window's peak memory
     (the base's 1000 MB, the head's ``head_mb(i)``)."""

@@ -61,4 +61,5 @@ def read_ab(path: Path) -> ABRun:
         head=_side(data, "head", path),
         datetime=str(data.get("datetime", "")),
         machine=machine_claim(data.get("machine_info")),
+        threads=_whole(data.get("threads")),
     )

@@ -201,7 +201,9 @@ def ab_physics(
 ) -> None:
     """Each side of an A/B run ran the declared preset, and its windows imply no more
     arithmetic than its device's peak in the precision's compute dtype (on a CPU, of the
-    ``cores`` the record saw)."""
+    ``cores`` the record saw, or of the fewer threads the file says its step ran on)."""
+    if spec.device != "cuda" and cores and run.threads and run.threads > 0:
+        cores = min(cores, run.threads)  # a CPU step on fewer threads: a claim that only tightens
     peak, flops = _ab_bound(f, run, spec, policy, cores)
     device = "the GPU's dense peak" if spec.device == "cuda" else f"{cores} CPU cores' peak"
     for role, side in (("base", run.base), ("head", run.head)):

@@ -104,8 +104,12 @@ def installed_files(root: Path) -> dict[Path, str]:
         dist = importlib.metadata.distribution(name or "")
     except (ValueError, importlib.metadata.PackageNotFoundError):
         return {}
+    # Each named by where it is, never by RECORD's words for it ("e2e/../mylib/x.py", a link
+    # named tests/): the code under test can rewrite its own RECORD
+    top = Path(str(dist.locate_file(""))).resolve()
     modules = (f for f in dist.files or () if f.suffix == ".py")
-    return {Path(str(dist.locate_file(f))).resolve(): f.as_posix() for f in modules}
+    found = (Path(str(dist.locate_file(f))).resolve() for f in modules)
+    return {path: path.relative_to(top).as_posix() for path in found if path.is_relative_to(top)}
 
 
 # What a test skips or expects to fail by; the witness's own folder (a project's own code where
