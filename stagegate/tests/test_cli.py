@@ -120,6 +120,20 @@ def test_a_bad_policy_value_exits_2_naming_the_key(
     assert not (tmp_path / "reports" / "summary.md").exists()
 
 
+def test_a_policy_file_named_and_not_there_exits_2_and_without_one_pyproject_toml_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in --pyproject must not judge by the default policy."""
+    copy_scenario(tmp_path, "pass-cpu", monkeypatch)
+    report = ["report", "reports/raw", "--out", "reports"]
+    assert main([*report, "--pyproject", "pyprojet.toml"]) == 2
+    assert "--pyproject pyprojet.toml" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "summary.md").exists()
+    (tmp_path / "pyproject.toml").write_text('[tool.stagegate]\nslow_test_s = "slow"\n')
+    assert main(report) == 2  # ./pyproject.toml's policy, read without the option
+    assert "slow_test_s" in capsys.readouterr().err
+
+
 def test_an_internal_error_exits_3_never_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

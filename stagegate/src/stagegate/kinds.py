@@ -103,7 +103,7 @@ CATALOGUE: dict[Kind, About] = {
         C, "a test raised, and its JUnit file says it passed, skipped or does not hold it", floor=H
     ),
     Kind.OUTCOMES_UNWITNESSED: About(
-        INFO, "pytest ran without stagegate's plugin seeing which tests raised"
+        H, "pytest ran without stagegate's plugin seeing which tests raised"
     ),
     Kind.FOREIGN_HOOKS: About(
         C, "code outside conftest files hooks into how pytest runs or reports tests", floor=H

@@ -60,7 +60,9 @@ class ReportOptions:
         default=False, action="store_true",
     )  # fmt: skip
     pyproject: Path | None = option(
-        "where [tool.stagegate] is read from", default=Path("pyproject.toml"), type=Path
+        "where [tool.stagegate] is read from (default: ./pyproject.toml, the defaults where "
+        "there is none)",
+        type=Path,
     )
     base_ref: str | None = option(
         "git ref to list changed files against (default: the PR base)", flag="--base"
@@ -184,7 +186,20 @@ def _policy(options: ReportOptions) -> Policy:
             f"--require {' '.join(dropped)}: not among the stages --only judges "
             f"({', '.join(options.only)}); add --only {dropped[0]} or leave out --require"
         )
-    return load_policy(options.pyproject).require(options.require).only(options.only)
+    return load_policy(_pyproject(options.pyproject)).require(options.require).only(options.only)
+
+
+def _pyproject(given: Path | None) -> Path | None:
+    """The policy's file: the one given, which must be there (a typo must not judge by the
+    defaults), else ./pyproject.toml where there is one."""
+    if given is None:
+        return Path("pyproject.toml") if Path("pyproject.toml").is_file() else None
+    if not given.is_file():
+        raise UsageError(
+            f"--pyproject {given}: no such file; name the pyproject.toml that holds "
+            "[tool.stagegate], or leave the option out to read ./pyproject.toml"
+        )
+    return given
 
 
 def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:

@@ -632,6 +632,14 @@ LIBRARY_SKIPS = {
                     pass
         """,
     },
+    # numpy.testing's layout: a module of the product whose name starts with "test"
+    "a-testing-module-of-the-package": {
+        "pyproject.toml": '[project]\nname = "tally"\nversion = "1.0"\n',
+        "pytest.ini": "[pytest]\npythonpath = src\n",
+        "src/tally/__init__.py": "",
+        "src/tally/testing.py": ADD_THAT_SKIPS.format(call='skip("later")'),
+        "tests/test_add.py": ADD_TEST.replace("from mylib", "from tally.testing"),
+    },
     "a-test-module-in-the-package": {
         "pytest.ini": "[pytest]\npythonpath = src\n",
         "src/mylib/__init__.py": ADD_THAT_SKIPS.format(call='skip("later")'),
@@ -639,6 +647,28 @@ LIBRARY_SKIPS = {
         "tests/test_add.py": ADD_TEST,
     },
 }
+
+
+def test_a_helper_of_the_tests_kept_inside_the_package_decides_their_skips(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "pyproject.toml": '[project]\nname = "tally"\nversion = "1.0"\n',
+        "pytest.ini": "[pytest]\npythonpath = src\n",
+        "src/tally/__init__.py": "",
+        "src/tally/tests/__init__.py": "",
+        "src/tally/tests/helpers.py": "import pytest\n\ndef offline():\n    pytest.skip('net')\n",
+        "src/tally/tests/test_net.py": """
+            from tally.tests.helpers import offline
+
+            def test_fetch():
+                offline()
+
+            def test_ok():
+                pass
+        """,
+    }
+    assert _judged(tmp_path, files, "src") == (Decision.PASS, set())
 
 
 # The code under test skipping every test module that imports it, as it is imported: pytest

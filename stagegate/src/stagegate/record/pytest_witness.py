@@ -275,11 +275,17 @@ class OutcomeWitness:
         """Where a test may decide to skip: a module tests were collected from, a conftest
         file, or a file whose name or a folder of whose path below the root (or inside the
         project's installation) starts with "test" (tests/, testing/, test_helpers.py,
-        testutils.py) and is not the project's own package."""
+        testutils.py); inside the project's own package, only tests/, test/, test_* and *_test
+        (its testing.py is the product's, as numpy.testing is)."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
-        parts = (p.removesuffix(".py").lower() for p in Path(self._own(path)).parts)
-        named = any(p.startswith("test") and p != self.package for p in parts)
+        parts = [p.removesuffix(".py").lower() for p in Path(self._own(path)).parts]
+        if self.package in parts:
+            inside = parts[parts.index(self.package) + 1 :]
+            named = any(p in ("test", "tests") or p.startswith("test_") for p in inside)
+            named = named or any(p.endswith("_test") for p in inside)
+        else:
+            named = any(p.startswith("test") for p in parts)
         return named or path.name == "conftest.py" or path in self._resolved[1]
 
     @cached_property
