@@ -325,6 +325,7 @@ class FileCoverage:
 class Coverage:
     percent: float
     files: tuple[FileCoverage, ...]
+    dated: Dated = Dated()  # when the file says coverage wrote it (its meta.timestamp)
 
 
 @dataclass(frozen=True)

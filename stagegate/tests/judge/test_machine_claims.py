@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from stagegate.collect.files import read_coverage
 from stagegate.collect.junit import read_junit
 from stagegate.judge import decide, judge_stage
 from stagegate.judge.findings import Findings
@@ -18,6 +19,7 @@ from stagegate.judge.machine import (
     claim_findings,
     device_memory_mb,
     junit_clock_findings,
+    machine_findings,
     record_findings,
 )
 from stagegate.judge.policy import Policy
@@ -256,3 +258,24 @@ def test_a_junit_file_is_dated_inside_its_stages_run_and_took_no_longer(
     )
     assert sorted(_kinds(f)) == kinds
     assert all(x.severity is Severity.CRITICAL for x in f.items)
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "kinds"),
+    [
+        ("2026-01-01T00:00:30.123456", []),  # coverage json writes local time, no zone
+        ("2026-01-01T13:00:00", []),  # at UTC+13
+        ("2025-12-30T09:00:00", ["clock_future"]),  # an earlier day's run
+        (None, []),  # no time: no claim
+    ],
+)
+def test_a_coverage_file_is_dated_inside_its_stages_run(
+    tmp_path: Path, timestamp: str | None, kinds: list[str]
+) -> None:
+    doc = json.loads((FIXTURES / "pass-cpu" / "coverage.json").read_text())
+    doc["meta"] = {"timestamp": timestamp} if timestamp else {}
+    (tmp_path / "coverage.json").write_text(json.dumps(doc))
+    data = StageData(record(duration_s=60.0), coverage=read_coverage(tmp_path / "coverage.json"))
+    f = Findings("execution", Policy())
+    machine_findings(f, data, None, 2.0)
+    assert sorted(_kinds(f)) == kinds

@@ -8,7 +8,7 @@ from typing import Any
 
 from stagegate.collect.jsonfile import finite, load_json
 from stagegate.errors import InputError
-from stagegate.model import Coverage, Curves, FileCoverage, Location, WarningEntry
+from stagegate.model import Coverage, Curves, Dated, FileCoverage, Location, WarningEntry
 
 
 def _number(value: Any, where: str) -> float:
@@ -64,7 +64,10 @@ def read_coverage(path: Path) -> Coverage:
             "covered, and its files' summaries do not add up to that: it was not written by "
             "'coverage json' as it is"
         )
-    return Coverage(percent=total, files=tuple(per_file))
+    meta = data.get("meta")
+    written = meta.get("timestamp") if isinstance(meta, dict) else None
+    dated = Dated().seen(written if isinstance(written, str) else None, 0.0)
+    return Coverage(percent=total, files=tuple(per_file), dated=dated)
 
 
 COUNTS = ("covered_lines", "num_statements", "covered_branches", "num_branches")

@@ -15,7 +15,14 @@ from typing import Any
 
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
-from stagegate.model import MachineClaim, PrecisionResult, StageData, StageRecord, TestSuite
+from stagegate.model import (
+    Dated,
+    MachineClaim,
+    PrecisionResult,
+    StageData,
+    StageRecord,
+    TestSuite,
+)
 
 # What stagegate run observes of every machine, by itself (stagegate.record.machine.observe)
 FACTS = ("python", "platform", "machine", "cpu_count", "accelerators")
@@ -197,6 +204,8 @@ def machine_findings(
         _timed_within_run(f, "the benchmark file", windows, record, tolerance_s)
     if data.suite is not None:
         junit_clock_findings(f, data.suite, record, tolerance_s)
+    if data.coverage is not None:
+        _coverage_dated(f, data.coverage.dated, record, tolerance_s)
     if data.ab is not None:
         claim_findings(f, "the A/B file", data.ab.machine, record)
         _within_run(f, "the A/B file", data.ab.datetime, record, tolerance_s)
@@ -286,10 +295,10 @@ def _run_span(record: StageRecord, tolerance_s: float) -> tuple[datetime, dateti
     return start - slack, start + timedelta(seconds=max(record.duration_s, 0.0)) + slack
 
 
-def _dated_outside(suite: TestSuite, run: tuple[datetime, datetime]) -> str:
-    """The first suite timestamp that no clock inside the run could have written, or ''."""
+def _dated_outside(dated: Dated, run: tuple[datetime, datetime]) -> str:
+    """The first timestamp that no clock inside the run could have written, or ''."""
     begin, end = run
-    aware, naive = suite.dated.aware, suite.dated.naive
+    aware, naive = dated.aware, dated.naive
     for at in aware or ():
         if not begin <= at <= end:
             return at.isoformat()
@@ -298,6 +307,21 @@ def _dated_outside(suite: TestSuite, run: tuple[datetime, datetime]) -> str:
         if not local[0] <= at <= local[1]:
             return f"{at.isoformat()} (no UTC offset: any zone's time in the run passes)"
     return ""
+
+
+def _coverage_dated(f: Findings, dated: Dated, record: StageRecord, tolerance_s: float) -> None:
+    """A coverage file written inside its stage's run, by the time coverage gave it."""
+    run = _run_span(record, tolerance_s)
+    outside = _dated_outside(dated, run) if run else ""
+    if outside:
+        f.add(
+            Kind.CLOCK_FUTURE,
+            f"the coverage file is dated {outside[:80]}, outside the stage's run "
+            f"({record.start[:40]}, {record.duration_s:.0f} s)",
+            detail=f"clock tolerance {tolerance_s:g} s: an earlier run's coverage, or a clock "
+            "that is wrong",
+            fix=FIX,
+        )
 
 
 def junit_clock_findings(
@@ -309,7 +333,7 @@ def junit_clock_findings(
     said = f"the JUnit file says a test took {longest:,.1f} s"
     _longer_than_run(f, longest, said, f"{suite.source}; ", record, tolerance_s)
     run = _run_span(record, tolerance_s)
-    outside = _dated_outside(suite, run) if run else ""
+    outside = _dated_outside(suite.dated, run) if run else ""
     if outside:
         f.add(
             Kind.CLOCK_FUTURE,
