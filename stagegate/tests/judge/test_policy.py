@@ -95,6 +95,8 @@ def test_a_custom_table_overrides_what_it_names() -> None:
         ({"thresholds": {"speedup": {"op": "=>", "value": 1.5}}}, "thresholds.speedup"),
         ({"thresholds": {"speedup": {"op": ">=", "value": "fast"}}}, "thresholds.speedup.value"),
         ({"thresholds": {"latency": {"op": "<", "value": 1}}}, "thresholds.latency"),
+        # a key a threshold does not have (its unit is the metric's own)
+        ({"thresholds": {"speedup": {"op": ">=", "value": 2, "unit": "x"}}}, "thresholds.speedup"),
         ({"severity": {"test_failed": "FATAL"}}, "severity.test_failed"),
         ({"severity": {"typo_kind": "LOW"}}, "severity.typo_kind"),
         ({"deduction": {"HIGH": -3}}, "deduction.HIGH"),

@@ -256,7 +256,8 @@ def _thresholds(key: str, value: Any) -> dict[str, Threshold]:
             raise ConfigError(
                 f"[tool.stagegate] {where}: unknown metric; known: {', '.join(DEFAULT_THRESHOLDS)}"
             )
-        if not isinstance(spec, dict) or spec.get("op") not in _OPS or "value" not in spec:
+        well_formed = isinstance(spec, dict) and set(spec) == {"op", "value"}
+        if not well_formed or spec.get("op") not in _OPS:
             raise ConfigError(
                 f"[tool.stagegate] {where} = {spec!r}: write "
                 '{ op = ">=", value = 1.5 } with op one of >=, >, <=, <'
