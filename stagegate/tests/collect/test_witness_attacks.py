@@ -671,6 +671,55 @@ def test_a_helper_of_the_tests_kept_inside_the_package_decides_their_skips(
     assert _judged(tmp_path, files, "src") == (Decision.PASS, set())
 
 
+BROWSER = "import pytest\n\ndef offline():\n    pytest.skip('net')\n"
+NET_TEST = (
+    "from {module} import offline\n\ndef test_fetch():\n    offline()\n\ndef test_ok():\n    pass\n"
+)
+# Where the project's package is, and whether the file that skips is its own code
+PACKAGE_LAYOUTS = {
+    # tests mirroring the package's layout: tests/mylib/ is the tests'
+    "tests-mirroring-the-package": (
+        "mylib",
+        {"tests/__init__.py": "", "tests/mylib/__init__.py": "", "tests/mylib/helpers.py": BROWSER,
+         "tests/mylib/test_net.py": NET_TEST.format(module="tests.mylib.helpers")},
+        Decision.PASS,
+    ),
+    # a distribution named otherwise than its package, its testing module the product's
+    "src-package-named-otherwise": (
+        "my-lib",
+        {"src/mylib/__init__.py": "", "src/mylib/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
+        Decision.BLOCK,
+    ),
+    "namespace-package": (
+        "acme-widgets",
+        {"src/acme/widgets/__init__.py": "", "src/acme/widgets/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="acme.widgets.testing")},
+        Decision.BLOCK,
+    ),
+    "flat-package-named-otherwise": (
+        "my-lib",
+        {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
+        Decision.BLOCK,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", PACKAGE_LAYOUTS)
+def test_a_skip_is_the_tests_or_the_products_by_where_the_package_is(
+    tmp_path: Path, layout: str
+) -> None:
+    name, files, decision = PACKAGE_LAYOUTS[layout]
+    project = {"pyproject.toml": f'[project]\nname = "{name}"\nversion = "1.0"\n', **files}
+    ini = {"pytest.ini": "[pytest]\npythonpath = src .\n"}
+    found = _judged(tmp_path, {**project, **ini}, "tests")
+    assert found == (
+        decision,
+        set() if decision is Decision.PASS else {"skipped_by_code_under_test"},
+    )
+
+
 # The code under test skipping every test module that imports it, as it is imported: pytest
 # reports each module skipped, a test of its own
 SKIPPED_AS_IMPORTED = {
@@ -879,6 +928,24 @@ def test_installed_code_under_test_renaming_itself_in_its_record_still_blocks(
     found = _judged(tmp_path, files, policy=Policy(test_code=("e2e/*",)))
     assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
     assert f"{folder}/../mylib" in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
+
+
+def test_installed_code_under_test_that_empties_its_record_is_known_as_a_copy_of_the_tree(
+    tmp_path: Path,
+) -> None:
+    """RECORD lists nothing of it any more: the module is still a copy of src/mylib's."""
+    code = textwrap.dedent(
+        """
+        import pathlib
+
+        PACKAGE = pathlib.Path(__file__).resolve().parent
+        RECORD = PACKAGE.parent / "my_lib-1.0.dist-info" / "RECORD"
+        RECORD.write_text("my_lib-1.0.dist-info/METADATA,,\\n")
+        """
+    ) + textwrap.dedent(ADD_THAT_SKIPS.format(call='skip("later")'))
+    files = {**INSTALLED, f"{SITE}/mylib/__init__.py": code, "src/mylib/__init__.py": code}
+    assert _judged(tmp_path, files) == (Decision.BLOCK, {"skipped_by_code_under_test"})
+    assert "mylib" not in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
 
 
 def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_own(

@@ -3,12 +3,14 @@ warning a dependency raises is placed at the project's own line."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from stagegate.collect import read_warnings
 from stagegate.model import Location
+from stagegate.record.witness_file import GATE_SUFFIX
 
 
 def test_warnings_plugin_records_category_message_location_count(sample_run: dict) -> None:
@@ -89,3 +91,25 @@ def test_workers_of_pytest_xdist_record_what_one_process_records(tmp_path: Path)
         ("UserWarning", Location("test_collected.py", 3), 1),
     ]
     assert workers == alone
+
+
+def test_the_witnesses_are_written_where_pytest_writes_a_junit_path_it_expands(
+    tmp_path: Path,
+) -> None:
+    """pytest expands variables and ~ in --junitxml and resolves a parent folder by name; so do the
+    plugin's witness and the gate's, beside the file pytest wrote."""
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "out")
+    env = {**os.environ, "RD": "elsewhere/../out", "HOME": str(tmp_path)}
+    for junit in ("$RD/a.xml", "~/out/b.xml"):
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "-p", "stagegate.record.witness_file", f"--junitxml={junit}"],
+            cwd=tmp_path, env=env, capture_output=True, check=True, timeout=120,
+        )  # fmt: skip
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == [
+        "a.xml", "a.xml.counts.json", f"a.xml{GATE_SUFFIX}",
+        "b.xml", "b.xml.counts.json", f"b.xml{GATE_SUFFIX}",
+    ]  # fmt: skip

@@ -30,7 +30,7 @@ import pytest
 from stagegate.io import write_atomic
 from stagegate.model import counts_path
 from stagegate.record.pytest_guard import register as register_guard
-from stagegate.record.pytest_witness import OutcomeWitness, in_project
+from stagegate.record.pytest_witness import OutcomeWitness, in_project, junit_written
 from stagegate.record.witness_file import JUnitSidecar
 
 FORMAT_VERSION = 1  # of the warnings file
@@ -67,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
     witness = OutcomeWitness(config, Path(config.rootpath).resolve())
     config.pluginmanager.register(witness, "stagegate-outcomes")
     if not hasattr(config, "workerinput"):  # where the JUnit file is written
-        where = Path(counts_path(str(Path(config.invocation_params.dir) / junit)))
+        where = Path(counts_path(str(junit_written(junit))))
         config.pluginmanager.register(JUnitSidecar(where, witness), "stagegate-junit-counts")
 
 

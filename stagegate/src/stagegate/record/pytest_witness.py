@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import configparser
 import importlib.metadata
+import os
 import re
 import sysconfig
 import tomllib
@@ -48,6 +49,12 @@ SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")
 Raised = tuple[str, str]  # a test's classname and name, as pytest's JUnit writer gives them
 
 _DEPENDENCY_DIRS = {"site-packages", "dist-packages", ".nox", ".venv", ".tox", "venv"}
+
+
+def junit_written(xmlpath: str) -> Path:
+    """Where pytest writes ``--junitxml=xmlpath``: variables and ``~`` expanded, absolute from
+    the working directory, ``..`` taken away by the name (as pytest's own junitxml does)."""
+    return Path(os.path.normpath(os.path.abspath(os.path.expanduser(os.path.expandvars(xmlpath)))))
 
 
 def in_project(filename: str, root: Path) -> str | None:
@@ -112,6 +119,27 @@ def installed_files(root: Path) -> dict[Path, str]:
     return {path: path.relative_to(top).as_posix() for path in found if path.is_relative_to(top)}
 
 
+_SITES = ("site-packages", "dist-packages")
+
+
+def installed_copy(path: Path, root: Path) -> str | None:
+    """The path below an installation (``mylib/core.py``) of ``path``, a module installed in
+    a site-packages folder, where it is a copy of the project's own file (at that path below
+    the root or its ``src/``, byte for byte): the code under test wherever it was installed,
+    whatever its distribution's RECORD says (the code can rewrite its own)."""
+    sites = [i for i, part in enumerate(path.parts) if part in _SITES]
+    if not sites:
+        return None
+    below = Path(*path.parts[sites[-1] + 1 :])
+    for tree in (root, root / "src"):
+        try:
+            if (tree / below).is_file() and (tree / below).read_bytes() == path.read_bytes():
+                return below.as_posix()
+        except OSError:
+            continue
+    return None
+
+
 # What a test skips or expects to fail by; the witness's own folder (a project's own code where
 # stagegate is the project)
 _SKIPS = (Skipped, XFailed, SkipTest)
@@ -149,6 +177,8 @@ def raised_from(
             continue  # code of no file; the witness's frames that pass the exception on
         if in_project(filename, root) is not None or path in (installed or {}):
             return path, line
+        if installed_copy(path, root) is not None:
+            return path, line
     handled = exc.__context__
     return raised_from(handled, root, installed) if isinstance(handled, _SKIPS) else None
 
@@ -159,6 +189,11 @@ def _holds(module: Path, path: Path) -> bool:
     module = module.resolve()
     folder = module if module.is_dir() else module.parent
     return path == module or path == folder / "__init__.py"
+
+
+def _test_named(part: str) -> bool:
+    """A folder or module name inside the project's package that only tests have."""
+    return part in ("test", "tests") or part.startswith("test_") or part.endswith("_test")
 
 
 # What pytest reports as no failure, bound as this module is imported: a test module that
@@ -269,24 +304,44 @@ class OutcomeWitness:
 
     def _own(self, path: Path) -> str:
         """``path`` (the project's code) below the root, or inside its installation."""
-        return self.installed.get(path) or path.relative_to(self.root).as_posix()
+        name = self.installed.get(path) or installed_copy(path, self.root)
+        return name or path.relative_to(self.root).as_posix()
 
     def _test_code(self, path: Path) -> bool:
         """Where a test may decide to skip: a module tests were collected from, a conftest
-        file, or a file whose name or a folder of whose path below the root (or inside the
-        project's installation) starts with "test" (tests/, testing/, test_helpers.py,
-        testutils.py); inside the project's own package, only tests/, test/, test_* and *_test
+        file, or a file whose path below the root (or inside the project's installation) has
+        a folder or name that starts with "test" (tests/, testing/, test_helpers.py) outside
+        the project's own package; inside the package, only tests/, test/, test_* and *_test
         (its testing.py is the product's, as numpy.testing is)."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
-        parts = [p.removesuffix(".py").lower() for p in Path(self._own(path)).parts]
-        if self.package in parts:
-            inside = parts[parts.index(self.package) + 1 :]
-            named = any(p in ("test", "tests") or p.startswith("test_") for p in inside)
-            named = named or any(p.endswith("_test") for p in inside)
-        else:
+        own = self._own(path)
+        parts = [p.removesuffix(".py").lower() for p in Path(own).parts]
+        package = 0 if own != self._below_root(path) else self._package_at(Path(own).parts)
+        if package is None:
             named = any(p.startswith("test") for p in parts)
+        else:
+            named = any(p.startswith("test") for p in parts[:package])
+            named = named or any(_test_named(p) for p in parts[package + 1 :])
         return named or path.name == "conftest.py" or path in self._resolved[1]
+
+    def _below_root(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return ""
+
+    def _package_at(self, parts: tuple[str, ...]) -> int | None:
+        """Which of a path's folders below the root is the project's own package: src/'s
+        first, a top folder that is a package not named test*, or the one named as the
+        distribution; None where none is."""
+        lowered = [p.removesuffix(".py").lower() for p in parts]
+        if len(parts) > 2 and lowered[0] == "src":
+            return 1
+        flat = parts and not lowered[0].startswith("test")
+        if flat and (self.root / parts[0] / "__init__.py").is_file():
+            return 0
+        return lowered.index(self.package) if self.package in lowered else None
 
     @cached_property
     def package(self) -> str:

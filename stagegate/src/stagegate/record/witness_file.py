@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness
+from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness, junit_written
 
 FORMAT_VERSION = 4  # 2: the witness's lists; 3: what the run dropped; 4: what skipped tests
 GATE_SUFFIX = ".witness.json"
@@ -81,5 +81,5 @@ def pytest_configure(config: pytest.Config) -> None:
     witness = OutcomeWitness(config, Path(config.rootpath).resolve(), key=GATE_KEY)
     config.pluginmanager.register(witness, "stagegate-gate-outcomes")
     if not hasattr(config, "workerinput"):  # where the JUnit file is written
-        where = Path(config.invocation_params.dir) / f"{junit}{GATE_SUFFIX}"
+        where = Path(f"{junit_written(junit)}{GATE_SUFFIX}")
         config.pluginmanager.register(JUnitSidecar(where, witness), "stagegate-gate-file")
