@@ -697,11 +697,24 @@ PACKAGE_LAYOUTS = {
          "tests/test_net.py": NET_TEST.format(module="acme.widgets.testing")},
         Decision.BLOCK,
     ),
-    "flat-package-named-otherwise": (
-        "my-lib",
+    "flat-package": (
+        "mylib",
         {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
          "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
         Decision.BLOCK,
+    ),
+    # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools
+    "tests-kept-in-src": (
+        "mylib",
+        {"src/mylib/__init__.py": "", "src/tests/__init__.py": "", "src/tests/helpers.py": BROWSER,
+         "src/tests/test_net.py": NET_TEST.format(module="tests.helpers")},
+        Decision.PASS,
+    ),
+    "a-helper-in-tools": (
+        "mylib",
+        {"mylib/__init__.py": "", "tools/__init__.py": "", "tools/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="tools.testing")},
+        Decision.PASS,
     ),
 }  # fmt: skip
 
@@ -713,7 +726,8 @@ def test_a_skip_is_the_tests_or_the_products_by_where_the_package_is(
     name, files, decision = PACKAGE_LAYOUTS[layout]
     project = {"pyproject.toml": f'[project]\nname = "{name}"\nversion = "1.0"\n', **files}
     ini = {"pytest.ini": "[pytest]\npythonpath = src .\n"}
-    found = _judged(tmp_path, {**project, **ini}, "tests")
+    tests = "src/tests" if layout == "tests-kept-in-src" else "tests"
+    found = _judged(tmp_path, {**project, **ini}, tests)
     assert found == (
         decision,
         set() if decision is Decision.PASS else {"skipped_by_code_under_test"},
@@ -946,6 +960,19 @@ def test_installed_code_under_test_that_empties_its_record_is_known_as_a_copy_of
     files = {**INSTALLED, f"{SITE}/mylib/__init__.py": code, "src/mylib/__init__.py": code}
     assert _judged(tmp_path, files) == (Decision.BLOCK, {"skipped_by_code_under_test"})
     assert "mylib" not in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
+
+
+def test_a_tests_package_the_wheel_ships_holds_the_tests_own_helpers(tmp_path: Path) -> None:
+    record = "mylib/__init__.py,,\ntests/__init__.py,,\ntests/helpers.py,,\n"
+    files = {
+        **{k: v for k, v in INSTALLED.items() if k != "tests/test_add.py"},
+        f"{SITE}/mylib/__init__.py": "",
+        f"{SITE}/tests/__init__.py": "",
+        f"{SITE}/tests/helpers.py": BROWSER,
+        f"{SITE}/my_lib-1.0.dist-info/RECORD": record,
+        "tests/test_net.py": NET_TEST.format(module="tests.helpers"),
+    }
+    assert _judged(tmp_path, files) == (Decision.PASS, set())
 
 
 def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_own(

@@ -317,7 +317,8 @@ class OutcomeWitness:
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
         own = self._own(path)
         parts = [p.removesuffix(".py").lower() for p in Path(own).parts]
-        package = 0 if own != self._below_root(path) else self._package_at(Path(own).parts)
+        installed = own != self._below_root(path)
+        package = self._package_at(Path(own).parts, installed)
         if package is None:
             named = any(p.startswith("test") for p in parts)
         else:
@@ -331,16 +332,14 @@ class OutcomeWitness:
         except ValueError:
             return ""
 
-    def _package_at(self, parts: tuple[str, ...]) -> int | None:
-        """Which of a path's folders below the root is the project's own package: src/'s
-        first, a top folder that is a package not named test*, or the one named as the
-        distribution; None where none is."""
+    def _package_at(self, parts: tuple[str, ...], installed: bool) -> int | None:
+        """Which of a path's folders is the project's own package: the top one of its
+        installation, or src/'s first below the root, where not named test*; else the one
+        named as the distribution; None where none is."""
         lowered = [p.removesuffix(".py").lower() for p in parts]
-        if len(parts) > 2 and lowered[0] == "src":
-            return 1
-        flat = parts and not lowered[0].startswith("test")
-        if flat and (self.root / parts[0] / "__init__.py").is_file():
-            return 0
+        top = 0 if installed else 1 if len(parts) > 2 and lowered[0] == "src" else None
+        if top is not None and not lowered[top].startswith("test"):
+            return top
         return lowered.index(self.package) if self.package in lowered else None
 
     @cached_property
