@@ -704,6 +704,13 @@ PACKAGE_LAYOUTS = {
         Decision.BLOCK,
     ),
     # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools
+    # a statistics package's t_test module: the product's, though its name ends in _test
+    "a-product-module-named-like-a-test": (
+        "stats",
+        {"src/stats/__init__.py": "", "src/stats/t_test.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="stats.t_test")},
+        Decision.BLOCK,
+    ),
     "tests-kept-in-src": (
         "mylib",
         {"src/mylib/__init__.py": "", "src/tests/__init__.py": "", "src/tests/helpers.py": BROWSER,

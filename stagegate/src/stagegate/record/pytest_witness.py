@@ -192,8 +192,9 @@ def _holds(module: Path, path: Path) -> bool:
 
 
 def _test_named(part: str) -> bool:
-    """A folder or module name inside the project's package that only tests have."""
-    return part in ("test", "tests") or part.startswith("test_") or part.endswith("_test")
+    """A folder or module name inside the project's package that only tests have (a module
+    named *_test is the product's, t_test.py, unless pytest collected tests from it)."""
+    return part in ("test", "tests") or part.startswith("test_")
 
 
 # What pytest reports as no failure, bound as this module is imported: a test module that
@@ -311,7 +312,7 @@ class OutcomeWitness:
         """Where a test may decide to skip: a module tests were collected from, a conftest
         file, or a file whose path below the root (or inside the project's installation) has
         a folder or name that starts with "test" (tests/, testing/, test_helpers.py) outside
-        the project's own package; inside the package, only tests/, test/, test_* and *_test
+        the project's own package; inside the package, only tests/, test/ and test_*
         (its testing.py is the product's, as numpy.testing is)."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
