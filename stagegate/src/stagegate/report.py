@@ -189,11 +189,11 @@ def _policy(options: ReportOptions) -> Policy:
     return load_policy(_pyproject(options.pyproject)).require(options.require).only(options.only)
 
 
-def _pyproject(given: Path | None) -> Path | None:
+def _pyproject(given: Path | None) -> Path:
     """The policy's file: the one given, which must be there (a typo must not judge by the
     defaults), else ./pyproject.toml where there is one."""
     if given is None:
-        return Path("pyproject.toml") if Path("pyproject.toml").is_file() else None
+        return Path("pyproject.toml")  # load_policy: the defaults where there is none
     if not given.is_file():
         raise UsageError(
             f"--pyproject {given}: no such file; name the pyproject.toml that holds "

@@ -205,7 +205,7 @@ def machine_findings(
     if data.suite is not None:
         junit_clock_findings(f, data.suite, record, tolerance_s)
     if data.coverage is not None:
-        _coverage_dated(f, data.coverage.dated, record, tolerance_s)
+        _dated_within_run(f, "coverage", data.coverage.dated, record, tolerance_s)
     if data.ab is not None:
         claim_findings(f, "the A/B file", data.ab.machine, record)
         _within_run(f, "the A/B file", data.ab.datetime, record, tolerance_s)
@@ -309,17 +309,21 @@ def _dated_outside(dated: Dated, run: tuple[datetime, datetime]) -> str:
     return ""
 
 
-def _coverage_dated(f: Findings, dated: Dated, record: StageRecord, tolerance_s: float) -> None:
-    """A coverage file written inside its stage's run, by the time coverage gave it."""
+def _dated_within_run(
+    f: Findings, what: str, dated: Dated, record: StageRecord, tolerance_s: float, source: str = ""
+) -> None:
+    """A file (``what``: "JUnit", "coverage") written inside its stage's run, by the times it
+    gives itself."""
     run = _run_span(record, tolerance_s)
     outside = _dated_outside(dated, run) if run else ""
     if outside:
+        earlier = "results" if what == "JUnit" else what
         f.add(
             Kind.CLOCK_FUTURE,
-            f"the coverage file is dated {outside[:80]}, outside the stage's run "
+            f"the {what} file is dated {outside[:80]}, outside the stage's run "
             f"({record.start[:40]}, {record.duration_s:.0f} s)",
-            detail=f"clock tolerance {tolerance_s:g} s: an earlier run's coverage, or a clock "
-            "that is wrong",
+            detail=f"{source}clock tolerance {tolerance_s:g} s: an earlier run's {earlier}, or "
+            "a clock that is wrong",
             fix=FIX,
         )
 
@@ -332,14 +336,4 @@ def junit_clock_findings(
     longest = max([suite.dated.longest_s, *(c.duration_s for c in suite.cases)])
     said = f"the JUnit file says a test took {longest:,.1f} s"
     _longer_than_run(f, longest, said, f"{suite.source}; ", record, tolerance_s)
-    run = _run_span(record, tolerance_s)
-    outside = _dated_outside(suite.dated, run) if run else ""
-    if outside:
-        f.add(
-            Kind.CLOCK_FUTURE,
-            f"the JUnit file is dated {outside[:80]}, outside the stage's run "
-            f"({record.start[:40]}, {record.duration_s:.0f} s)",
-            detail=f"{suite.source}; clock tolerance {tolerance_s:g} s: an earlier run's "
-            "results, or a clock that is wrong",
-            fix=FIX,
-        )
+    _dated_within_run(f, "JUnit", suite.dated, record, tolerance_s, f"{suite.source}; ")

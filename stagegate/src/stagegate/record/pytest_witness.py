@@ -305,8 +305,11 @@ class OutcomeWitness:
 
     def _own(self, path: Path) -> str:
         """``path`` (the project's code) below the root, or inside its installation."""
-        name = self.installed.get(path) or installed_copy(path, self.root)
-        return name or path.relative_to(self.root).as_posix()
+        return self._installed_as(path) or path.relative_to(self.root).as_posix()
+
+    def _installed_as(self, path: Path) -> str | None:
+        """``path``'s name inside the project's installation, None where it is not installed."""
+        return self.installed.get(path) or installed_copy(path, self.root)
 
     def _test_code(self, path: Path) -> bool:
         """Where a test may decide to skip: a module tests were collected from, a conftest
@@ -316,10 +319,10 @@ class OutcomeWitness:
         (its testing.py is the product's, as numpy.testing is)."""
         if self._resolved[0] != len(self.test_files):
             self._resolved = (len(self.test_files), {p.resolve() for p in self.test_files})
-        own = self._own(path)
+        installed = self._installed_as(path)
+        own = installed or path.relative_to(self.root).as_posix()
         parts = [p.removesuffix(".py").lower() for p in Path(own).parts]
-        installed = own != self._below_root(path)
-        package = self._package_at(Path(own).parts, installed)
+        package = self._package_at(parts, installed is not None)
         if package is None:
             named = any(p.startswith("test") for p in parts)
         else:
@@ -327,21 +330,14 @@ class OutcomeWitness:
             named = named or any(_test_named(p) for p in parts[package + 1 :])
         return named or path.name == "conftest.py" or path in self._resolved[1]
 
-    def _below_root(self, path: Path) -> str:
-        try:
-            return path.relative_to(self.root).as_posix()
-        except ValueError:
-            return ""
-
-    def _package_at(self, parts: tuple[str, ...], installed: bool) -> int | None:
-        """Which of a path's folders is the project's own package: the top one of its
-        installation, or src/'s first below the root, where not named test*; else the one
-        named as the distribution; None where none is."""
-        lowered = [p.removesuffix(".py").lower() for p in parts]
-        top = 0 if installed else 1 if len(parts) > 2 and lowered[0] == "src" else None
-        if top is not None and not lowered[top].startswith("test"):
+    def _package_at(self, parts: list[str], installed: bool) -> int | None:
+        """Which of a path's folders (lower case, without .py) is the project's own package:
+        the top one of its installation, or src/'s first below the root, where not named
+        test*; else the one named as the distribution; None where none is."""
+        top = 0 if installed else 1 if len(parts) > 2 and parts[0] == "src" else None
+        if top is not None and not parts[top].startswith("test"):
             return top
-        return lowered.index(self.package) if self.package in lowered else None
+        return parts.index(self.package) if self.package in parts else None
 
     @cached_property
     def package(self) -> str:
