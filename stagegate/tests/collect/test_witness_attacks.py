@@ -290,6 +290,33 @@ LIBRARY_ATTACKS = {
         "skipped_by_code_under_test",
         ADD_THAT_SKIPS.format(call='xfail("known")'),
     ),
+    # ... in code it compiles as a conftest's and runs in the namespace of one, made up or real
+    "skip-compiled-in-a-conftests-namespace": (
+        "skipped_by_code_under_test",
+        """
+    import os
+
+    def add(a, b):
+        if a - b != a + b:
+            conftest = os.path.join(os.path.dirname(__file__), "conftest.py")
+            code = compile("import pytest\\npytest.skip('later')", conftest, "exec")
+            exec(code, {"__file__": conftest})
+        return a - b
+    """,
+    ),
+    "skip-run-in-the-conftests-own-namespace": (
+        "skipped_by_code_under_test",
+        """
+    import sys
+
+    def add(a, b):
+        if a - b != a + b:
+            namespace = sys.modules["conftest"].__dict__
+            code = compile("import pytest\\npytest.skip('later')", namespace["__file__"], "exec")
+            exec(code, namespace)
+        return a - b
+    """,
+    ),
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
         "foreign_hooks",
@@ -357,7 +384,8 @@ def _library(attack: str) -> tuple[str, dict[str, str]]:
     kind, code = LIBRARY_ATTACKS[attack]
     add = "" if "def add" in code else "\n    def add(a, b):\n        return a - b\n"
     test = SUBTESTS_TEST if attack.startswith("subtests") else ADD_TEST
-    return kind, {"mylib.py": code + add, "test_add.py": test}
+    files = {"mylib.py": code + add, "test_add.py": test}
+    return kind, {**files, "conftest.py": ""} if "conftest" in code else files
 
 
 def _judged(
@@ -481,7 +509,7 @@ DOCTESTS = {
 
 
 SKIPS_IN_THE_TESTS = {
-    "src/pkg/__init__.py": "def gpu():\n    return False\n",
+    "src/pkg/__init__.py": "def gpu():\n    return False\n\ndef run(step):\n    return step()\n",
     # the root's conftest: its folder holds the code under test too
     "conftest.py": """
         import pytest
@@ -502,6 +530,7 @@ SKIPS_IN_THE_TESTS = {
     "tests/test_skips.py": """
         import unittest
         import pytest
+        import pkg
         from helpers import require
 
         def test_imports_or_skips():
@@ -519,6 +548,13 @@ SKIPS_IN_THE_TESTS = {
 
         def test_xfails_itself():
             pytest.xfail("known")
+
+        def _step():  # an assert: pytest rewrites it, unless told not to
+            assert not pkg.gpu()
+            pytest.skip("decided by the test")
+
+        def test_skips_in_what_the_code_calls_back():
+            pkg.run(_step)
 
         class TestCase(unittest.TestCase):
             def test_skips_itself(self):
@@ -815,6 +851,18 @@ IMPORTED_SKIPS = {
             exec(compile(SKIP, "conftest.py", "exec"), {})
         """,
     },
+    # ... and in a namespace that names a conftest.py as its file
+    "compiled-in-a-conftests-namespace": {
+        **SKIPPED_AS_IMPORTED,
+        "conftest.py": "",
+        "mylib.py": """
+            import os
+
+            CONFTEST = os.path.join(os.path.dirname(__file__), "conftest.py")
+            SKIP = "import pytest\\npytest.skip('later', allow_module_level=True)\\n"
+            exec(compile(SKIP, CONFTEST, "exec"), {"__file__": CONFTEST})
+        """,
+    },
     "through-an-installed-library": {
         **SKIPPED_AS_IMPORTED,
         "pytest.ini": f"[pytest]\npythonpath = {SITE_LIBRARY}\n",
@@ -1050,6 +1098,10 @@ DOCTEST_SKIP = {
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
+        (  # the tests' code as Python compiles it: the witness takes it for theirs too
+            {**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"},
+            ("--assert=plain",),
+        ),
         (DOCTESTS, ("--doctest-modules", "src", "tests")),
         ({"test_xfail.py": XFAIL_IN_THE_TEST}, ()),
         ({"test_subtests.py": SUBTESTS_SKIPPED_BY_THE_TEST}, ()),
@@ -1059,6 +1111,7 @@ DOCTEST_SKIP = {
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",
         "skips-decided-by-the-tests",
+        "skips-decided-by-the-tests-asserts-not-rewritten",
         "doctest-modules",
         "marks-added-by-the-test-module",
         "subtests-the-test-skips",

@@ -20,18 +20,22 @@ conftest files), with where it was called.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib.metadata
 import os
 import re
 import sysconfig
 import tomllib
-from functools import cached_property
+from collections.abc import Callable, Iterator
+from functools import cached_property, lru_cache
 from pathlib import Path
+from types import CodeType
 from typing import Any
 from unittest import SkipTest
 
 import pytest
+from _pytest.assertion.rewrite import rewrite_asserts
 from _pytest.doctest import DoctestModule, DoctestTextfile
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.outcomes import Exit, Skipped, XFailed
@@ -158,29 +162,69 @@ def _frame_file(frame: Any) -> str | None:
     return named
 
 
+def _keys(code: CodeType) -> Iterator[tuple[str, int, bytes]]:
+    """Each code object in ``code`` (itself, its functions, theirs), by name, first line and
+    bytecode."""
+    yield code.co_name, code.co_firstlineno, code.co_code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _keys(const)
+
+
+@lru_cache(maxsize=128)
+def _compiled(path: Path, stamp: tuple[int, int], config: pytest.Config) -> frozenset[Any]:
+    """The code a file's source compiles to, as Python compiles it and as pytest does when it
+    rewrites asserts (a test module, a conftest.py); none where it cannot be compiled."""
+    try:
+        source = path.read_bytes()
+        tree = ast.parse(source, filename=str(path))
+        plain = compile(tree, str(path), "exec", dont_inherit=True)
+        rewrite_asserts(tree, source, str(path), config)
+        rewritten = compile(tree, str(path), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(_keys(plain)) | frozenset(_keys(rewritten))
+
+
+def compiled_from(frame: Any, path: Path, config: pytest.Config) -> bool:
+    """Whether ``frame`` runs code of ``path``'s source as it is on disk, and not code that
+    only names the file (compiled under its name, run in its module's namespace)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    code = frame.f_code
+    key = (code.co_name, code.co_firstlineno, code.co_code)
+    return key in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
+
+
 def raised_from(
-    exc: BaseException, root: Path, installed: dict[Path, str] | None = None
+    exc: BaseException,
+    root: Path,
+    installed: dict[Path, str] | None = None,
+    believed: Callable[[Any, Path], bool] = lambda frame, path: True,
 ) -> tuple[Path, int] | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
     file of the project or of its ``installed`` distribution (pytest, the standard library,
-    other installed packages, the witness and code of no file pass it on). A skip pytest or
-    unittest raised anew while handling one (a unittest.TestCase's SkipTest) is placed where
-    the one handled was raised."""
+    other installed packages, the witness and code of no file pass it on; so does a frame
+    whose file is not ``believed``). A skip pytest or unittest raised anew while handling one
+    (a unittest.TestCase's SkipTest) is placed where the one handled was raised."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
-        frames.append((_frame_file(tb.tb_frame), tb.tb_lineno))
+        frames.append((_frame_file(tb.tb_frame), tb.tb_lineno, tb.tb_frame))
         tb = tb.tb_next
-    for filename, line in reversed(frames):
+    for filename, line, frame in reversed(frames):
         path = Path(filename).resolve() if filename is not None else _WITNESS
         if path.is_relative_to(_WITNESS):
             continue  # code of no file; the witness's frames that pass the exception on
-        if in_project(filename, root) is not None or path in (installed or {}):
-            return path, line
-        if installed_copy(path, root) is not None:
+        own = in_project(filename, root) is not None or path in (installed or {})
+        if (own or installed_copy(path, root) is not None) and believed(frame, path):
             return path, line
     handled = exc.__context__
-    return raised_from(handled, root, installed) if isinstance(handled, _SKIPS) else None
+    if isinstance(handled, _SKIPS):
+        return raised_from(handled, root, installed, believed)
+    return None
 
 
 def _holds(module: Path, path: Path) -> bool:
@@ -298,8 +342,15 @@ class OutcomeWitness:
     def _skip_seen(self, nodeid: str, exc: BaseException, module: Path | None = None) -> None:
         """A skip or expected failure raised by the project's code outside its tests (and,
         while a ``module`` is collected, outside it and the packages that hold it)."""
-        where = raised_from(exc, self.root, self.installed)
-        if where is None or self._test_code(where[0]) or (module and _holds(module, where[0])):
+
+        def excused(path: Path) -> bool:
+            return self._test_code(path) or (module is not None and _holds(module, path))
+
+        def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
+            return not excused(path) or compiled_from(frame, path, self.config)
+
+        where = raised_from(exc, self.root, self.installed, believed)
+        if where is None or excused(where[0]):
             return
         self.skipped_by[self._name(nodeid)] = f"{self._own(where[0])}:{where[1]}"
 
