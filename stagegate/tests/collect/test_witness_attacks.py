@@ -712,6 +712,7 @@ NET_TEST = (
     "from {module} import offline\n\ndef test_fetch():\n    offline()\n\ndef test_ok():\n    pass\n"
 )
 # Where the project's package is, and whether the file that skips is its own code
+SITE = ".tox/py311/lib/python3.11/site-packages"  # a virtualenv's, inside the project
 PACKAGE_LAYOUTS = {
     # tests mirroring the package's layout: tests/mylib/ is the tests'
     "tests-mirroring-the-package": (
@@ -737,6 +738,28 @@ PACKAGE_LAYOUTS = {
         "mylib",
         {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
          "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
+        Decision.BLOCK,
+    ),
+    # ... and beside the tests, installed (editable) with a top_level.txt that names it
+    "flat-package-named-otherwise": (
+        "my-lib",
+        {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="mylib.testing"),
+         f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\n",
+         f"{SITE}/my_lib-1.0.dist-info/RECORD": "__editable__.my_lib-1.0.pth,,\n",
+         f"{SITE}/my_lib-1.0.dist-info/top_level.txt": "mylib\n"},
+        Decision.BLOCK,
+    ),
+    # ... that empties its top_level.txt as it is imported, before it skips
+    "flat-package-hiding-its-name": (
+        "my-lib",
+        {"mylib/__init__.py": "import pathlib\n\npathlib.Path("
+         f"'{SITE}/my_lib-1.0.dist-info/top_level.txt').write_text('')\n",
+         "mylib/testing.py": BROWSER,
+         "tests/test_net.py": NET_TEST.format(module="mylib.testing"),
+         f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\n",
+         f"{SITE}/my_lib-1.0.dist-info/RECORD": "__editable__.my_lib-1.0.pth,,\n",
+         f"{SITE}/my_lib-1.0.dist-info/top_level.txt": "mylib\n"},
         Decision.BLOCK,
     ),
     # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools
@@ -768,7 +791,7 @@ def test_a_skip_is_the_tests_or_the_products_by_where_the_package_is(
 ) -> None:
     name, files, decision = PACKAGE_LAYOUTS[layout]
     project = {"pyproject.toml": f'[project]\nname = "{name}"\nversion = "1.0"\n', **files}
-    ini = {"pytest.ini": "[pytest]\npythonpath = src .\n"}
+    ini = {"pytest.ini": f"[pytest]\npythonpath = src . {SITE}\n"}
     tests = "src/tests" if layout == "tests-kept-in-src" else "tests"
     found = _judged(tmp_path, {**project, **ini}, tests)
     assert found == (
@@ -947,7 +970,6 @@ def test_a_helper_the_policy_names_as_the_tests_own_code_decides_their_skips(
 
 # The project installed into a virtualenv inside its root, not editable, as tox installs it:
 # its modules are in site-packages, with the distribution's record of them
-SITE = ".tox/py311/lib/python3.11/site-packages"
 INSTALLED = {
     "pyproject.toml": '[project]\nname = "my-lib"\nversion = "1.0"\n',
     "pytest.ini": f"[pytest]\npythonpath = {SITE}\n",

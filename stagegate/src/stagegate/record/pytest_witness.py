@@ -123,6 +123,23 @@ def installed_files(root: Path) -> dict[Path, str]:
     return {path: path.relative_to(top).as_posix() for path in found if path.is_relative_to(top)}
 
 
+def own_packages(root: Path) -> frozenset[str]:
+    """The project's own packages, by its distribution's name ("testinfra") and by those its
+    installation names (sklearn for scikit-learn): whatever their names start with, they are
+    the code under test."""
+    return top_level(root) | {re.sub(r"[-_.]+", "_", project_name(root) or "").lower()}
+
+
+def top_level(root: Path) -> frozenset[str]:
+    """The packages the root's distribution installs, by its ``top_level.txt`` (setuptools
+    writes one, editable installs included), in lower case; none where it has none."""
+    try:
+        text = importlib.metadata.distribution(project_name(root) or "").read_text("top_level.txt")
+    except (ValueError, importlib.metadata.PackageNotFoundError):
+        return frozenset()
+    return frozenset(n.strip().lower() for n in (text or "").splitlines() if n.strip())
+
+
 _SITES = ("site-packages", "dist-packages")
 
 
@@ -276,6 +293,7 @@ class OutcomeWitness:
         self.key = key  # where a pytest-xdist worker sends what it saw
         self.prefix = getattr(config.option, "junitprefix", None)
         self.config, self.root = config, root
+        self.packages = own_packages(root)  # read before the code under test is imported
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
@@ -384,17 +402,11 @@ class OutcomeWitness:
     def _package_at(self, parts: list[str], installed: bool) -> int | None:
         """Which of a path's folders (lower case, without .py) is the project's own package:
         the top one of its installation, or src/'s first below the root, where not named
-        test*; else the one named as the distribution; None where none is."""
+        test*; else the first of its own packages; None where none is."""
         top = 0 if installed else 1 if len(parts) > 2 and parts[0] == "src" else None
         if top is not None and not parts[top].startswith("test"):
             return top
-        return parts.index(self.package) if self.package in parts else None
-
-    @cached_property
-    def package(self) -> str:
-        """The project's own package, by its distribution's name ("testinfra"): whatever its
-        name starts with, it is the code under test."""
-        return re.sub(r"[-_.]+", "_", project_name(self.root) or "").lower()
+        return next((i for i, part in enumerate(parts) if part in self.packages), None)
 
     def _noted(self, nodeid: str) -> None:
         name = self._name(nodeid)
