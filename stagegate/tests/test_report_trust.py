@@ -220,3 +220,49 @@ def test_a_new_skip_padded_by_new_tests_is_named(run: Path) -> None:
 def test_files_that_can_deselect_or_skip_tests_are_gate_files(path: str) -> None:
     policy = load_policy(POLICY_FILE)
     assert policy.gate_files_in((path, "src/amptrain/loop.py")) == (path,)
+
+
+def _coverage(path: Path, files: dict[str, tuple[int, int]]) -> None:
+    """A coverage file of ``files``, each (covered, statements) lines, as coverage json
+    writes it."""
+
+    def summary(covered: int, statements: int) -> dict:
+        share = 100.0 * covered / statements
+        return {"covered_lines": covered, "num_statements": statements, "percent_covered": share}
+
+    entries = {
+        name: {"summary": summary(*counts), "missing_lines": list(range(1, 1 + n - c))}
+        for name, counts in files.items()
+        for c, n in [counts]
+    }
+    totals = summary(*map(sum, zip(*files.values(), strict=True)))
+    path.write_text(json.dumps({"meta": {}, "totals": totals, "files": entries}), encoding="utf-8")
+
+
+BASE_COVERAGE = {"src/amptrain/trainer.py": (42, 46), "src/amptrain/loop.py": (10, 50)}
+NARROWED = {
+    "omitted": {"src/amptrain/trainer.py": (42, 46)},
+    "excluded": {"src/amptrain/trainer.py": (42, 46), "src/amptrain/loop.py": (18, 20)},
+}
+
+
+@pytest.mark.parametrize("change", NARROWED.values(), ids=NARROWED)
+def test_coverage_that_measures_less_of_a_file_the_change_leaves_blocks(
+    run: Path, change: dict[str, tuple[int, int]]
+) -> None:
+    base = _base_raw(run)
+    _coverage(base / "coverage.json", BASE_COVERAGE)
+    _coverage(RAW / "coverage.json", change)
+    reseal(RAW)
+    reseal(base)
+    listed = run / "changed.txt"
+    listed.write_text("src/amptrain/trainer.py\n", encoding="utf-8")
+    options = ("--base-raw", str(base), "--changed-files", str(listed))
+    assert report_cli(run, *options) == 1
+    (stage,) = (s for s in _verdict()["stages"] if s["name"] == "execution")
+    found = [(f["kind"], f["severity"]) for f in stage["findings"] if "loop.py" in f["title"]]
+    assert found == [("coverage_narrowed", "HIGH")]
+    # the change touches the file (it removed or rewrote it), or what it touches is not known
+    listed.write_text("src/amptrain/loop.py\n", encoding="utf-8")
+    assert report_cli(run, *options) == 0
+    assert report_cli(run, "--base-raw", str(base)) == 0

@@ -51,6 +51,7 @@ class Kind(StrEnum):
     SKIPPED_TEST = "skipped_test"
     SLOW_TEST = "slow_test"
     COVERAGE_BELOW_FLOOR = "coverage_below_floor"
+    COVERAGE_NARROWED = "coverage_narrowed"
     # linters and warnings
     LINT_ERROR = "lint_error"
     LINT_WARNING = "lint_warning"
@@ -121,6 +122,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),
     Kind.SLOW_TEST: About(INFO, "a test took longer than slow_test_s", fixed=True),
     Kind.COVERAGE_BELOW_FLOOR: About(H, "line coverage is under its threshold"),
+    Kind.COVERAGE_NARROWED: About(H, "coverage measures less of a file the change leaves as it is"),
     Kind.LINT_ERROR: About(H, "a linter reports an error (a syntax error included)"),
     Kind.LINT_WARNING: About(M, "a linter reports a warning"),
     Kind.LINT_STYLE: About(L, "a linter reports a matter of style"),

@@ -536,6 +536,8 @@ class StageData:
     # The same stage's tests on the base branch (``--base-raw``), or why there are none.
     base_suite: TestSuite | None = None
     base_note: str = ""
+    base_coverage: Coverage | None = None
+    changed: tuple[str, ...] | None = None  # the files the change touches; None: not known
     # The tests the other stages of this report ran (their file form, :func:`canonical`)
     ran_elsewhere: frozenset[str] = frozenset()
 

@@ -155,7 +155,12 @@ def _base_results(base_raw: Path | None) -> tuple[dict[str, StageData], str]:
     return {name: collect_stage(rec, base_raw) for name, rec in records.items()}, ""
 
 
-def _with_base(data: StageData, base: StageData | None, note: str) -> StageData:
+def _with_base(
+    data: StageData, base: StageData | None, note: str, changed: tuple[str, ...] | None
+) -> StageData:
+    """``data`` with the base branch's tests and coverage, and the files the change touches."""
+    coverage = base.coverage if base is not None else None
+    data = replace(data, base_coverage=coverage, changed=changed)
     if base is not None and base.suite is not None:
         return replace(data, base_suite=base.suite)
     return replace(data, base_note=note or "not compared: the base branch left no test results")
@@ -209,22 +214,25 @@ def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
     names = _stage_names(scan, policy, bool(options.only))
     runs = read_run_log(options.raw_dir)
     bases, note = _base_results(options.base_raw)
+    base, changed = changed_files(options.changed_files, options.base_ref, env)
     stages = _ran_elsewhere(
         {
             n: _with_base(
                 _collect(scan, n, options.raw_dir, runs.get(n), options.gate_witness),
                 bases.get(n),
                 note,
+                changed,
             )
             for n in names
         }
     )
     baselines, baseline_problem = _baselines(options.baseline)
     host = read_host(options.host) if options.host is not None else None
-    base, changed = changed_files(options.changed_files, options.base_ref, env)
     commit = run_commit({n: scan.records[n] for n in names if n in scan.records})
     now = datetime.now(UTC)
-    return Inputs(policy, stages, commit, baselines, baseline_problem, host, base, changed, now)
+    return Inputs(
+        policy, stages, commit, baselines, baseline_problem, host, base, changed or (), now
+    )
 
 
 def judge_all(inputs: Inputs, ab_base: str | None = None) -> Verdict:

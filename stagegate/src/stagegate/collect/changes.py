@@ -28,9 +28,10 @@ def _git_changes(ref: str) -> tuple[str, ...] | None:
 
 def changed_files(
     listed: Path | None, base_ref: str | None, env: Mapping[str, str]
-) -> tuple[str, tuple[str, ...]]:
+) -> tuple[str, tuple[str, ...] | None]:
     """The files the change touches, with where that list came from, in words: the file
-    ``listed`` (``--changed-files``), else a git diff against ``base_ref`` or the PR's base."""
+    ``listed`` (``--changed-files``), else a git diff against ``base_ref`` or the PR's base;
+    None where neither is there."""
     if listed is not None:
         try:
             text = listed.read_text(encoding="utf-8")
@@ -43,8 +44,8 @@ def changed_files(
         return "the change's file list", tuple(dict.fromkeys(p for p in paths if p))
     ref = base_ref or (f"origin/{env['GITHUB_BASE_REF']}" if env.get("GITHUB_BASE_REF") else None)
     if not ref:
-        return "no base given (pass --base REF or --changed-files FILE)", ()
+        return "no base given (pass --base REF or --changed-files FILE)", None
     changes = _git_changes(ref)
     if changes is None:
-        return f"{ref} (not available in this clone)", ()
+        return f"{ref} (not available in this clone)", None
     return ref, changes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import output_findings
@@ -19,7 +20,15 @@ from stagegate.judge.required import (
     skipped_share_findings,
 )
 from stagegate.kinds import Kind
-from stagegate.model import LintFinding, Location, StageData, TestCase, TestSuite, WarningEntry
+from stagegate.model import (
+    FileCoverage,
+    LintFinding,
+    Location,
+    StageData,
+    TestCase,
+    TestSuite,
+    WarningEntry,
+)
 
 _DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
 
@@ -175,6 +184,40 @@ def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) 
         )
 
 
+def narrowed_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
+    """Each file the change leaves as it is whose lines and branches coverage counts fewer
+    than on the base (or none): the same source measured less is a configuration (omit,
+    exclusions) or a file that says less than coverage measured."""
+    if data.coverage is None or data.base_coverage is None or data.changed is None:
+        return
+    now = {c.path: _measured(c) for c in data.coverage.files}
+    changed = set(data.changed)
+    for base in data.base_coverage.files:
+        was = _measured(base)
+        if base.path in changed or Path(base.path).is_absolute() or not was:
+            continue  # touched, measured in another checkout, or counted nothing
+        counted = now.get(base.path)
+        if counted is not None and counted >= was:
+            continue
+        less = (
+            f"measured for {counted} of the base's {was} lines and branches"
+            if counted is not None
+            else "no longer measured"
+        )
+        f.add(
+            Kind.COVERAGE_NARROWED,
+            f"{base.path}, which the change leaves as it is, is {less}",
+            location=Location(base.path),
+            fix="measure what the base measured (coverage's source, omit and exclusions); "
+            "where less is meant, set [tool.stagegate.severity] coverage_narrowed",
+        )
+
+
+def _measured(c: FileCoverage) -> int:
+    """How many lines and branches coverage counts in a file (0: not stated)."""
+    return c.counts[1] if c.counts is not None else 0
+
+
 def warning_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Each captured warning once per place, deprecations apart from the rest."""
     grouped: dict[tuple[str, str, Location], int] = defaultdict(int)
@@ -216,6 +259,7 @@ RESULT_CHECKS: tuple[ResultCheck, ...] = (
     run_nowhere_findings,
     output_findings,
     coverage_findings,
+    narrowed_findings,
     warning_findings,
     lint_findings,
 )
