@@ -65,7 +65,9 @@ class ReportOptions:
         type=Path,
     )
     base_ref: str | None = option(
-        "git ref to list changed files against (default: the PR base)", flag="--base"
+        "git ref to list changed files against, edits not committed included (default: the "
+        "PR base)",
+        flag="--base",
     )
     changed_files: Path | None = option(
         "the paths the change touches, one a line (used instead of a git diff)",

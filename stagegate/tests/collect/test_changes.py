@@ -58,6 +58,15 @@ def test_a_git_diff_lists_both_names_of_a_rename(
     monkeypatch.chdir(tmp_path)
     where, files = changed_files(None, "main", {})
     assert where == "main" and set(files) == {"noxfile.py", "tasks.py", "new.txt"}
+    # what the checkout holds beside its commits is the change's too: edited, staged, new
+    (tmp_path / "tasks.py").write_text("x = 2\n")
+    (tmp_path / "notes.txt").write_text("n\n")
+    where, files = changed_files(None, "main", {})
+    assert set(files) == {"noxfile.py", "tasks.py", "new.txt", "notes.txt"}
+    (tmp_path / "base.txt").write_text("b\n")
+    git("add", "base.txt")
+    assert "base.txt" in changed_files(None, "main", {})[1]
+    assert changed_files(None, "no-such-ref", {})[1] is None
 
 
 def test_the_summary_opens_with_the_gate_files_the_change_edits(

@@ -19,11 +19,16 @@ def _git(*args: str) -> str | None:
 
 
 def _git_changes(ref: str) -> tuple[str, ...] | None:
-    out = _git("diff", "--name-status", f"{ref}...HEAD")
-    if out is None:
+    """The files changed since the commit ``ref`` and HEAD share, in the checkout as it is:
+    committed, uncommitted and untracked (what a local run judges, edits included)."""
+    base = _git("merge-base", ref, "HEAD")
+    out = _git("diff", "--name-status", base.strip()) if base else None
+    untracked = _git("ls-files", "--others", "--exclude-standard")
+    if out is None or untracked is None:
         return None
     # "M\tpath", "R100\told\tnew": both names of a rename are changed files
-    return tuple(dict.fromkeys(p for line in out.splitlines() for p in line.split("\t")[1:] if p))
+    paths = [p for line in out.splitlines() for p in line.split("\t")[1:] if p]
+    return tuple(dict.fromkeys([*paths, *untracked.splitlines()]))
 
 
 def changed_files(
