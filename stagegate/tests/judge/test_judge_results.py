@@ -11,6 +11,7 @@ from stagegate.judge.policy import Policy, check_threshold
 from stagegate.model import (
     Coverage,
     Failure,
+    FileCoverage,
     LintFinding,
     Location,
     MissingFile,
@@ -200,3 +201,43 @@ def test_a_missing_side_file_says_why_it_may_be_missing() -> None:
         ]
         assert [f.title.split(" ")[0] for f in found] == ["curves.json"]
         assert said in found[0].detail and found[0].severity.value == "LOW"
+
+
+def _covered(**files: int) -> Coverage:
+    """Coverage of each file (``__`` for ``/``), the lines and branches it counts."""
+    entries = (FileCoverage(n.replace("__", "/"), 90.0, (), (0, c)) for n, c in files.items())
+    return Coverage(90.0, tuple(entries))
+
+
+# How coverage names an untouched src/amptrain/loop.py on the base and in the change, a file
+# the change's list names, and how that list names loop.py where the change touches it
+A, B = "/home/ci/work/r/src/amptrain/loop.py", "/tmp/w/src/amptrain/loop.py"
+LOOP = "src/amptrain/loop.py"
+NAMED = {
+    "relative": (LOOP, LOOP, "src/amptrain/trainer.py", LOOP),
+    "absolute-in-two-checkouts": (A, B, "src/amptrain/trainer.py", LOOP),
+    "relative-to-a-subfolder": (LOOP, LOOP, "pkg/src/amptrain/trainer.py", f"pkg/{LOOP}"),
+}
+
+
+def _narrowed(data: StageData) -> list[tuple[str, str]]:
+    found = judge_stage("execution", data, POLICY).findings
+    return [(f.severity.value, f.location.file) for f in found if f.kind == "coverage_narrowed"]
+
+
+@pytest.mark.parametrize("counted", [0, 20, 50, 60])  # 0: not measured at all
+@pytest.mark.parametrize("named", NAMED.values(), ids=NAMED)
+def test_an_untouched_file_measured_less_than_on_the_base_is_found_however_coverage_names_it(
+    named: tuple[str, str, str, str], counted: int
+) -> None:
+    base, now, listed, touched = named
+    files = {now.replace("/", "__"): counted} if counted else {}
+    data = StageData(
+        record(),
+        coverage=_covered(**files, other=10),
+        base_coverage=_covered(**{base.replace("/", "__"): 50}),
+        changed=(listed,),
+    )
+    assert _narrowed(data) == ([("HIGH", base)] if counted < 50 else [])
+    assert _narrowed(replace(data, changed=(listed, touched))) == []  # the change's to shrink
+    assert _narrowed(replace(data, changed=None)) == []  # no base named the change's files

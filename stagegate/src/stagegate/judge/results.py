@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 from stagegate.judge.findings import Findings
 from stagegate.judge.outputs import output_findings
@@ -187,16 +186,22 @@ def coverage_findings(f: Findings, data: StageData, stage: str, policy: Policy) 
 def narrowed_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """Each file the change leaves as it is whose lines and branches coverage counts fewer
     than on the base (or none): the same source measured less is a configuration (omit,
-    exclusions) or a file that says less than coverage measured."""
+    exclusions) or a file that says less than coverage measured. Files are named as coverage
+    names them, relative to where it ran or absolute: two names of one file end alike."""
     if data.coverage is None or data.base_coverage is None or data.changed is None:
         return
-    now = {c.path: _measured(c) for c in data.coverage.files}
-    changed = set(data.changed)
+    changed: dict[str, list[tuple[str, ...]]] = defaultdict(list)  # by the file's name
+    now: dict[str, list[tuple[tuple[str, ...], int]]] = defaultdict(list)
+    for parts in filter(None, map(_parts, data.changed)):
+        changed[parts[-1]].append(parts)
+    for file in data.coverage.files:
+        if parts := _parts(file.path):
+            now[parts[-1]].append((parts, _measured(file)))
     for base in data.base_coverage.files:
-        was = _measured(base)
-        if base.path in changed or Path(base.path).is_absolute() or not was:
-            continue  # touched, measured in another checkout, or counted nothing
-        counted = now.get(base.path)
+        was, parts = _measured(base), _parts(base.path)
+        if not was or any(_same(parts, c, whole=True) for c in changed[parts[-1]]):
+            continue  # counted nothing, or touched (wherever the list's names start)
+        counted = _counted(parts, now[parts[-1]])
         if counted is not None and counted >= was:
             continue
         less = (
@@ -211,6 +216,25 @@ def narrowed_findings(f: Findings, data: StageData, stage: str, policy: Policy) 
             fix="measure what the base measured (coverage's source, omit and exclusions); "
             "where less is meant, set [tool.stagegate.severity] coverage_narrowed",
         )
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    return tuple(p for p in name.replace("\\", "/").split("/") if p not in ("", "."))
+
+
+def _same(a: tuple[str, ...], b: tuple[str, ...], whole: bool = False) -> bool:
+    """Whether ``a`` and ``b`` name one file: the shorter is the end of the longer, or (not
+    ``whole``: absolute paths of two checkouts) they end in the same folder and name."""
+    shorter = min(len(a), len(b))
+    ending = next((i for i in range(shorter) if a[-1 - i] != b[-1 - i]), shorter)
+    return ending == shorter or (not whole and ending >= 2)
+
+
+def _counted(parts: tuple[str, ...], files: list[tuple[tuple[str, ...], int]]) -> int | None:
+    """What coverage counts in the file named ``parts`` among ``files`` (named alike by the
+    whole of the shorter name where one is, else by their ends); None where none is it."""
+    whole = [n for p, n in files if _same(parts, p, whole=True)]
+    return max(whole or [n for p, n in files if _same(parts, p)], default=None)
 
 
 def _measured(c: FileCoverage) -> int:
