@@ -317,6 +317,39 @@ LIBRARY_ATTACKS = {
         return a - b
     """,
     ),
+    # ... from a module that names another file, or none, as its own: its frames are its
+    # code's, by the file they were compiled from
+    "its-file-name-deleted": (
+        "skipped_by_code_under_test",
+        ADD_THAT_SKIPS.format(call='skip("later")') + "\n    del __file__\n",
+    ),
+    "its-file-name-a-tests": (
+        "skipped_by_code_under_test",
+        ADD_THAT_SKIPS.format(call='skip("later")')
+        + "\n    __file__ = __file__.replace('mylib.py', 'test_add.py')\n",
+    ),
+    "its-file-name-the-standard-librarys": (
+        "skipped_by_code_under_test",
+        ADD_THAT_SKIPS.format(call='skip("later")')
+        + "\n    import os\n    __file__ = os.__file__\n",
+    ),
+    # ... from code it makes at run time: of no file, or compiled under a library's name
+    **{
+        f"a-function-made-{how}": (
+            "skipped_by_code_under_test",
+            f"""
+    import os
+
+    SKIPS = "lambda a, b: __import__('pytest').skip('later') if a - b != a + b else a - b"
+    add = eval(compile(SKIPS, {name}, "eval"))
+    """,
+        )
+        for how, name in [
+            ("of-no-file", '"<string>"'),
+            ("under-a-library-files-name", "os.__file__"),
+            ("under-a-frozen-modules-name", '"<frozen os>"'),
+        ]
+    },
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
         "foreign_hooks",
@@ -382,7 +415,8 @@ SUBTESTS_TEST = """
 
 def _library(attack: str) -> tuple[str, dict[str, str]]:
     kind, code = LIBRARY_ATTACKS[attack]
-    add = "" if "def add" in code else "\n    def add(a, b):\n        return a - b\n"
+    made = "def add" in code or "\n    add = " in code
+    add = "" if made else "\n    def add(a, b):\n        return a - b\n"
     test = SUBTESTS_TEST if attack.startswith("subtests") else ADD_TEST
     files = {"mylib.py": code + add, "test_add.py": test}
     return kind, {**files, "conftest.py": ""} if "conftest" in code else files

@@ -20,6 +20,7 @@ conftest files), with where it was called.
 
 from __future__ import annotations
 
+import _imp
 import ast
 import configparser
 import importlib.metadata
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import SkipTest
 
 import pytest
@@ -167,18 +168,6 @@ _SKIPS = (Skipped, XFailed, SkipTest)
 _WITNESS = Path(__file__).resolve().parent
 
 
-def _frame_file(frame: Any) -> str | None:
-    """The file a frame's code belongs to: its module's ``__file__`` where that differs from
-    the name it was compiled under (code compiled as ``conftest.py`` inside a library runs in
-    the library), none for code of no file (a doctest's ``<doctest ...>``) or of no module."""
-    named, module = frame.f_code.co_filename, frame.f_globals.get("__file__")
-    if named.startswith("<") or not isinstance(module, str):
-        return None
-    if Path(named).resolve() != Path(module).resolve():
-        return None if module.startswith("<") else module
-    return named
-
-
 def _keys(code: CodeType) -> Iterator[tuple[str, int, bytes]]:
     """Each code object in ``code`` (itself, its functions, theirs), by name, first line and
     bytecode."""
@@ -210,37 +199,82 @@ def compiled_from(frame: Any, path: Path, config: pytest.Config) -> bool:
         stat = path.stat()
     except OSError:
         return False
-    code = frame.f_code
-    key = (code.co_name, code.co_firstlineno, code.co_code)
-    return key in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
+    return _key(frame.f_code) in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
+
+
+def _key(code: CodeType) -> tuple[str, int, bytes]:
+    return code.co_name, code.co_firstlineno, code.co_code
+
+
+@lru_cache(maxsize=64)
+def _frozen(name: str) -> frozenset[Any]:
+    """The code of the frozen module ``name`` (importlib's, os in Python 3.11), by key."""
+    try:
+        return frozenset(_keys(_imp.get_frozen_object(name)))
+    except (ImportError, TypeError, ValueError):
+        return frozenset()
+
+
+class Origin(NamedTuple):
+    """Where a skip was raised: a frame's file and line; ``made``: by code made at run time,
+    or code that names a file it was not compiled from (the file is only its claim)."""
+
+    path: Path
+    line: int
+    made: bool = False
+
+
+def _library_code(frame: Any, path: Path | None, config: pytest.Config) -> bool:
+    """Whether a frame outside the project (pytest's, the standard library's, the witness's)
+    runs its file's own code, or a frozen module's; code that names one and is not passes
+    nothing on."""
+    name = frame.f_code.co_filename
+    if path is None:
+        frozen = name.startswith("<frozen ") and name.endswith(">")
+        return frozen and _key(frame.f_code) in _frozen(name[len("<frozen ") : -1])
+    return compiled_from(frame, path, config)
+
+
+def _projects(path: Path, root: Path, installed: dict[Path, str]) -> bool:
+    """Whether ``path`` is a file of the project, or of its installation (the witness's own
+    files aside, where stagegate is the project)."""
+    if path.is_relative_to(_WITNESS):
+        return False
+    own = in_project(str(path), root) is not None or path in installed
+    return own or installed_copy(path, root) is not None
 
 
 def raised_from(
     exc: BaseException,
     root: Path,
+    config: pytest.Config,
     installed: dict[Path, str] | None = None,
     believed: Callable[[Any, Path], bool] = lambda frame, path: True,
-) -> tuple[Path, int] | None:
+) -> Origin | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
-    file of the project or of its ``installed`` distribution (pytest, the standard library,
-    other installed packages, the witness and code of no file pass it on; so does a frame
-    whose file is not ``believed``). A skip pytest or unittest raised anew while handling one
-    (a unittest.TestCase's SkipTest) is placed where the one handled was raised."""
+    file of the project or of its ``installed`` distribution. pytest, the standard library,
+    other installed packages and the witness pass it on, where their frames run their files'
+    code; a doctest's own skip is the test's. Code of no file (``<string>``), code that is
+    not its file's and a frame of the project's that is not ``believed`` are code made at run
+    time: the code under test's. A skip pytest or unittest raised anew while handling one (a
+    unittest.TestCase's SkipTest) is placed where the one handled was raised."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
-        frames.append((_frame_file(tb.tb_frame), tb.tb_lineno, tb.tb_frame))
+        frames.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
-    for filename, line, frame in reversed(frames):
-        path = Path(filename).resolve() if filename is not None else _WITNESS
-        if path.is_relative_to(_WITNESS):
-            continue  # code of no file; the witness's frames that pass the exception on
-        own = in_project(filename, root) is not None or path in (installed or {})
-        if (own or installed_copy(path, root) is not None) and believed(frame, path):
-            return path, line
+    for frame, line in reversed(frames):
+        name = frame.f_code.co_filename
+        if name.startswith("<doctest "):
+            return None
+        path = None if name.startswith("<") else Path(name).resolve()
+        if path is not None and _projects(path, root, installed or {}):
+            return Origin(path, line, made=not believed(frame, path))
+        if not _library_code(frame, path, config):
+            return Origin(Path(name), line, made=True)
     handled = exc.__context__
     if isinstance(handled, _SKIPS):
-        return raised_from(handled, root, installed, believed)
+        return raised_from(handled, root, config, installed, believed)
     return None
 
 
@@ -367,10 +401,11 @@ class OutcomeWitness:
         def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
             return not excused(path) or compiled_from(frame, path, self.config)
 
-        where = raised_from(exc, self.root, self.installed, believed)
-        if where is None or excused(where[0]):
+        where = raised_from(exc, self.root, self.config, self.installed, believed)
+        if where is None or (not where.made and excused(where.path)):
             return
-        self.skipped_by[self._name(nodeid)] = f"{self._own(where[0])}:{where[1]}"
+        named = self._own(where.path) if not where.made else f"{where.path} (made at run time)"
+        self.skipped_by[self._name(nodeid)] = f"{named}:{where.line}"
 
     def _own(self, path: Path) -> str:
         """``path`` (the project's code) below the root, or inside its installation."""
