@@ -747,6 +747,25 @@ NET_TEST = (
 )
 # Where the project's package is, and whether the file that skips is its own code
 SITE = ".tox/py311/lib/python3.11/site-packages"  # a virtualenv's, inside the project
+# A flat package named otherwise than its distribution (my-lib), whose testing module skips
+PACKAGE_FLAT = {
+    "mylib/__init__.py": "",
+    "mylib/testing.py": BROWSER,
+    "tests/test_net.py": NET_TEST.format(module="mylib.testing"),
+}
+# ... installed (editable) with a top_level.txt that names it, as setuptools installs it
+PACKAGE_INSTALLED = {
+    **PACKAGE_FLAT,
+    f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\n",
+    f"{SITE}/my_lib-1.0.dist-info/RECORD": "__editable__.my_lib-1.0.pth,,\n",
+    f"{SITE}/my_lib-1.0.dist-info/top_level.txt": "mylib\n",
+}
+# ... emptying that file as it is imported, before it skips
+PACKAGE_HIDING = {
+    **PACKAGE_INSTALLED,
+    "mylib/__init__.py": "import pathlib\n\npathlib.Path("
+    f"'{SITE}/my_lib-1.0.dist-info/top_level.txt').write_text('')\n",
+}
 PACKAGE_LAYOUTS = {
     # tests mirroring the package's layout: tests/mylib/ is the tests'
     "tests-mirroring-the-package": (
@@ -774,26 +793,34 @@ PACKAGE_LAYOUTS = {
          "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
         Decision.BLOCK,
     ),
-    # ... and beside the tests, installed (editable) with a top_level.txt that names it
-    "flat-package-named-otherwise": (
+    # ... beside the tests, installed (editable) with a top_level.txt that names it, or
+    # emptying that file as it is imported
+    "flat-package-named-otherwise": ("my-lib", PACKAGE_INSTALLED, Decision.BLOCK),
+    "flat-package-hiding-its-name": ("my-lib", PACKAGE_HIDING, Decision.BLOCK),
+    # ... the same, emptying it as a conftest.py imports it (before any test module is)
+    "flat-package-hiding-its-name-from-a-conftest": (
         "my-lib",
-        {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
-         "tests/test_net.py": NET_TEST.format(module="mylib.testing"),
-         f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\n",
-         f"{SITE}/my_lib-1.0.dist-info/RECORD": "__editable__.my_lib-1.0.pth,,\n",
-         f"{SITE}/my_lib-1.0.dist-info/top_level.txt": "mylib\n"},
+        {**PACKAGE_HIDING, "conftest.py": "import mylib\n"},
         Decision.BLOCK,
     ),
-    # ... that empties its top_level.txt as it is imported, before it skips
-    "flat-package-hiding-its-name": (
+    # ... with an empty top_level.txt of its own in the tree, ahead of the installation's
+    "flat-package-shadowing-its-installation": (
         "my-lib",
-        {"mylib/__init__.py": "import pathlib\n\npathlib.Path("
-         f"'{SITE}/my_lib-1.0.dist-info/top_level.txt').write_text('')\n",
-         "mylib/testing.py": BROWSER,
-         "tests/test_net.py": NET_TEST.format(module="mylib.testing"),
-         f"{SITE}/my_lib-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\n",
-         f"{SITE}/my_lib-1.0.dist-info/RECORD": "__editable__.my_lib-1.0.pth,,\n",
-         f"{SITE}/my_lib-1.0.dist-info/top_level.txt": "mylib\n"},
+        {**PACKAGE_INSTALLED, "mylib/__init__.py": "",
+         "my_lib-9.dist-info/METADATA": "Metadata-Version: 2.1\nName: my-lib\nVersion: 9\n",
+         "my_lib-9.dist-info/top_level.txt": ""},
+        Decision.BLOCK,
+    ),
+    # ... not installed, named by its build configuration (Hatch's, setuptools' in setup.cfg)
+    "flat-package-named-by-hatch": (
+        "my-lib",
+        {**PACKAGE_FLAT, "pyproject.toml": '[project]\nname = "my-lib"\nversion = "1.0"\n'
+         '[tool.hatch.build.targets.wheel]\npackages = ["mylib"]\n'},
+        Decision.BLOCK,
+    ),
+    "flat-package-named-by-setup-cfg": (
+        "my-lib",
+        {**PACKAGE_FLAT, "setup.cfg": "[metadata]\nname = my-lib\n[options]\npackages = mylib\n"},
         Decision.BLOCK,
     ),
     # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools

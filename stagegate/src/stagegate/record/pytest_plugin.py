@@ -30,7 +30,12 @@ import pytest
 from stagegate.io import write_atomic
 from stagegate.model import counts_path
 from stagegate.record.pytest_guard import register as register_guard
-from stagegate.record.pytest_witness import OutcomeWitness, in_project, junit_written
+from stagegate.record.pytest_witness import (
+    OutcomeWitness,
+    in_project,
+    junit_written,
+    note_packages,
+)
 from stagegate.record.witness_file import JUnitSidecar
 
 FORMAT_VERSION = 1  # of the warnings file
@@ -51,6 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="fail every test that changes DIR (the folder stage results are written to)",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before the first conftest.py: what the project's own packages are."""
+    note_packages(early_config)
 
 
 def pytest_configure(config: pytest.Config) -> None:

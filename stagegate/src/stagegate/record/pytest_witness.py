@@ -88,23 +88,57 @@ def own_code(filename: str, root: Path) -> str | None:
     return str(path)
 
 
-def project_name(root: Path) -> str | None:
-    """The name of the root's distribution: pyproject.toml's ``[project]`` (or Poetry's
-    ``[tool.poetry]``) name, else setup.cfg's ``[metadata]`` name."""
+def _configs(root: Path) -> tuple[dict[str, Any], configparser.ConfigParser]:
+    """The root's pyproject.toml and setup.cfg, each empty where there is none to read."""
     try:
         data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
-    for table in (data.get("project"), tool.get("poetry")):
-        if isinstance(table, dict) and isinstance(table.get("name"), str):
-            return table["name"]
     setup = configparser.ConfigParser(interpolation=None)
     try:
         setup.read(root / "setup.cfg", encoding="utf-8")
     except (configparser.Error, UnicodeDecodeError):
-        return None
+        setup = configparser.ConfigParser(interpolation=None)
+    return data, setup
+
+
+def _table(data: Any, *keys: str) -> dict[str, Any]:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def project_name(root: Path) -> str | None:
+    """The name of the root's distribution: pyproject.toml's ``[project]`` (or Poetry's
+    ``[tool.poetry]``) name, else setup.cfg's ``[metadata]`` name."""
+    data, setup = _configs(root)
+    for table in (_table(data, "project"), _table(data, "tool", "poetry")):
+        if isinstance(table.get("name"), str):
+            return str(table["name"])
     return setup.get("metadata", "name", fallback=None) or None
+
+
+def declared_packages(root: Path) -> frozenset[str]:
+    """The top packages and modules the root's build configuration names, in lower case:
+    setuptools' packages and py-modules (pyproject.toml or setup.cfg), Hatch's wheel
+    packages, Flit's module, Poetry's packages."""
+    data, setup = _configs(root)
+    tool = _table(data, "tool")
+    names = [
+        *_listed(_table(tool, "setuptools").get("packages")),
+        *_listed(_table(tool, "setuptools").get("py-modules")),
+        *_listed(_table(tool, "hatch", "build", "targets", "wheel").get("packages")),
+        *_listed(_table(tool, "flit", "module").get("name")),
+        *(_table(p).get("include") for p in _listed(_table(tool, "poetry").get("packages"))),
+        *setup.get("options", "packages", fallback="").split(),
+        *setup.get("options", "py_modules", fallback="").split(),
+    ]
+    tops = (n.replace("\\", "/").rstrip("/").split("/")[-1].split(".")[0] for n in names if n)
+    return frozenset(t.lower() for t in tops if t.isidentifier())
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value] if isinstance(value, str) else []
 
 
 def installed_files(root: Path) -> dict[Path, str]:
@@ -125,20 +159,34 @@ def installed_files(root: Path) -> dict[Path, str]:
 
 
 def own_packages(root: Path) -> frozenset[str]:
-    """The project's own packages, by its distribution's name ("testinfra") and by those its
-    installation names (sklearn for scikit-learn): whatever their names start with, they are
-    the code under test."""
-    return top_level(root) | {re.sub(r"[-_.]+", "_", project_name(root) or "").lower()}
+    """The project's own packages, by its distribution's name ("testinfra"), by those its
+    build configuration names and by those its installation names (sklearn for
+    scikit-learn): whatever their names start with, they are the code under test."""
+    named = re.sub(r"[-_.]+", "_", project_name(root) or "").lower()
+    return top_level(root) | declared_packages(root) | {named}
 
 
 def top_level(root: Path) -> frozenset[str]:
-    """The packages the root's distribution installs, by its ``top_level.txt`` (setuptools
-    writes one, editable installs included), in lower case; none where it has none."""
-    try:
-        text = importlib.metadata.distribution(project_name(root) or "").read_text("top_level.txt")
-    except (ValueError, importlib.metadata.PackageNotFoundError):
-        return frozenset()
-    return frozenset(n.strip().lower() for n in (text or "").splitlines() if n.strip())
+    """The packages the root's distribution installs, by each of its installations'
+    ``top_level.txt`` (setuptools writes one, editable installs included), in lower case; an
+    installation's metadata kept in the tree itself is the tree's claim, and not read."""
+    name, found = project_name(root), set[str]()
+    for dist in importlib.metadata.distributions(name=name) if name else ():
+        where = Path(str(dist.locate_file(""))).resolve()
+        if in_project(str(where), root) is not None:
+            continue  # a dist-info folder committed beside the code, not an installation
+        text = dist.read_text("top_level.txt") or ""
+        found.update(n.strip().lower() for n in text.splitlines() if n.strip())
+    return frozenset(found)
+
+
+PACKAGES = pytest.StashKey[frozenset[str]]()
+
+
+def note_packages(config: pytest.Config) -> None:
+    """The project's own packages, read before the first conftest.py is imported (and the
+    code under test with it): the witness holds the code to those."""
+    config.stash[PACKAGES] = own_packages(Path(config.rootpath).resolve())
 
 
 _SITES = ("site-packages", "dist-packages")
@@ -327,7 +375,8 @@ class OutcomeWitness:
         self.key = key  # where a pytest-xdist worker sends what it saw
         self.prefix = getattr(config.option, "junitprefix", None)
         self.config, self.root = config, root
-        self.packages = own_packages(root)  # read before the code under test is imported
+        # read before the code under test is imported (note_packages), else now
+        self.packages = config.stash.get(PACKAGES, None) or own_packages(root)
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness, junit_written
+from .pytest_witness import SUBTEST_REPORTS, OutcomeWitness, junit_written, note_packages
 
 FORMAT_VERSION = 4  # 2: the witness's lists; 3: what the run dropped; 4: what skipped tests
 GATE_SUFFIX = ".witness.json"
@@ -70,6 +70,12 @@ class JUnitSidecar:
             **self.witness.seen(),
         }
         _replace(self.path, dumps(doc) + "\n")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before the first conftest.py: what the project's own packages are."""
+    note_packages(early_config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
