@@ -333,6 +333,25 @@ LIBRARY_ATTACKS = {
         ADD_THAT_SKIPS.format(call='skip("later")')
         + "\n    import os\n    __file__ = os.__file__\n",
     ),
+    # ... by running its test's own code again in a copy of the test module's namespace, in
+    # which add skips through the standard library
+    "the-tests-code-run-again-in-a-namespace-it-made": (
+        "skipped_by_code_under_test",
+        """
+    import sys
+    import types
+    from unittest import mock
+
+    import pytest
+
+    def add(a, b):
+        if a - b != a + b:
+            caller = sys._getframe(1)
+            skip = mock.Mock(side_effect=pytest.skip.Exception("later"))
+            types.FunctionType(caller.f_code, dict(caller.f_globals, add=skip))()
+        return a - b
+    """,
+    ),
     # ... from code it makes at run time: of no file, or compiled under a library's name
     **{
         f"a-function-made-{how}": (
@@ -1174,10 +1193,34 @@ DOCTEST_SKIP = {
 }
 
 
+# A helper of the tests that a product function calls back, and skips; a test before it edits
+# the helper's file: the code that runs is what was imported, not what the file now says
+EDITED_WHILE_RUNNING = {
+    "pytest.ini": "[pytest]\npythonpath = src tests\n",
+    "src/pkg/__init__.py": "def run(step):\n    return step()\n",
+    "tests/helpers.py": "import pytest\n\ndef step():\n    pytest.skip('decided by the test')\n",
+    "tests/test_a.py": """
+        import pathlib
+
+        def test_edits_the_helper():
+            helper = pathlib.Path(__file__).with_name("helpers.py")
+            helper.write_text("# edited\\n" + helper.read_text())
+    """,
+    "tests/test_b.py": """
+        import pkg
+        from helpers import step
+
+        def test_calls_back():
+            pkg.run(step)
+    """,
+}
+
+
 @pytest.mark.parametrize(
     ("files", "options"),
     [
         ({"test_idioms.py": IDIOMS}, ()),
+        (EDITED_WHILE_RUNNING, ("-p", "no:randomly")),
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
@@ -1191,6 +1234,7 @@ DOCTEST_SKIP = {
     ],
     ids=[
         "opt-outs-and-abstract-bases",
+        "a-helper-edited-while-the-tests-run",
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",
         "skips-decided-by-the-tests",

@@ -26,12 +26,13 @@ import configparser
 import importlib.metadata
 import os
 import re
+import sys
 import sysconfig
 import tomllib
 from collections.abc import Callable, Iterator
 from functools import cached_property, lru_cache
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FunctionType
 from typing import Any, NamedTuple
 from unittest import SkipTest
 
@@ -250,6 +251,59 @@ def compiled_from(frame: Any, path: Path, config: pytest.Config) -> bool:
     return _key(frame.f_code) in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
 
 
+def ran_from(frame: Any, path: Path, config: pytest.Config) -> bool:
+    """Whether ``frame`` runs code of the module loaded from ``path``, in that module's own
+    namespace: code it holds (the file may have changed since), or its source compiles to.
+    A module's own body is its source's: a module that failed to import (skipped itself)
+    is no longer among the loaded."""
+    if frame.f_code.co_name == "<module>":
+        return compiled_from(frame, path, config)
+    namespace = frame.f_globals
+    module = next((m for m in list(sys.modules.values()) if _namespace(m) is namespace), None)
+    loaded = getattr(module, "__file__", None)
+    if not isinstance(loaded, str) or Path(loaded).resolve() != path:
+        return False
+    return frame.f_code in _held(module) or compiled_from(frame, path, config)
+
+
+def _namespace(module: Any) -> Any:
+    try:
+        return vars(module)
+    except TypeError:  # a stand-in in sys.modules that has no namespace
+        return None
+
+
+def _held(module: Any) -> set[CodeType]:
+    """The code a module holds: its functions', its classes' methods', fixtures', nested."""
+    held: set[CodeType] = set()
+    todo, seen = list(vars(module).values()), set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, CodeType):
+            held.add(obj)
+            todo.extend(c for c in obj.co_consts if isinstance(c, CodeType))
+        elif isinstance(obj, FunctionType):
+            todo.extend([obj.__code__, *_wrapped(obj)])
+        elif isinstance(obj, staticmethod | classmethod):
+            todo.append(obj.__func__)
+        elif isinstance(obj, property):
+            todo.extend(f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
+        elif isinstance(obj, type) and obj.__module__ == module.__name__:
+            todo.extend(vars(obj).values())
+        elif type(obj).__name__ == "FixtureFunctionDefinition":  # pytest.fixture's, 8.4 on
+            todo.append(getattr(obj, "_fixture_function", None))
+    return held
+
+
+def _wrapped(function: FunctionType) -> list[Any]:
+    """What a decorator's wrapper (functools.wraps) wraps."""
+    inner = vars(function).get("__wrapped__")
+    return [inner] if inner is not None else []
+
+
 def _key(code: CodeType) -> tuple[str, int, bytes]:
     return code.co_name, code.co_firstlineno, code.co_code
 
@@ -448,7 +502,7 @@ class OutcomeWitness:
             return self._test_code(path) or (module is not None and _holds(module, path))
 
         def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
-            return not excused(path) or compiled_from(frame, path, self.config)
+            return not excused(path) or ran_from(frame, path, self.config)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
         if where is None or (not where.made and excused(where.path)):
