@@ -352,6 +352,58 @@ LIBRARY_ATTACKS = {
         return a - b
     """,
     ),
+    # ... by code it puts in the test module's namespace, compiled under the module's name
+    "code-put-in-the-test-modules-namespace": (
+        "skipped_by_code_under_test",
+        """
+    import sys
+
+    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
+
+    def add(a, b):
+        if a - b != a + b:
+            tests = sys._getframe(1).f_globals
+            exec(compile(SKIP, tests["__file__"], "exec"), tests)
+            tests["_skip"]()
+        return a - b
+    """,
+    ),
+    # ... in a module it makes and names as a test helper, or writes as one and imports
+    "a-module-it-makes-named-as-a-tests": (
+        "skipped_by_code_under_test",
+        """
+    import os
+    import sys
+    import types
+
+    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
+
+    def add(a, b):
+        if a - b != a + b:
+            helper = types.ModuleType("ghost")
+            helper.__file__ = os.path.join(os.path.dirname(__file__), "tests", "helpers.py")
+            exec(compile(SKIP, helper.__file__, "exec"), vars(helper))
+            sys.modules["ghost"] = helper
+            helper._skip()
+        return a - b
+    """,
+    ),
+    "a-test-module-it-writes-and-imports": (
+        "skipped_by_code_under_test",
+        """
+    import importlib
+    import pathlib
+
+    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
+
+    def add(a, b):
+        if a - b != a + b:
+            pathlib.Path(__file__).with_name("test_zz_helper.py").write_text(SKIP)
+            importlib.invalidate_caches()
+            importlib.import_module("test_zz_helper")._skip()
+        return a - b
+    """,
+    ),
     # ... from code it makes at run time: of no file, or compiled under a library's name
     **{
         f"a-function-made-{how}": (
@@ -365,6 +417,7 @@ LIBRARY_ATTACKS = {
         )
         for how, name in [
             ("of-no-file", '"<string>"'),
+            ("under-a-doctests-name", '"<doctest mylib.add[0]>"'),
             ("under-a-library-files-name", "os.__file__"),
             ("under-a-frozen-modules-name", '"<frozen os>"'),
         ]
@@ -1193,8 +1246,63 @@ DOCTEST_SKIP = {
 }
 
 
+# Skips in a root conftest.py beside tests/conftest.py (pytest takes the first out of
+# sys.modules as it imports the second), in a helper a conftest loads from its file, in one a
+# test takes out of sys.modules
+CONFTESTS_AND_HELPERS = {
+    "conftest.py": """
+        import pytest
+
+        @pytest.fixture
+        def gpu():
+            pytest.skip("no GPU")
+
+        def pytest_runtest_setup(item):
+            if "later" in item.name:
+                pytest.skip("later")
+    """,
+    "tests/conftest.py": """
+        import importlib.util
+        import pathlib
+
+        import pytest
+
+        _spec = importlib.util.spec_from_file_location(
+            "loaded_helper", pathlib.Path(__file__).with_name("loaded.py")
+        )
+        loaded = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(loaded)
+
+        @pytest.fixture
+        def net():
+            loaded.need()
+    """,
+    "tests/loaded.py": "import pytest\n\ndef need():\n    pytest.skip('offline')\n",
+    "tests/helpers.py": "import pytest\n\ndef need():\n    pytest.skip('no disk')\n",
+    "tests/test_skips.py": """
+        import sys
+
+        import helpers
+
+        def test_gpu(gpu):
+            pass
+
+        def test_later():
+            pass
+
+        def test_net(net):
+            pass
+
+        def test_disk(monkeypatch):
+            monkeypatch.delitem(sys.modules, "helpers")
+            helpers.need()
+
+        def test_runs():
+            pass
+    """,
+}
 # A helper of the tests that a product function calls back, and skips; a test before it edits
-# the helper's file: the code that runs is what was imported, not what the file now says
+# the helper's file: what runs is no longer what the tests were as the run began
 EDITED_WHILE_RUNNING = {
     "pytest.ini": "[pytest]\npythonpath = src tests\n",
     "src/pkg/__init__.py": "def run(step):\n    return step()\n",
@@ -1216,11 +1324,17 @@ EDITED_WHILE_RUNNING = {
 }
 
 
+def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Path) -> None:
+    """Whoever wrote it (a test, or the code under test), its code was made at run time."""
+    found = _judged(tmp_path, EDITED_WHILE_RUNNING, "-p", "no:randomly")
+    assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
+
+
 @pytest.mark.parametrize(
     ("files", "options"),
     [
         ({"test_idioms.py": IDIOMS}, ()),
-        (EDITED_WHILE_RUNNING, ("-p", "no:randomly")),
+        (CONFTESTS_AND_HELPERS, ()),
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
@@ -1234,7 +1348,7 @@ EDITED_WHILE_RUNNING = {
     ],
     ids=[
         "opt-outs-and-abstract-bases",
-        "a-helper-edited-while-the-tests-run",
+        "conftests-and-helpers-pytest-or-the-tests-load",
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",
         "skips-decided-by-the-tests",

@@ -23,16 +23,19 @@ from __future__ import annotations
 import _imp
 import ast
 import configparser
+import doctest
+import gc
 import importlib.metadata
 import os
 import re
 import sys
 import sysconfig
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from functools import cached_property, lru_cache
 from pathlib import Path
-from types import CodeType, FunctionType
+from types import CodeType, ModuleType
 from typing import Any, NamedTuple
 from unittest import SkipTest
 
@@ -182,11 +185,14 @@ def top_level(root: Path) -> frozenset[str]:
 
 
 PACKAGES = pytest.StashKey[frozenset[str]]()
+STARTED = pytest.StashKey[int]()  # time.time_ns() as the witness began
 
 
 def note_packages(config: pytest.Config) -> None:
-    """The project's own packages, read before the first conftest.py is imported (and the
-    code under test with it): the witness holds the code to those."""
+    """Before the first conftest.py is imported (and the code under test with it): the
+    project's own packages, which the witness holds the code to, and the time (a file of
+    the tests' written since is not the tests' code)."""
+    config.stash[STARTED] = time.time_ns()
     config.stash[PACKAGES] = own_packages(Path(config.rootpath).resolve())
 
 
@@ -251,57 +257,39 @@ def compiled_from(frame: Any, path: Path, config: pytest.Config) -> bool:
     return _key(frame.f_code) in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
 
 
-def ran_from(frame: Any, path: Path, config: pytest.Config) -> bool:
-    """Whether ``frame`` runs code of the module loaded from ``path``, in that module's own
-    namespace: code it holds (the file may have changed since), or its source compiles to.
-    A module's own body is its source's: a module that failed to import (skipped itself)
-    is no longer among the loaded."""
-    if frame.f_code.co_name == "<module>":
-        return compiled_from(frame, path, config)
-    namespace = frame.f_globals
-    module = next((m for m in list(sys.modules.values()) if _namespace(m) is namespace), None)
-    loaded = getattr(module, "__file__", None)
-    if not isinstance(loaded, str) or Path(loaded).resolve() != path:
+def ran_from(frame: Any, path: Path, config: pytest.Config, since_ns: int) -> bool:
+    """Whether ``frame`` runs code of ``path`` as the file was before the run began (at
+    ``since_ns``; a file written since is code made at run time), code its source compiles
+    to, in the namespace of a module loaded from it."""
+    try:
+        if path.stat().st_mtime_ns > since_ns:
+            return False
+    except OSError:
         return False
-    return frame.f_code in _held(module) or compiled_from(frame, path, config)
+    return compiled_from(frame, path, config) and _loaded_from(frame.f_globals, path)
+
+
+def _loaded_from(namespace: dict[str, Any], path: Path) -> bool:
+    """Whether ``namespace`` is a module's, the module loaded from ``path``: one in
+    sys.modules, else any still alive (a conftest.py pytest took out of sys.modules, a helper
+    loaded from its file, a module that skipped itself as it was imported)."""
+    module = next((m for m in list(sys.modules.values()) if _namespace(m) is namespace), None)
+    if module is None:  # rare: every object is searched
+        referrers = gc.get_referrers(namespace)
+        module = next((m for m in referrers if _namespace(m) is namespace), None)
+    loaded = getattr(module, "__file__", None)
+    return isinstance(loaded, str) and Path(loaded).resolve() == path
 
 
 def _namespace(module: Any) -> Any:
-    try:
-        return vars(module)
-    except TypeError:  # a stand-in in sys.modules that has no namespace
-        return None
+    """A module's namespace (None for anything else)."""
+    return vars(module) if isinstance(module, ModuleType) else None
 
 
-def _held(module: Any) -> set[CodeType]:
-    """The code a module holds: its functions', its classes' methods', fixtures', nested."""
-    held: set[CodeType] = set()
-    todo, seen = list(vars(module).values()), set()
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, CodeType):
-            held.add(obj)
-            todo.extend(c for c in obj.co_consts if isinstance(c, CodeType))
-        elif isinstance(obj, FunctionType):
-            todo.extend([obj.__code__, *_wrapped(obj)])
-        elif isinstance(obj, staticmethod | classmethod):
-            todo.append(obj.__func__)
-        elif isinstance(obj, property):
-            todo.extend(f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
-        elif isinstance(obj, type) and obj.__module__ == module.__name__:
-            todo.extend(vars(obj).values())
-        elif type(obj).__name__ == "FixtureFunctionDefinition":  # pytest.fixture's, 8.4 on
-            todo.append(getattr(obj, "_fixture_function", None))
-    return held
-
-
-def _wrapped(function: FunctionType) -> list[Any]:
-    """What a decorator's wrapper (functools.wraps) wraps."""
-    inner = vars(function).get("__wrapped__")
-    return [inner] if inner is not None else []
+def _doctest(frame: Any) -> bool:
+    """Whether ``frame`` runs an example of a doctest, in that doctest's namespace."""
+    globs = frame.f_globals
+    return any(isinstance(o, doctest.DocTest) and o.globs is globs for o in gc.get_referrers(globs))
 
 
 def _key(code: CodeType) -> tuple[str, int, bytes]:
@@ -367,7 +355,7 @@ def raised_from(
         tb = tb.tb_next
     for frame, line in reversed(frames):
         name = frame.f_code.co_filename
-        if name.startswith("<doctest "):
+        if name.startswith("<doctest ") and _doctest(frame):
             return None
         path = None if name.startswith("<") else Path(name).resolve()
         if path is not None and _projects(path, root, installed or {}):
@@ -431,6 +419,7 @@ class OutcomeWitness:
         self.config, self.root = config, root
         # read before the code under test is imported (note_packages), else now
         self.packages = config.stash.get(PACKAGES, None) or own_packages(root)
+        self.started = config.stash.get(STARTED, None) or time.time_ns()
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
@@ -502,7 +491,7 @@ class OutcomeWitness:
             return self._test_code(path) or (module is not None and _holds(module, path))
 
         def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
-            return not excused(path) or ran_from(frame, path, self.config)
+            return not excused(path) or ran_from(frame, path, self.config, self.started)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
         if where is None or (not where.made and excused(where.path)):
