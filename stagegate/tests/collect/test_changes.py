@@ -66,6 +66,11 @@ def test_a_git_diff_lists_both_names_of_a_rename(
     (tmp_path / "base.txt").write_text("b\n")
     git("add", "base.txt")
     assert "base.txt" in changed_files(None, "main", {})[1]
+    # named from the top, whatever the folder it runs in, and as they are (no quoting)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "ñ.py").write_text("n\n")
+    monkeypatch.chdir(tmp_path / "sub")
+    assert {"sub/ñ.py", "notes.txt", "tasks.py"} <= set(changed_files(None, "main", {})[1])
     assert changed_files(None, "no-such-ref", {})[1] is None
 
 

@@ -20,15 +20,19 @@ def _git(*args: str) -> str | None:
 
 def _git_changes(ref: str) -> tuple[str, ...] | None:
     """The files changed since the commit ``ref`` and HEAD share, in the checkout as it is:
-    committed, uncommitted and untracked (what a local run judges, edits included)."""
+    committed, uncommitted and untracked (what a local run judges, edits included), named
+    from the repository's top whatever the working directory, unquoted."""
     base = _git("merge-base", ref, "HEAD")
-    out = _git("diff", "--name-status", base.strip()) if base else None
-    untracked = _git("ls-files", "--others", "--exclude-standard")
+    out = _git("diff", "-z", "--name-status", base.strip()) if base else None
+    untracked = _git("ls-files", "-z", "--others", "--exclude-standard", "--full-name", ":/")
     if out is None or untracked is None:
         return None
-    # "M\tpath", "R100\told\tnew": both names of a rename are changed files
-    paths = [p for line in out.splitlines() for p in line.split("\t")[1:] if p]
-    return tuple(dict.fromkeys([*paths, *untracked.splitlines()]))
+    fields, paths = out.split("\0"), []
+    while fields and fields[0]:  # "M" path, or "R100" old new: both names of a rename
+        status, fields = fields[0], fields[1:]
+        named = 2 if status[:1] in ("R", "C") else 1
+        paths, fields = paths + fields[:named], fields[named:]
+    return tuple(dict.fromkeys([*paths, *filter(None, untracked.split("\0"))]))
 
 
 def changed_files(
