@@ -5,9 +5,11 @@ configuration and stagegate itself are gate files a maintainer reviews."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -1301,6 +1303,51 @@ CONFTESTS_AND_HELPERS = {
             pass
     """,
 }
+# Helpers the tests load and let go (run from their file, taken out of sys.modules with
+# only a function kept), test modules a conftest.py writes as pytest configures, and a test
+# module dated in the future (a clock ahead, an archive's dates)
+HELPERS_LET_GO = {
+    "pytest.ini": "[pytest]\npythonpath = tests\n",
+    "conftest.py": """
+        import pathlib
+        import runpy
+        import sys
+
+        import pytest
+
+        NET = runpy.run_path(str(pathlib.Path(__file__).with_name("tests") / "net.py"))
+
+        def pytest_configure(config):
+            generated = pathlib.Path(__file__).with_name("tests") / "test_generated.py"
+            generated.write_text("import pytest\\n\\ndef test_made():\\n    pytest.skip('x')\\n")
+
+        @pytest.fixture
+        def net():
+            NET["need"]()
+
+        @pytest.fixture(autouse=True)
+        def forget_helpers():
+            yield
+            sys.modules.pop("helpers", None)
+    """,
+    "tests/net.py": "import pytest\n\ndef need():\n    pytest.skip('offline')\n",
+    "tests/helpers.py": "import pytest\n\ndef need():\n    pytest.skip('no disk')\n",
+    "tests/test_let_go.py": """
+        from helpers import need
+
+        def test_net(net):
+            pass
+
+        def test_disk_first():
+            pass
+
+        def test_disk():
+            need()
+    """,
+    "tests/test_dated_ahead.py": "import pytest\n\ndef test_later():\n    pytest.skip('later')\n",
+}
+
+
 # A helper of the tests that a product function calls back, and skips; a test before it edits
 # the helper's file: what runs is no longer what the tests were as the run began
 EDITED_WHILE_RUNNING = {
@@ -1335,6 +1382,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
     [
         ({"test_idioms.py": IDIOMS}, ()),
         (CONFTESTS_AND_HELPERS, ()),
+        (HELPERS_LET_GO, ()),
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
@@ -1349,6 +1397,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
     ids=[
         "opt-outs-and-abstract-bases",
         "conftests-and-helpers-pytest-or-the-tests-load",
+        "helpers-let-go-tests-written-as-configured-or-dated-ahead",
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",
         "skips-decided-by-the-tests",
@@ -1361,4 +1410,10 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
 def test_pytest_used_as_documented_is_no_finding(
     tmp_path: Path, files: dict[str, str], options: tuple[str, ...]
 ) -> None:
+    if files is HELPERS_LET_GO:  # dated two minutes ahead of this machine's clock
+        ahead = tmp_path / "tests" / "test_dated_ahead.py"
+        ahead.parent.mkdir(parents=True, exist_ok=True)
+        ahead.write_text(textwrap.dedent(files["tests/test_dated_ahead.py"]))
+        os.utime(ahead, (time.time() + 120, time.time() + 120))
+        files = {k: v for k, v in files.items() if k != "tests/test_dated_ahead.py"}
     assert _judged(tmp_path, files, *options) == (Decision.PASS, set())

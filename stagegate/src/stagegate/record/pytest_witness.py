@@ -30,7 +30,6 @@ import os
 import re
 import sys
 import sysconfig
-import time
 import tomllib
 from collections.abc import Callable, Iterator
 from functools import cached_property, lru_cache
@@ -185,14 +184,11 @@ def top_level(root: Path) -> frozenset[str]:
 
 
 PACKAGES = pytest.StashKey[frozenset[str]]()
-STARTED = pytest.StashKey[int]()  # time.time_ns() as the witness began
 
 
 def note_packages(config: pytest.Config) -> None:
     """Before the first conftest.py is imported (and the code under test with it): the
-    project's own packages, which the witness holds the code to, and the time (a file of
-    the tests' written since is not the tests' code)."""
-    config.stash[STARTED] = time.time_ns()
+    project's own packages, which the witness holds the code to."""
     config.stash[PACKAGES] = own_packages(Path(config.rootpath).resolve())
 
 
@@ -257,28 +253,61 @@ def compiled_from(frame: Any, path: Path, config: pytest.Config) -> bool:
     return _key(frame.f_code) in _compiled(path, (stat.st_mtime_ns, stat.st_size), config)
 
 
-def ran_from(frame: Any, path: Path, config: pytest.Config, since_ns: int) -> bool:
-    """Whether ``frame`` runs code of ``path`` as the file was before the run began (at
-    ``since_ns``; a file written since is code made at run time), code its source compiles
+_SKIPPED_DIRS = _DEPENDENCY_DIRS | {".git", "node_modules", "__pycache__"}
+
+
+def tree_state(root: Path) -> dict[Path, tuple[int, int]]:
+    """Each Python file below ``root`` (virtualenvs and dependencies apart), by its
+    modification time and size: the tree as the run found it."""
+    state = {}
+    for folder, names, files in os.walk(root):
+        names[:] = [n for n in names if n not in _SKIPPED_DIRS]
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(folder, name)
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue
+                state[path.resolve()] = (stat.st_mtime_ns, stat.st_size)
+    return state
+
+
+def ran_from(
+    frame: Any, path: Path, config: pytest.Config, root: Path, tree: dict[Path, tuple[int, int]]
+) -> bool:
+    """Whether ``frame`` runs code of ``path`` as the file was when the run began (its state
+    in ``tree``; a file written since is code made at run time), code its source compiles
     to, in the namespace of a module loaded from it."""
     try:
-        if path.stat().st_mtime_ns > since_ns:
-            return False
+        stat = path.stat()
     except OSError:
         return False
+    if in_project(str(path), root) is not None and tree.get(path) != (
+        stat.st_mtime_ns,
+        stat.st_size,
+    ):
+        return False  # a file of the tree (not an installation's) written since
     return compiled_from(frame, path, config) and _loaded_from(frame.f_globals, path)
 
 
 def _loaded_from(namespace: dict[str, Any], path: Path) -> bool:
-    """Whether ``namespace`` is a module's, the module loaded from ``path``: one in
-    sys.modules, else any still alive (a conftest.py pytest took out of sys.modules, a helper
-    loaded from its file, a module that skipped itself as it was imported)."""
-    module = next((m for m in list(sys.modules.values()) if _namespace(m) is namespace), None)
-    if module is None:  # rare: every object is searched
-        referrers = gc.get_referrers(namespace)
-        module = next((m for m in referrers if _namespace(m) is namespace), None)
-    loaded = getattr(module, "__file__", None)
-    return isinstance(loaded, str) and Path(loaded).resolve() == path
+    """Whether ``namespace`` is the namespace of a module loaded from ``path``: one in
+    sys.modules, else one still alive (a conftest.py pytest took out of sys.modules, a
+    module that skipped itself as it was imported), else, where no module loaded from that
+    file is alive (a helper run from its file, or taken out of sys.modules and gone), one
+    that names the file; never a second namespace beside a live module's."""
+    modules = [m for m in list(sys.modules.values()) if _namespace(m) is not None]
+    if not any(_namespace(m) is namespace for m in modules):  # rare: every object searched
+        modules += [m for m in gc.get_referrers(namespace) if _namespace(m) is not None]
+    live = [vars(m) for m in modules if _file_is(getattr(m, "__file__", None), path)]
+    if live:
+        return any(n is namespace for n in live)
+    return _file_is(namespace.get("__file__"), path)
+
+
+def _file_is(name: Any, path: Path) -> bool:
+    return isinstance(name, str) and not name.startswith("<") and Path(name).resolve() == path
 
 
 def _namespace(module: Any) -> Any:
@@ -419,7 +448,7 @@ class OutcomeWitness:
         self.config, self.root = config, root
         # read before the code under test is imported (note_packages), else now
         self.packages = config.stash.get(PACKAGES, None) or own_packages(root)
-        self.started = config.stash.get(STARTED, None) or time.time_ns()
+        self.tree: dict[Path, tuple[int, int]] = {}  # as the session starts
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
@@ -491,7 +520,7 @@ class OutcomeWitness:
             return self._test_code(path) or (module is not None and _holds(module, path))
 
         def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
-            return not excused(path) or ran_from(frame, path, self.config, self.started)
+            return not excused(path) or ran_from(frame, path, self.config, self.root, self.tree)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
         if where is None or (not where.made and excused(where.path)):
@@ -574,6 +603,11 @@ class OutcomeWitness:
         return (yield)
 
     @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The tree as the session starts, conftest files configured."""
+        self.tree = tree_state(self.root)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every test collected that the session will not run, however it was dropped."""
         self.deselected.update(self._name(n) for n in self.run.finished(session.items))
