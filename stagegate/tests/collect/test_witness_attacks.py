@@ -1303,6 +1303,22 @@ CONFTESTS_AND_HELPERS = {
             pass
     """,
 }
+# A fixture that skips as it is torn down, after its test passed: pytest's JUnit writer counts
+# the test twice in tests= and writes it once
+TEARDOWN_SKIP = """
+    import pytest
+
+    @pytest.fixture
+    def server():
+        yield 1
+        pytest.skip("the server went away")
+
+    def test_uses(server):
+        pass
+
+    def test_ok():
+        pass
+"""
 # Helpers the tests load and let go (run from their file, taken out of sys.modules with
 # only a function kept), test modules a conftest.py writes as pytest configures, and a test
 # module dated in the future (a clock ahead, an archive's dates)
@@ -1382,6 +1398,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
     [
         ({"test_idioms.py": IDIOMS}, ()),
         (CONFTESTS_AND_HELPERS, ()),
+        ({"test_teardown.py": TEARDOWN_SKIP}, ()),
         (HELPERS_LET_GO, ()),
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
@@ -1397,6 +1414,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
     ids=[
         "opt-outs-and-abstract-bases",
         "conftests-and-helpers-pytest-or-the-tests-load",
+        "a-skip-in-a-fixtures-teardown",
         "helpers-let-go-tests-written-as-configured-or-dated-ahead",
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",

@@ -44,9 +44,9 @@ def _replace(path: Path, text: str) -> None:
 
 class JUnitSidecar:
     """The file beside JUnit (``path``), written by the process that writes JUnit
-    (pytest-xdist's controller): the subtest reports pytest's JUnit writer counts in
-    ``tests=`` (a pass of the call, a failure, a skip), counted as it receives them, and what
-    the witness in this process and each worker's saw."""
+    (pytest-xdist's controller): the reports pytest's JUnit writer counts in ``tests=`` that
+    add no test case (a subtest's pass of the call, failure or skip; a skip in a teardown),
+    counted as it receives them, and what the witness in this process and each worker's saw."""
 
     def __init__(self, path: Path, witness: OutcomeWitness) -> None:
         self.path = path
@@ -56,6 +56,7 @@ class JUnitSidecar:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         counted = report.when == "call" or not report.passed
         self.subtest_reports += counted and type(report).__name__ in SUBTEST_REPORTS
+        self.subtest_reports += report.when == "teardown" and report.skipped
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
