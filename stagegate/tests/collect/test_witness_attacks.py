@@ -216,6 +216,17 @@ ADD_THAT_SKIPS = """
             pytest.{call}
         return a - b
 """
+# The code under test's add, skipping by a function it makes of SKIP at run time (body)
+SKIP_MADE = """
+    {imports}
+
+    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
+
+    def add(a, b):
+        if a - b != a + b:
+            {body}
+        return a - b
+"""
 LIBRARY_ATTACKS = {
     # pytest.exit's exception rebound to take in AssertionError: "the end of the session"
     "exit-exception-rebound": (
@@ -354,58 +365,36 @@ LIBRARY_ATTACKS = {
         return a - b
     """,
     ),
-    # ... by code it puts in the test module's namespace, compiled under the module's name
-    "code-put-in-the-test-modules-namespace": (
-        "skipped_by_code_under_test",
-        """
-    import sys
-
-    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
-
-    def add(a, b):
-        if a - b != a + b:
-            tests = sys._getframe(1).f_globals
+    # ... by code it puts in the test module's namespace, compiled under the module's name;
+    # in a module it makes and names as a test helper; in a test module it writes and imports
+    **{
+        attack: ("skipped_by_code_under_test", SKIP_MADE.format(imports=imports, body=body))
+        for attack, imports, body in [
+            (
+                "code-put-in-the-test-modules-namespace",
+                "import sys",
+                """tests = sys._getframe(1).f_globals
             exec(compile(SKIP, tests["__file__"], "exec"), tests)
-            tests["_skip"]()
-        return a - b
-    """,
-    ),
-    # ... in a module it makes and names as a test helper, or writes as one and imports
-    "a-module-it-makes-named-as-a-tests": (
-        "skipped_by_code_under_test",
-        """
-    import os
-    import sys
-    import types
-
-    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
-
-    def add(a, b):
-        if a - b != a + b:
-            helper = types.ModuleType("ghost")
+            tests["_skip"]()""",
+            ),
+            (
+                "a-module-it-makes-named-as-a-tests",
+                "import os, sys, types",
+                """helper = types.ModuleType("ghost")
             helper.__file__ = os.path.join(os.path.dirname(__file__), "tests", "helpers.py")
             exec(compile(SKIP, helper.__file__, "exec"), vars(helper))
             sys.modules["ghost"] = helper
-            helper._skip()
-        return a - b
-    """,
-    ),
-    "a-test-module-it-writes-and-imports": (
-        "skipped_by_code_under_test",
-        """
-    import importlib
-    import pathlib
-
-    SKIP = "def _skip():\\n    import pytest\\n    pytest.skip('later')\\n"
-
-    def add(a, b):
-        if a - b != a + b:
-            pathlib.Path(__file__).with_name("test_zz_helper.py").write_text(SKIP)
+            helper._skip()""",
+            ),
+            (
+                "a-test-module-it-writes-and-imports",
+                "import importlib, pathlib",
+                """pathlib.Path(__file__).with_name("test_zz_helper.py").write_text(SKIP)
             importlib.invalidate_caches()
-            importlib.import_module("test_zz_helper")._skip()
-        return a - b
-    """,
-    ),
+            importlib.import_module("test_zz_helper")._skip()""",
+            ),
+        ]
+    },
     # ... from code it makes at run time: of no file, or compiled under a library's name
     **{
         f"a-function-made-{how}": (
