@@ -850,12 +850,7 @@ PACKAGE_LAYOUTS = {
          "tests/test_net.py": NET_TEST.format(module="acme.widgets.testing")},
         Decision.BLOCK,
     ),
-    "flat-package": (
-        "mylib",
-        {"mylib/__init__.py": "", "mylib/testing.py": BROWSER,
-         "tests/test_net.py": NET_TEST.format(module="mylib.testing")},
-        Decision.BLOCK,
-    ),
+    "flat-package": ("mylib", PACKAGE_FLAT, Decision.BLOCK),
     # ... beside the tests, installed (editable) with a top_level.txt that names it, or
     # emptying that file as it is imported
     "flat-package-named-otherwise": ("my-lib", PACKAGE_INSTALLED, Decision.BLOCK),
@@ -886,7 +881,6 @@ PACKAGE_LAYOUTS = {
         {**PACKAGE_FLAT, "setup.cfg": "[metadata]\nname = my-lib\n[options]\npackages = mylib\n"},
         Decision.BLOCK,
     ),
-    # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools
     # a statistics package's t_test module: the product's, though its name ends in _test
     "a-product-module-named-like-a-test": (
         "stats",
@@ -894,6 +888,7 @@ PACKAGE_LAYOUTS = {
          "tests/test_net.py": NET_TEST.format(module="stats.t_test")},
         Decision.BLOCK,
     ),
+    # the tests' helpers kept in src/tests/ or in a top folder of the repository's tools
     "tests-kept-in-src": (
         "mylib",
         {"src/mylib/__init__.py": "", "src/tests/__init__.py": "", "src/tests/helpers.py": BROWSER,

@@ -165,15 +165,16 @@ def own_packages(root: Path) -> frozenset[str]:
     """The project's own packages, by its distribution's name ("testinfra"), by those its
     build configuration names and by those its installation names (sklearn for
     scikit-learn): whatever their names start with, they are the code under test."""
-    named = re.sub(r"[-_.]+", "_", project_name(root) or "").lower()
-    return top_level(root) | declared_packages(root) | {named}
+    name = project_name(root)
+    named = re.sub(r"[-_.]+", "_", name or "").lower()
+    return top_level(name, root) | declared_packages(root) | {named}
 
 
-def top_level(root: Path) -> frozenset[str]:
-    """The packages the root's distribution installs, by each of its installations'
+def top_level(name: str | None, root: Path) -> frozenset[str]:
+    """The packages the distribution ``name`` installs, by each of its installations'
     ``top_level.txt`` (setuptools writes one, editable installs included), in lower case; an
-    installation's metadata kept in the tree itself is the tree's claim, and not read."""
-    name, found = project_name(root), set[str]()
+    installation's metadata kept in the tree (``root``) is the tree's claim, and not read."""
+    found = set[str]()
     for dist in importlib.metadata.distributions(name=name) if name else ():
         where = Path(str(dist.locate_file(""))).resolve()
         if in_project(str(where), root) is not None:
@@ -283,11 +284,9 @@ def ran_from(
         stat = path.stat()
     except OSError:
         return False
-    if in_project(str(path), root) is not None and tree.get(path) != (
-        stat.st_mtime_ns,
-        stat.st_size,
-    ):
-        return False  # a file of the tree (not an installation's) written since
+    written_since = tree.get(path) != (stat.st_mtime_ns, stat.st_size)
+    if written_since and in_project(str(path), root) is not None:
+        return False  # a file of the tree (not an installation's)
     return compiled_from(frame, path, config) and _loaded_from(frame.f_globals, path)
 
 
@@ -367,8 +366,8 @@ def raised_from(
     exc: BaseException,
     root: Path,
     config: pytest.Config,
-    installed: dict[Path, str] | None = None,
-    believed: Callable[[Any, Path], bool] = lambda frame, path: True,
+    installed: dict[Path, str],
+    believed: Callable[[Any, Path], bool],
 ) -> Origin | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
     file of the project or of its ``installed`` distribution. pytest, the standard library,
@@ -387,7 +386,7 @@ def raised_from(
         if name.startswith("<doctest ") and _doctest(frame):
             return None
         path = None if name.startswith("<") else Path(name).resolve()
-        if path is not None and _projects(path, root, installed or {}):
+        if path is not None and _projects(path, root, installed):
             return Origin(path, line, made=not believed(frame, path))
         if not _library_code(frame, path, config):
             return Origin(Path(name), line, made=True)
@@ -603,11 +602,11 @@ class OutcomeWitness:
         return (yield)
 
     @pytest.hookimpl(trylast=True)
-    @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The tree as the session starts, conftest files configured."""
         self.tree = tree_state(self.root)
 
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every test collected that the session will not run, however it was dropped."""
         self.deselected.update(self._name(n) for n in self.run.finished(session.items))
