@@ -413,6 +413,20 @@ LIBRARY_ATTACKS = {
             ("under-a-frozen-modules-name", '"<frozen os>"'),
         ]
     },
+    # ... named as a doctest's example, run in the namespace of a DocTest it made itself
+    "a-function-made-as-a-doctest-of-its-own": (
+        "skipped_by_code_under_test",
+        """
+    import doctest
+
+    _globs = {}
+    _test = doctest.DocTest([], {}, "mylib.add", None, 0, None)
+    _test.globs = _globs  # it keeps a copy of what it is given
+    _source = "def add(a, b):\\n    __import__('pytest').skip('later')\\n"
+    exec(compile(_source, "<doctest mylib.add[0]>", "exec"), _globs)
+    add = _globs["add"]
+    """,
+    ),
     # pluggy's hook executor wrapped: the witness's hooks left out, failed reports passed
     "hook-executor-wrapped": (
         "foreign_hooks",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import _imp
 import ast
 import configparser
-import doctest
 import gc
 import importlib.metadata
 import os
@@ -40,7 +39,7 @@ from unittest import SkipTest
 
 import pytest
 from _pytest.assertion.rewrite import rewrite_asserts
-from _pytest.doctest import DoctestModule, DoctestTextfile
+from _pytest.doctest import DoctestItem, DoctestModule, DoctestTextfile
 from _pytest.junitxml import bin_xml_escape, mangle_test_address
 from _pytest.outcomes import Exit, Skipped, XFailed
 from _pytest.skipping import evaluate_xfail_marks
@@ -314,12 +313,6 @@ def _namespace(module: Any) -> Any:
     return vars(module) if isinstance(module, ModuleType) else None
 
 
-def _doctest(frame: Any) -> bool:
-    """Whether ``frame`` runs an example of a doctest, in that doctest's namespace."""
-    globs = frame.f_globals
-    return any(isinstance(o, doctest.DocTest) and o.globs is globs for o in gc.get_referrers(globs))
-
-
 def _key(code: CodeType) -> tuple[str, int, bytes]:
     return code.co_name, code.co_firstlineno, code.co_code
 
@@ -367,15 +360,16 @@ def raised_from(
     root: Path,
     config: pytest.Config,
     installed: dict[Path, str],
-    believed: Callable[[Any, Path], bool],
+    believed: Callable[[Any, Path | None], bool],
 ) -> Origin | None:
     """Where the project's own code raised ``exc``: the innermost frame of its traceback in a
     file of the project or of its ``installed`` distribution. pytest, the standard library,
     other installed packages and the witness pass it on, where their frames run their files'
-    code; a doctest's own skip is the test's. Code of no file (``<string>``), code that is
-    not its file's and a frame of the project's that is not ``believed`` are code made at run
-    time: the code under test's. A skip pytest or unittest raised anew while handling one (a
-    unittest.TestCase's SkipTest) is placed where the one handled was raised."""
+    code; a doctest's own skip is the test's (``believed`` with no path: one pytest collected).
+    Code of no file (``<string>``), code that is not its file's and a frame of the project's
+    that is not ``believed`` are code made at run time: the code under test's. A skip pytest
+    or unittest raised anew while handling one (a unittest.TestCase's SkipTest) is placed
+    where the one handled was raised."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -383,7 +377,7 @@ def raised_from(
         tb = tb.tb_next
     for frame, line in reversed(frames):
         name = frame.f_code.co_filename
-        if name.startswith("<doctest ") and _doctest(frame):
+        if name.startswith("<doctest ") and believed(frame, None):
             return None
         path = None if name.startswith("<") else Path(name).resolve()
         if path is not None and _projects(path, root, installed):
@@ -455,6 +449,7 @@ class OutcomeWitness:
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the modules test functions were collected from
+        self.doctests: list[Any] = []  # the DocTests of the doctest items collected
         self._resolved: tuple[int, set[Path]] = (0, set())  # ... resolved, when a skip asks
         self.collecting = False
         self.integrity = RunIntegrity(config)
@@ -518,7 +513,9 @@ class OutcomeWitness:
         def excused(path: Path) -> bool:
             return self._test_code(path) or (module is not None and _holds(module, path))
 
-        def believed(frame: Any, path: Path) -> bool:  # the tests' code: if it is what it says
+        def believed(frame: Any, path: Path | None) -> bool:  # the tests' code, as it says
+            if path is None:  # a doctest's example, in the namespace of one pytest collected
+                return any(test.globs is frame.f_globals for test in self.doctests)
             return not excused(path) or ran_from(frame, path, self.config, self.root, self.tree)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
@@ -577,6 +574,8 @@ class OutcomeWitness:
         self.run.item(item)
         if isinstance(item, pytest.Function):  # a doctest's path is the code it documents
             self.test_files.add(Path(item.path))
+        elif isinstance(item, DoctestItem):
+            self.doctests.append(item.dtest)
         self.integrity.hold(item)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
