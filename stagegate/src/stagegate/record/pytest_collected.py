@@ -2,13 +2,14 @@
 once collected (``-m``, ``-k``, ``--deselect``, a hook that removes them), tests kept that never
 started or never finished (``session.items`` cut short, ``pytest.exit`` with status 0), test
 files that yielded no test, and what the module names as a test that yielded none
-(``__test__ = False``, a class with ``__init__``, a test function wrapped in an object pytest
-does not collect).
+(``__test__ = False``, a class with ``__init__``, a unittest.TestCase with tests whatever its
+name, a test function wrapped in an object pytest does not collect).
 
 Only pytest and the standard library are imported: the gate mounts this folder alone."""
 
 from __future__ import annotations
 
+import unittest
 from typing import Any
 
 import pytest
@@ -21,10 +22,15 @@ def _defined_here(collector: pytest.Collector, obj: object) -> bool:
     return module is not None and getattr(obj, "__module__", None) == module
 
 
-def _test_methods(collector: pytest.Collector, cls: type) -> bool:
-    """Whether ``cls`` defines a method named as a test."""
-    named = collector.funcnamefilter  # type: ignore[attr-defined]
-    return any(callable(v) and named(k) for k, v in vars(cls).items())
+def _test_class(collector: pytest.Collector, name: str, cls: type) -> bool:
+    """Whether ``cls`` is named as a test class and defines a method named as a test, or is a
+    unittest.TestCase that defines a test method (pytest collects those whatever their name)."""
+    if issubclass(cls, unittest.TestCase):
+        named = unittest.TestLoader.testMethodPrefix
+        return any(callable(v) and k.startswith(named) for k, v in vars(cls).items())
+    test = collector.funcnamefilter  # type: ignore[attr-defined]
+    named_as_test = collector.classnamefilter(name)  # type: ignore[attr-defined]
+    return named_as_test and any(callable(v) and test(k) for k, v in vars(cls).items())
 
 
 class Collected:
@@ -36,7 +42,7 @@ class Collected:
         self.finished_ids: set[str] = set()  # ... whose run began and ended
         self.empty: set[str] = set()  # test files and test-named objects that yielded none
         self.classes: set[type] = set()  # the classes of the tests collected
-        self.candidates: dict[str, type] = {}  # test-named classes: node id -> class
+        self.candidates: dict[str, type] = {}  # test classes: node id -> class
 
     def item(self, item: pytest.Item) -> None:
         self.collected.add(item.nodeid)
@@ -45,21 +51,22 @@ class Collected:
             self.classes.add(cls)
 
     def module_report(self, collector: pytest.Collector, report: pytest.CollectReport) -> None:
-        """A test module (not a doctest one) collected without error that yielded nothing."""
+        """A test module collected without error that yielded nothing (a doctest module or
+        text file holds no test where it holds no example: ``requirements/test.txt``)."""
         module = isinstance(collector, pytest.Module)
-        doctest = type(collector).__name__ == "DoctestModule"
+        doctest = type(collector).__name__ in ("DoctestModule", "DoctestTextfile")
         if module and not doctest and report.passed and not report.result:
             self.empty.add(report.nodeid)
 
     def made(self, collector: pytest.Collector, name: str, obj: object, result: Any) -> None:
         """What pytest made of a module's or class's attribute: a test-named function or other
-        callable of the module's own that yielded no test is noted; a test-named class with
-        test methods is a candidate until collection ends."""
+        callable of the module's own that yielded no test is noted; a test class with test
+        methods is a candidate until collection ends."""
         if not _defined_here(collector, obj):
             return
         nodeid = f"{collector.nodeid}::{name}"
         if isinstance(obj, type):
-            if collector.classnamefilter(name) and _test_methods(collector, obj):  # type: ignore[attr-defined]
+            if _test_class(collector, name, obj):
                 self.candidates[nodeid] = obj
             return
         test = callable(obj) and getfixturemarker(obj) is None
