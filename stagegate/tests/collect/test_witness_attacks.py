@@ -585,6 +585,15 @@ IDIOMS = """
 
     class TestReal(TestBase):
         __test__ = True
+
+    class SharedChecks(unittest.TestCase):  # named otherwise: pytest collects it all the same
+        __test__ = False
+
+        def test_shape(self):
+            self.assertTrue(True)
+
+    class CpuChecks(SharedChecks):
+        __test__ = True
 """
 XFAIL_IN_THE_TEST = """
     import pytest
@@ -1385,6 +1394,47 @@ EDITED_WHILE_RUNNING = {
 }
 
 
+# A failing unittest class named otherwise than Test* (pytest collects it all the same) kept
+# from running: by its module, by a patched TestCase as each class is made, by a conftest
+UNITTEST_CLASS = """
+    import unittest
+
+    class AddTests(unittest.TestCase):
+        def test_add(self):
+            self.assertEqual(1 + 1, 3)
+
+    def test_ok():
+        pass
+"""
+UNITTEST_CLASS_DROPPED = {
+    "by-its-module": {"test_add.py": UNITTEST_CLASS + "\n    AddTests.__test__ = False\n"},
+    "by-a-patched-testcase": {
+        "conftest.py": """
+        import unittest
+
+        def _made(cls, **kwargs):
+            if cls.__name__ == "AddTests":
+                cls.__test__ = False
+
+        unittest.TestCase.__init_subclass__ = classmethod(_made)
+    """,
+        "test_add.py": UNITTEST_CLASS,
+    },
+    "by-a-conftest-hook": {
+        "conftest.py": """
+        def pytest_pycollect_makeitem(collector, name, obj):
+            return [] if name == "AddTests" else None
+    """,
+        "test_add.py": UNITTEST_CLASS,
+    },
+}
+
+
+@pytest.mark.parametrize("files", UNITTEST_CLASS_DROPPED.values(), ids=UNITTEST_CLASS_DROPPED)
+def test_a_unittest_class_kept_from_running_blocks(tmp_path: Path, files: dict[str, str]) -> None:
+    assert _judged(tmp_path, files) == (Decision.BLOCK, {"test_run_nowhere"})
+
+
 def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Path) -> None:
     """Whoever wrote it (a test, or the code under test), its code was made at run time."""
     found = _judged(tmp_path, EDITED_WHILE_RUNNING, "-p", "no:randomly")
@@ -1394,7 +1444,8 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
 @pytest.mark.parametrize(
     ("files", "options"),
     [
-        ({"test_idioms.py": IDIOMS}, ()),
+        # a requirements file pytest collects as a doctest file (test*.txt): it holds none
+        ({"test_idioms.py": IDIOMS, "requirements/testing.txt": "pytest>=8\n"}, ()),
         (CONFTESTS_AND_HELPERS, ()),
         ({"test_teardown.py": TEARDOWN_SKIP}, ()),
         (HELPERS_LET_GO, ()),
