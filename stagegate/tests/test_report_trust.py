@@ -63,11 +63,15 @@ def test_a_performance_stage_that_never_ran_blocks_on_a_cpu_too(run: Path) -> No
     assert "did not run" in Path("reports/performance.md").read_text(encoding="utf-8")
 
 
-def _set_commit(stage: str, commit: str | None) -> None:
+def _set_field(stage: str, key: str, value: object) -> None:
     path = RAW / f"{stage}.json"
     record = json.loads(path.read_text(encoding="utf-8"))
-    record["commit"] = commit
+    record[key] = value
     path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def _set_commit(stage: str, commit: str | None) -> None:
+    _set_field(stage, "commit", commit)
 
 
 def test_records_of_two_commits_block_naming_both(run: Path) -> None:
@@ -85,6 +89,19 @@ def test_a_record_naming_no_commit_beside_records_that_do_blocks(run: Path) -> N
     _set_commit("static", None)
     assert report_cli(run) == 1 and _status("static") == "FAIL"
     assert "no commit" in Path("reports/static.md").read_text(encoding="utf-8")
+
+
+def test_a_stage_run_again_after_an_edit_blocks_naming_the_file(run: Path) -> None:
+    """Records of one commit whose checkouts held other changes are of two trees."""
+    for stage in ("static", "execution", "integration", "performance"):
+        _set_field(stage, "changed_sha256", {"src/lib.py": "1" * 64})
+    assert report_cli(run) == 0
+    _set_field("static", "changed_sha256", {"src/lib.py": "2" * 64})
+    assert report_cli(run) == 1 and _status("static") == "FAIL"
+    (found,) = [
+        f for s in _verdict()["stages"] for f in s["findings"] if f["kind"] == "tree_mismatch"
+    ]
+    assert found["detail"] == "src/lib.py"
 
 
 def test_whichever_record_is_first_the_mismatch_blocks(run: Path) -> None:

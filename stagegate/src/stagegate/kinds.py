@@ -63,6 +63,7 @@ class Kind(StrEnum):
     OUTPUT_REFUSED = "output_refused"
     SIDE_FILE_MISSING = "side_file_missing"
     COMMIT_MISMATCH = "commit_mismatch"
+    TREE_MISMATCH = "tree_mismatch"
     UNCOMMITTED_CHANGES = "uncommitted_changes"
     RESULTS_ALTERED = "results_altered"
     RECORD_UNUSABLE = "record_unusable"
@@ -132,6 +133,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.OUTPUT_REFUSED: About(C, "a file lies outside the raw folder or changed after the stage"),
     Kind.SIDE_FILE_MISSING: About(L, "an optional file of a stage that is not required is missing"),
     Kind.COMMIT_MISMATCH: About(C, "a record names another commit than the other records"),
+    Kind.TREE_MISMATCH: About(C, "a record's checkout had other changes than the others'"),
     Kind.UNCOMMITTED_CHANGES: About(INFO, "the stage ran on changes its commit does not hold"),
     Kind.RESULTS_ALTERED: About(C, "a stage's command changed another stage's results", floor=H),
     Kind.RECORD_UNUSABLE: About(C, "a stage's record cannot be read, or it has two", floor=H),

@@ -174,6 +174,10 @@ class StageRecord:
     # What git showed changed or untracked (not ignored) when the command started: the commit
     # does not hold everything that ran. None where it could not look (no git checkout).
     uncommitted: list[str] | None = None
+    # Each file git tracks that the checkout had changed then -> the sha256 of its content
+    # ("" where it was deleted): records of one commit that differ here ran different trees.
+    # None where it could not look.
+    changed_sha256: dict[str, str] | None = None
     # Other stages' records (and the files they seal, and the run log) that were changed or
     # removed while this stage's command ran: one stage's command rewrote another's results.
     altered: list[str] = field(default_factory=list)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stagegate.judge import decide, judge_stage
-from stagegate.judge.commits import run_commit
+from stagegate.judge.commits import run_changes, run_commit
 from stagegate.judge.policy import Policy, policy_from_mapping
 from stagegate.model import Decision, StageData, StageStatus
 from stagegate.view.parts import Context
@@ -25,6 +25,32 @@ def test_the_run_commit_is_the_one_most_records_name() -> None:
     assert run_commit(_records(None, A)) == A  # a tie: one that names a commit
     assert run_commit(_records(None, None, A)) == ""
     assert run_commit({}) == ""
+
+
+def test_the_run_changes_are_those_most_records_of_its_commit_saw() -> None:
+    one, two = {"a.py": "1" * 64}, {"a.py": "2" * 64}
+    seen = [(A, two), (A, one), (A, one), (B, two), (B, two), (A, None)]
+    records = {
+        f"s{i}": record(f"s{i}", commit=c, changed_sha256=t) for i, (c, t) in enumerate(seen)
+    }
+    assert run_changes(records, A) == one and run_changes(records, B) == two
+    assert run_changes({"s": record(commit=A)}, A) is None  # none says
+
+
+def test_a_record_that_saw_other_changes_to_the_commits_files_blocks_naming_them() -> None:
+    run = {"src/a.py": "1" * 64, "src/b.py": ""}
+    other = {"src/a.py": "2" * 64, "src/b.py": "", "src/c.py": "3" * 64}
+    data = StageData(record(commit=A, changed_sha256=other), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A, changes=run)
+    assert decide([v]).decision is Decision.BLOCK
+    (f,) = [f for f in v.findings if f.kind == "tree_mismatch"]
+    assert f.severity.value == "CRITICAL" and f.detail == "src/a.py, src/c.py"
+    for same in (run, None):  # the same changes, or a record that does not say
+        data = StageData(record(commit=A, changed_sha256=same), suite=suite(case("a")))
+        kinds = [
+            f.kind for f in judge_stage("execution", data, Policy(), commit=A, changes=run).findings
+        ]
+        assert "tree_mismatch" not in kinds
 
 
 def test_a_record_of_another_commit_blocks_naming_both() -> None:

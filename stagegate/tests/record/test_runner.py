@@ -288,7 +288,7 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     monkeypatch.chdir(tmp_path)
     raw = tmp_path / "reports" / "raw"
     clean, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
-    assert clean.uncommitted == [] and clean.commit
+    assert clean.uncommitted == [] and clean.changed_sha256 == {} and clean.commit
     (tmp_path / "a.py").write_text("x = 2\n")
     _git(tmp_path, "mv", "b.py", "c.py")
     (tmp_path / "new.py").write_text("")
@@ -296,6 +296,12 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     record, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert sorted(record.uncommitted or []) == ["a.py", "c.py", "new.py"]
     assert load_record(raw / "static.json").uncommitted == record.uncommitted
+    # the tracked files changed, by what they hold (a rename: one deleted, one added)
+    held = {
+        n: hashlib.sha256(t).hexdigest() for n, t in (("a.py", b"x = 2\n"), ("c.py", b"x = 1\n"))
+    }
+    assert record.changed_sha256 == {**held, "b.py": ""}
+    assert load_record(raw / "static.json").changed_sha256 == record.changed_sha256
     elsewhere = tmp_path.parent / f"{tmp_path.name}-raw"  # outside the checkout (or a link out)
     away, _ = run_stage("static", [PY, "-c", "pass"], out_dir=elsewhere, stdout=io.StringIO())
     ran = ["reports/raw/stagegate-runs.jsonl", "reports/raw/static.json"]  # now seen as changes
@@ -303,6 +309,7 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     monkeypatch.setenv("GIT_DIR", "/nonexistent")  # as the CI host runs a stage: no checkout
     outside, _ = run_stage("static", [PY, "-c", "pass"], out_dir=raw, stdout=io.StringIO())
     assert outside.uncommitted is None  # git could not say: not known, not clean
+    assert outside.changed_sha256 is None
 
 
 def test_a_command_that_rewrites_another_stages_results_is_recorded(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "sha256": ((dict,), False),
     "runner_error": (_TEXT, True),
     "uncommitted": ((list,), True),
+    "changed_sha256": ((dict,), True),
     "altered": ((list,), False),
     "stale": ((list,), False),
 }
@@ -127,6 +128,8 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     sha = data.get("sha256", {})
     if not all(isinstance(v, str | None) for v in sha.values()):
         return "sha256 holds something that is not a hash"
+    if not _is_text_map(data.get("changed_sha256") or {}, nested=False):
+        return "changed_sha256 maps a path to something that is not a hash"
     environment = _environment_problem(data.get("environment", {}))
     if environment:
         return environment

@@ -3,7 +3,8 @@
 Records of different commits in one raw directory (a stage's record kept from an earlier run,
 or copied from another branch) would let one commit's results pass for another's. The run's
 commit is the one most records name; each record naming another (or none, beside records that
-name one) is a blocking finding that names both.
+name one) is a blocking finding that names both. So are records of the run's commit whose
+checkouts had changed its files differently (a stage run again after an edit).
 """
 
 from __future__ import annotations
@@ -25,11 +26,25 @@ def run_commit(records: Mapping[str, StageRecord]) -> str:
     return max(counts, key=lambda c: (counts[c], c != ""))
 
 
-def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
-    """A finding when ``record`` names another commit than the run's ``commit`` ("": none),
-    one when the stage ran on a tree with changes its commit does not hold (or git could not
-    say), and one when its command changed another stage's results."""
+def run_changes(records: Mapping[str, StageRecord], commit: str) -> dict[str, str] | None:
+    """The changes to ``commit``'s files most of its records saw (:attr:`changed_sha256`; on
+    a tie, the first record's); None where none of them says."""
+    seen = [r.changed_sha256 for r in records.values() if (r.commit or "") == commit]
+    said = [sorted(c.items()) for c in seen if c is not None]
+    if not said:
+        return None
+    return dict(max(said, key=said.count))
+
+
+def commit_findings(
+    f: Findings, record: StageRecord, commit: str, changes: Mapping[str, str] | None = None
+) -> None:
+    """A finding when ``record`` names another commit than the run's ``commit`` ("": none) or
+    saw other ``changes`` to its files than the run's, one when the stage ran on a tree with
+    changes its commit does not hold (or git could not say), and one when its command changed
+    another stage's results."""
     _uncommitted(f, record)
+    _other_changes(f, record, commit, changes)
     if record.altered:
         f.add(
             Kind.RESULTS_ALTERED,
@@ -48,6 +63,23 @@ def commit_findings(f: Findings, record: StageRecord, commit: str) -> None:
         detail=f"{f.stage}: {this}; the run: {run}. One report judges one commit: results of "
         "another commit say nothing about this one",
         fix="run every stage again on one checkout, into an emptied raw directory",
+    )
+
+
+def _other_changes(
+    f: Findings, record: StageRecord, commit: str, changes: Mapping[str, str] | None
+) -> None:
+    own = record.changed_sha256
+    if own is None or changes is None or (record.commit or "") != commit or own == changes:
+        return
+    paths = sorted(p for p in {*own, *changes} if own.get(p) != changes.get(p))
+    f.add(
+        Kind.TREE_MISMATCH,
+        f"{f.stage} ran on other changes to {len(paths)} file(s) than the other stages: the "
+        "records are of two trees",
+        detail=", ".join(paths[:10]) + (f"; and {len(paths) - 10} more" if len(paths) > 10 else ""),
+        fix="one report judges one tree: run every stage again on it, into an emptied raw "
+        "directory, without editing files between the stages",
     )
 
 

@@ -3,6 +3,7 @@ started, and always write its record, with the sha256 of each file it names."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -119,17 +120,26 @@ def _hidden(out: bytes) -> list[str]:
     return [e[2:] for e in entries if len(e) > 2 and (e[0].islower() or e[0] == "S")]
 
 
-def _git_uncommitted(out_dir: Path) -> list[str] | None:
-    """The paths the commit does not hold as they are in the checkout: changed or staged,
-    untracked (what .gitignore files ignore left out, not what .git/info/exclude or a global
-    excludes file hides), or marked for git to look past; the stages' output folder left out
-    where it lies inside. None where git cannot say (no checkout, no git)."""
+def _git_scope(out_dir: Path) -> tuple[Path, list[str]] | None:
+    """The checkout's top and the pathspec of the whole checkout but the stages' output folder
+    (where it lies inside); None where git cannot say (no checkout, no git)."""
     top = _git("rev-parse", "--show-toplevel")
     if top is None:
         return None
     root, folder = Path(top.decode("utf-8", "surrogateescape").strip()), out_dir.resolve()
     inside = folder != root and folder.is_relative_to(root)
-    where = ["--", ":/", *([f":(exclude){folder}"] if inside else [])]
+    return root, ["--", ":/", *([f":(exclude){folder}"] if inside else [])]
+
+
+def _git_uncommitted(out_dir: Path) -> list[str] | None:
+    """The paths the commit does not hold as they are in the checkout: changed or staged,
+    untracked (what .gitignore files ignore left out, not what .git/info/exclude or a global
+    excludes file hides), or marked for git to look past; the stages' output folder left out
+    where it lies inside. None where git cannot say (no checkout, no git)."""
+    scope = _git_scope(out_dir)
+    if scope is None:
+        return None
+    where = scope[1]
     changed = _git("status", "--porcelain=v1", "-z", "--untracked-files=no", *where)
     untracked = _git("ls-files", "-z", "--full-name", "--others",
                      "--exclude-per-directory=.gitignore", *where)  # fmt: skip
@@ -142,6 +152,34 @@ def _git_uncommitted(out_dir: Path) -> list[str] | None:
         rest = len(paths) - MAX_UNCOMMITTED + 1
         paths = [*paths[: MAX_UNCOMMITTED - 1], f"... and {rest} more"]
     return paths
+
+
+def _git_changed_sha256(out_dir: Path) -> dict[str, str] | None:
+    """Each file git tracks that the checkout has changed, staged or not, or that git is told
+    to look past (the stages' output folder left out) -> the sha256 of what it holds now
+    (:func:`_content_sha256`). None where git cannot say."""
+    scope = _git_scope(out_dir)
+    if scope is None:
+        return None
+    changed = _git("diff", "HEAD", "--name-only", "--no-renames", "-z", *scope[1])
+    marked = _git("ls-files", "-z", "-v", "--full-name", *scope[1])
+    if changed is None or marked is None:
+        return None
+    listed = [*changed.decode("utf-8", "surrogateescape").split("\0"), *_hidden(marked)]
+    names = sorted({n for n in listed if n})
+    return {name: _content_sha256(scope[0] / name) for name in names[:MAX_UNCOMMITTED]}
+
+
+def _content_sha256(path: Path) -> str:
+    """The sha256 of a regular file's bytes or of a symbolic link's target; "" for anything
+    else (deleted, a folder, a pipe, unreadable), which is never opened."""
+    try:
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            return hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+        return sha256_file(path) if stat.S_ISREG(mode) else ""
+    except OSError:
+        return ""
 
 
 def environment(env: Mapping[str, str]) -> dict[str, Any]:
@@ -341,6 +379,7 @@ def _before(out_dir: Path, env: dict[str, str]) -> dict[str, Any]:
         "environment": environment(env),
         "commit": _git_commit(env),
         "uncommitted": _git_uncommitted(out_dir),
+        "changed_sha256": _git_changed_sha256(out_dir),
     }
     end_tree(None, keep)
     return facts
