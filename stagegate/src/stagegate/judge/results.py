@@ -126,7 +126,8 @@ def _witness_findings(f: Findings, suite: TestSuite, policy: Policy) -> None:
             detail="pytest.skip, pytest.xfail or SkipTest raised outside the tests and "
             "conftest files: the code under test decided its own test does not count",
             location=where,
-            fix="decide skips in the test or a conftest.py; if the code fails here, fix it",
+            fix="decide skips in the test or a conftest.py (a helper of the tests elsewhere: "
+            "name it in [tool.stagegate] test_code); if the code fails here, fix it",
         )
     if suite.witnessed is False:
         f.add(
