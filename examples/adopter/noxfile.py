@@ -5,13 +5,17 @@ all and judges them with `stagegate report`.
 nox -s static | execution | docs    one stage
 nox -s verify                        every stage, then the reports in reports/ (fails unless PASS)
 
-stagegate itself is not installed here: it is the gate, installed beside nox.
+stagegate runs the stages and judges them from where nox runs; each session that runs pytest
+installs it too, from where nox's was installed: its pytest plugin witnesses which tests raised.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, distribution
+from urllib.parse import unquote, urlparse
 
 import nox
 from nox.command import CommandFailed
@@ -20,6 +24,22 @@ nox.options.sessions = ["verify"]
 
 RAW = "reports/raw"  # where the stages write; every file a stage declares must lie under it
 RUFF, PYTEST = "ruff==0.17.6", "pytest>=8"
+
+
+def stagegate() -> str:
+    """What installs the stagegate nox runs beside: the folder pip installed it from (a
+    checkout's stagegate/), else that version of its distribution."""
+    try:
+        found = distribution("stagegate-ci")
+    except PackageNotFoundError:
+        return "stagegate-ci"
+    url = json.loads(found.read_text("direct_url.json") or "{}").get("url", "")
+    if url.startswith("file:"):
+        return unquote(urlparse(url).path)
+    return f"stagegate-ci=={found.version}"
+
+
+WITNESSED = [PYTEST, stagegate()]  # pytest, with stagegate's plugin beside it
 
 
 def stage(session: nox.Session, name: str, files: list[str], *command: str) -> bool:
@@ -69,21 +89,21 @@ def static(session: nox.Session) -> None:
 @nox.session
 def execution(session: nox.Session) -> None:
     """The unit tests, as JUnit."""
-    session.install(PYTEST)
+    session.install(*WITNESSED)
     one(session, run_execution)
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """The README's examples run and print what it says, as JUnit."""
-    session.install(PYTEST)
+    session.install(*WITNESSED)
     one(session, run_docs)
 
 
 @nox.session
 def verify(session: nox.Session) -> None:
     """Every stage (going on after a failure), then the report; fails unless it says PASS."""
-    session.install(RUFF, PYTEST)
+    session.install(RUFF, *WITNESSED)
     shutil.rmtree(RAW, ignore_errors=True)  # no record of an earlier run may be judged
     for run_stage in (run_static, run_execution, run_docs):
         run_stage(session)
