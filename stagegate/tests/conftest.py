@@ -3,6 +3,7 @@ under, and real pytest runs on a small project (for the readers and the report).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,17 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+# The pytest runs these tests start load no hypothesis: its plugin imports all of hypothesis,
+# half a second of every run's start (most of it), and no project they run uses it.
+NO_HYPOTHESIS = "-p no:hypothesispytest"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    if NO_HYPOTHESIS not in addopts:
+        os.environ["PYTEST_ADDOPTS"] = f"{addopts} {NO_HYPOTHESIS}".strip()
+
 
 PROJECT = {
     "pytest.ini": """
