@@ -152,6 +152,15 @@ def test_a_count_mismatch_blocks_and_skips_are_grouped_by_reason() -> None:
     assert bare.detail == "tests/t.py::bare"
 
 
+def test_a_count_mismatch_in_a_pytest_file_no_plugin_witnessed_names_the_plugin() -> None:
+    """pytest counts subtests in tests= and writes them no element: its plugin counts them."""
+    for witnessed, named in ((False, True), (True, False), (None, False)):
+        tests = suite(case("ok"), count_mismatches=("tests=9",), witnessed=witnessed)
+        v = judge_stage("execution", StageData(record(), suite=tests), POLICY)
+        (mismatch,) = [f for f in v.findings if f.kind == "count_mismatch"]
+        assert mismatch.severity.blocks and ("install stagegate" in mismatch.fix) is named
+
+
 def test_the_same_warning_at_the_same_place_adds_up() -> None:
     here = Location("m.py", 5)
     warnings = (

@@ -151,13 +151,20 @@ def suite_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> 
     skippable = policy.skippable.get(stage) == "no-cuda"
     if suite.executed == 0 and stage not in policy.allow_no_tests and not skippable:
         _no_test_ran(f, suite)
+    unwitnessed = (  # pytest's tests= counts subtests it writes no element for
+        "; pytest counts subtests in tests=: install stagegate where pytest runs (its plugin "
+        "counts them)"
+        if suite.witnessed is False
+        else ""
+    )
     for mismatch in suite.count_mismatches:
         f.add(
             Kind.COUNT_MISMATCH,
             f"test count mismatch: {mismatch}",
             detail=f"{suite.source}: a file cut off between elements still parses",
             fix="check that the test run wrote the whole file; if the producer counts something "
-            "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch",
+            "else in tests= (Catch2 v2 counts assertions), set severity.count_mismatch"
+            + unwitnessed,
         )
     _witness_findings(f, suite, policy)
     for case in suite.cases:
