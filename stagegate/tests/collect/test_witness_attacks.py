@@ -1432,7 +1432,46 @@ UNITTEST_CLASS_DROPPED = {
 
 @pytest.mark.parametrize("files", UNITTEST_CLASS_DROPPED.values(), ids=UNITTEST_CLASS_DROPPED)
 def test_a_unittest_class_kept_from_running_blocks(tmp_path: Path, files: dict[str, str]) -> None:
-    assert _judged(tmp_path, files) == (Decision.BLOCK, {"test_run_nowhere"})
+    decision, kinds = _judged(tmp_path, files)  # a patched TestCase is foreign_hooks too
+    assert decision is Decision.BLOCK and "test_run_nowhere" in kinds, kinds
+
+
+# unittest's own assert replaced by the code under test, as a test module imports it, or
+# before the witness starts (a conftest imports it)
+TESTCASE_PATCHED = """
+    import unittest
+
+    _equal = unittest.TestCase.assertEqual
+
+    def _lenient(self, first, second, msg=None):
+        if first != 0:
+            _equal(self, first, second, msg)
+
+    unittest.TestCase.assertEqual = _lenient
+
+    def add(a, b):
+        return a - b
+"""
+UNITTEST_ADD = """
+    import unittest
+    from mylib import add
+
+    class AddTests(unittest.TestCase):
+        def test_add(self):
+            self.assertEqual(add(2, 2), 4)
+"""
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["as-a-test-imports-it", "before-the-witness"])
+def test_unittests_assert_replaced_by_the_code_under_test_blocks(
+    tmp_path: Path, early: bool
+) -> None:
+    files = {"mylib.py": TESTCASE_PATCHED, "test_add.py": UNITTEST_ADD}
+    decision, kinds = _judged(
+        tmp_path, {**files, **({"conftest.py": "import mylib\n"} if early else {})}
+    )
+    assert decision is Decision.BLOCK and "foreign_hooks" in kinds, kinds
+    assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
 def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """What the pytest witness holds still while tests run: pytest's own functions that run and
-report a test, the functions registered on the hooks a test runs and is reported through, and
+report a test, unittest.TestCase's (its asserts among them), the functions registered on the
+hooks a test runs and is reported through, and
 each test's function and fixtures. Each is held as it was when the witness started (a hook
 registered during collection: when collection ended; a test: when it was collected), code
 included (a ``__code__`` can be swapped under the same object); a change is named, for the
@@ -7,6 +8,7 @@ witness to list as foreign."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from pathlib import Path
@@ -64,19 +66,34 @@ def code_of(function: object) -> object:
 Held = tuple[str, str, Any, str, object, object]
 
 
+def _testcase() -> list[tuple[str, str, str]]:
+    """unittest.TestCase's own functions (its asserts, run, skipTest, ...): a unittest test
+    decides and reports its outcome through them."""
+    import unittest
+
+    return [
+        ("unittest.case", "TestCase", name)
+        for name, value in vars(unittest.TestCase).items()
+        if callable(value) or isinstance(value, classmethod | staticmethod)
+    ]
+
+
 def _internals() -> list[Held]:
-    """Each of :data:`INTERNALS` as its class or module holds it (a classmethod itself), with
-    its code; Nones for one this pytest lacks. A class is held in its module too."""
+    """Each of :data:`INTERNALS` and of unittest.TestCase's functions as its class or module
+    holds it (a classmethod itself), with its code; Nones for one this pytest lacks. A class
+    is held in its module too."""
     found: list[Held] = []
-    for module, owner, attribute in INTERNALS:
+    for module, owner, attribute in (*INTERNALS, *_testcase()):
+        whose = "unittest's" if module.startswith("unittest") else "pytest's"
         holder: Any = sys.modules.get(module) or importlib.import_module(module)
         if owner:
             cls = vars(holder).get(owner)
-            found.append((module, f"{module}.{owner}", holder, owner, cls, None))
+            held_class = (module, f"{whose} {module}.{owner}", holder, owner, cls, None)
+            found += [held_class] if held_class not in found else []
             holder = cls
         held = vars(holder or {}).get(attribute)
         name = ".".join(filter(None, (owner or module, attribute)))
-        found.append((module, name, holder, attribute, held, code_of(held)))
+        found.append((module, f"{whose} {name}", holder, attribute, held, code_of(held)))
     return found
 
 
@@ -89,7 +106,11 @@ def _foreign_file(module: str, held: object, code: object) -> bool:
     package = getattr(sys.modules.get(module.partition(".")[0]), "__file__", None)
     if code is None or package is None:
         return False
-    return not _inside(getattr(code, "co_filename", ""), Path(package).parent)
+    filename = getattr(code, "co_filename", "")
+    if filename == contextlib.__file__:  # a @contextmanager's (TestCase.subTest): its function
+        wrapped = getattr(getattr(held, "__func__", held), "__wrapped__", None)
+        return _foreign_file(module, wrapped, code_of(wrapped))
+    return not _inside(filename, Path(package).parent)
 
 
 def _inside(filename: str, folder: Path) -> bool:
@@ -107,7 +128,7 @@ def tampered_before(config: pytest.Config) -> list[str]:
     """What was no longer pytest's and pluggy's own when the witness started: the snapshot the
     witness holds from then on cannot show it."""
     found = [
-        f"pytest's {name} replaced before the witness started"
+        f"{name} replaced before the witness started"
         for module, name, _, _, held, code in _internals()
         if _foreign_file(module, held, code)
     ]
@@ -216,7 +237,7 @@ class RunIntegrity:
         collects nothing, pytest-xdist's controller, registers its own until the end)."""
         added = added and self.session is not None
         changed = [
-            f"pytest's {name} replaced"
+            f"{name} replaced"
             for _, name, holder, attribute, held, code in self.internals
             if (now := vars(holder or {}).get(attribute)) is not held or code_of(now) is not code
         ]
