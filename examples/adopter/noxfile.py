@@ -6,12 +6,14 @@ nox -s static | execution | docs    one stage
 nox -s verify                        every stage, then the reports in reports/ (fails unless PASS)
 
 stagegate runs the stages and judges them from where nox runs; each session that runs pytest
-installs it too, from where nox's was installed: its pytest plugin witnesses which tests raised.
+installs it too (its pytest plugin witnesses which tests raised), from the folder nox's was
+installed from or $STAGEGATE_SOURCE.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, distribution
@@ -26,20 +28,31 @@ RAW = "reports/raw"  # where the stages write; every file a stage declares must 
 RUFF, PYTEST = "ruff==0.17.6", "pytest>=8"
 
 
-def stagegate() -> str:
-    """What installs the stagegate nox runs beside: the folder pip installed it from (a
-    checkout's stagegate/), else that version of its distribution."""
+def stagegate_source() -> str | None:
+    """The folder of stagegate's distribution (a checkout's stagegate/), to install beside
+    pytest: $STAGEGATE_SOURCE (stagegate's reusable workflow sets it), else the folder pip
+    installed the stagegate nox runs beside from; None where neither says. Never a name for an
+    index to resolve: a package of that name there could be anyone's."""
+    if os.environ.get("STAGEGATE_SOURCE"):
+        return os.environ["STAGEGATE_SOURCE"]
     try:
-        found = distribution("stagegate-ci")
+        found = json.loads(distribution("stagegate-ci").read_text("direct_url.json") or "{}")
     except PackageNotFoundError:
-        return "stagegate-ci"
-    url = json.loads(found.read_text("direct_url.json") or "{}").get("url", "")
-    if url.startswith("file:"):
-        return unquote(urlparse(url).path)
-    return f"stagegate-ci=={found.version}"
+        return None
+    if "dir_info" not in found or not found.get("url", "").startswith("file:"):
+        return None  # a wheel, or a repository's URL: no folder here to install from
+    return os.path.join(unquote(urlparse(found["url"]).path), found.get("subdirectory", ""))
 
 
-WITNESSED = [PYTEST, stagegate()]  # pytest, with stagegate's plugin beside it
+def install_witnessed(session: nox.Session, *also: str) -> None:
+    """Install pytest, with stagegate's plugin beside it (it witnesses which tests raised)."""
+    source = stagegate_source()
+    if source is None:
+        session.error(
+            "no stagegate to install beside pytest: pip install it from its folder "
+            "(pip install ./stagegate in its checkout) or set STAGEGATE_SOURCE to that folder"
+        )
+    session.install(*also, PYTEST, source)
 
 
 def stage(session: nox.Session, name: str, files: list[str], *command: str) -> bool:
@@ -89,21 +102,21 @@ def static(session: nox.Session) -> None:
 @nox.session
 def execution(session: nox.Session) -> None:
     """The unit tests, as JUnit."""
-    session.install(*WITNESSED)
+    install_witnessed(session)
     one(session, run_execution)
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """The README's examples run and print what it says, as JUnit."""
-    session.install(*WITNESSED)
+    install_witnessed(session)
     one(session, run_docs)
 
 
 @nox.session
 def verify(session: nox.Session) -> None:
     """Every stage (going on after a failure), then the report; fails unless it says PASS."""
-    session.install(RUFF, *WITNESSED)
+    install_witnessed(session, RUFF)
     shutil.rmtree(RAW, ignore_errors=True)  # no record of an earlier run may be judged
     for run_stage in (run_static, run_execution, run_docs):
         run_stage(session)
