@@ -1436,6 +1436,45 @@ def test_a_unittest_class_kept_from_running_blocks(tmp_path: Path, files: dict[s
     assert decision is Decision.BLOCK and "test_run_nowhere" in kinds, kinds
 
 
+# A doctest file's failing example kept from running: the file emptied while the tests are
+# collected (and put back as the run ends), or doctest's parser made to find no example
+FAILING_DOCTEST = {"test_doc.txt": ">>> 1 + 1\n3\n"}
+DOCTEST_DROPPED = {
+    "file-emptied-while-collecting": (
+        "test_run_nowhere",
+        """
+        import atexit, pathlib
+
+        _doc = pathlib.Path(__file__).with_name("test_doc.txt")
+        atexit.register(_doc.write_text, _doc.read_text())
+        _doc.write_text("")
+
+        def test_ok():
+            pass
+    """,
+    ),
+    "parser-finds-no-example": (
+        "foreign_hooks",
+        """
+        import doctest
+
+        doctest.DocTestParser.get_examples = lambda self, string, name="<string>": []
+
+        def test_ok():
+            pass
+    """,
+    ),
+}
+
+
+@pytest.mark.parametrize("how", DOCTEST_DROPPED)
+def test_a_doctest_files_example_kept_from_running_blocks(tmp_path: Path, how: str) -> None:
+    kind, test = DOCTEST_DROPPED[how]
+    decision, kinds = _judged(tmp_path, {**FAILING_DOCTEST, "test_aaa.py": test})
+    assert decision is Decision.BLOCK and kind in kinds, kinds
+    assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
+
+
 # unittest's own assert replaced by the code under test, as a test module imports it, or
 # before the witness starts (a conftest imports it)
 TESTCASE_PATCHED = """

@@ -9,6 +9,7 @@ Only pytest and the standard library are imported: the gate mounts this folder a
 
 from __future__ import annotations
 
+import os
 import unittest
 from typing import Any
 
@@ -36,7 +37,8 @@ def _test_class(collector: pytest.Collector, name: str, cls: type) -> bool:
 class Collected:
     """One process's view; the controller merges its workers' (:meth:`add`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: int) -> None:
+        self.started = started  # time.time_ns() as the run began, before any conftest.py
         self.collected: set[str] = set()  # node ids, as collected
         self.kept: set[str] = set()  # ... still in the session when collection ended
         self.finished_ids: set[str] = set()  # ... whose run began and ended
@@ -51,12 +53,22 @@ class Collected:
             self.classes.add(cls)
 
     def module_report(self, collector: pytest.Collector, report: pytest.CollectReport) -> None:
-        """A test module collected without error that yielded nothing (a doctest module or
-        text file holds no test where it holds no example: ``requirements/test.txt``)."""
+        """A test module collected without error that yielded nothing (a doctest module holds
+        no test where it holds no example, as a doctest text file does that no one changed
+        since the run began: ``requirements/test.txt``)."""
         module = isinstance(collector, pytest.Module)
-        doctest = type(collector).__name__ in ("DoctestModule", "DoctestTextfile")
+        kind = type(collector).__name__
+        doctest = kind == "DoctestModule" or (kind == "DoctestTextfile" and self._kept(collector))
         if module and not doctest and report.passed and not report.result:
             self.empty.add(report.nodeid)
+
+    def _kept(self, collector: pytest.Collector) -> bool:
+        """Whether the collector's file was last changed before the run began (its status
+        change time, which no one sets back)."""
+        try:
+            return os.stat(collector.path).st_ctime_ns < self.started
+        except OSError:
+            return False
 
     def made(self, collector: pytest.Collector, name: str, obj: object, result: Any) -> None:
         """What pytest made of a module's or class's attribute: a test-named function or other

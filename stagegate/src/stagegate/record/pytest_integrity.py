@@ -33,6 +33,11 @@ INTERNALS = (
     ("_pytest.assertion.rewrite", "", "rewrite_asserts"),
     ("_pytest.skipping", "", "evaluate_xfail_marks"),
     ("_pytest.skipping", "", "evaluate_skip_marks"),
+    # find a doctest file's examples
+    ("_pytest.doctest", "DoctestTextfile", "collect"),
+    ("doctest", "DocTestParser", "parse"),
+    ("doctest", "DocTestParser", "get_doctest"),
+    ("doctest", "DocTestParser", "get_examples"),
     ("builtins", "", "AssertionError"),
     # and call the hooks' functions
     ("pluggy._callers", "", "_multicall"),
@@ -84,7 +89,8 @@ def _internals() -> list[Held]:
     is held in its module too."""
     found: list[Held] = []
     for module, owner, attribute in (*INTERNALS, *_testcase()):
-        whose = "unittest's" if module.startswith("unittest") else "pytest's"
+        top = module.partition(".")[0]
+        whose = "pytest's" if top in ("_pytest", "pluggy", "builtins") else f"{top}'s"
         holder: Any = sys.modules.get(module) or importlib.import_module(module)
         if owner:
             cls = vars(holder).get(owner)

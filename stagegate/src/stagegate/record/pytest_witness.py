@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import sysconfig
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from functools import cached_property, lru_cache
@@ -184,11 +185,13 @@ def top_level(name: str | None, root: Path) -> frozenset[str]:
 
 
 PACKAGES = pytest.StashKey[frozenset[str]]()
+STARTED = pytest.StashKey[int]()  # time.time_ns() before the first conftest.py was imported
 
 
 def note_packages(config: pytest.Config) -> None:
     """Before the first conftest.py is imported (and the code under test with it): the
-    project's own packages, which the witness holds the code to."""
+    project's own packages, which the witness holds the code to, and the time."""
+    config.stash[STARTED] = time.time_ns()
     config.stash[PACKAGES] = own_packages(Path(config.rootpath).resolve())
 
 
@@ -445,7 +448,8 @@ class OutcomeWitness:
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
-        self.run = Collected()  # what was collected, kept and started
+        # what was collected, kept and started
+        self.run = Collected(config.stash.get(STARTED, None) or time.time_ns())
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the modules test functions were collected from
