@@ -1436,6 +1436,33 @@ def test_a_unittest_class_kept_from_running_blocks(tmp_path: Path, files: dict[s
     assert decision is Decision.BLOCK and "test_run_nowhere" in kinds, kinds
 
 
+# A skip the code under test runs in the namespace of a doctest pytest collected
+BORROWED_DOCTEST = {
+    "mylib.py": '''
+        import doctest, gc
+
+        def helper():
+            """
+            >>> 1 + 1
+            2
+            """
+
+        def add(a, b):
+            if a - b != a + b:
+                skip = compile("__import__('pytest').skip('later')", "<doctest x[0]>", "exec")
+                for test in [o for o in gc.get_objects() if isinstance(o, doctest.DocTest)]:
+                    exec(skip, test.globs)
+            return a - b
+    ''',
+    "test_add.py": ADD_TEST,
+}
+
+
+def test_a_skip_run_in_a_collected_doctests_namespace_blocks(tmp_path: Path) -> None:
+    decision, kinds = _judged(tmp_path, BORROWED_DOCTEST, "--doctest-modules")
+    assert decision is Decision.BLOCK and "skipped_by_code_under_test" in kinds, kinds
+
+
 # A doctest file's failing example kept from running: the file emptied while the tests are
 # collected (and put back as the run ends), or doctest's parser made to find no example
 FAILING_DOCTEST = {"test_doc.txt": ">>> 1 + 1\n3\n"}

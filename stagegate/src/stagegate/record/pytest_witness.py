@@ -23,6 +23,7 @@ from __future__ import annotations
 import _imp
 import ast
 import configparser
+import doctest
 import gc
 import importlib.metadata
 import os
@@ -316,6 +317,19 @@ def _namespace(module: Any) -> Any:
     return vars(module) if isinstance(module, ModuleType) else None
 
 
+def _examples(test: Any) -> frozenset[tuple[str, int, bytes]]:
+    """The code of a DocTest's examples as doctest compiles them (their functions' too)."""
+    flags = doctest._extract_future_flags(test.globs)  # type: ignore[attr-defined]
+    found: set[tuple[str, int, bytes]] = set()
+    for number, example in enumerate(test.examples):
+        name = f"<doctest {test.name}[{number}]>"
+        try:
+            found.update(_keys(compile(example.source, name, "single", flags, True)))
+        except (SyntaxError, ValueError):
+            continue
+    return frozenset(found)
+
+
 def _key(code: CodeType) -> tuple[str, int, bytes]:
     return code.co_name, code.co_firstlineno, code.co_code
 
@@ -519,7 +533,10 @@ class OutcomeWitness:
 
         def believed(frame: Any, path: Path | None) -> bool:  # the tests' code, as it says
             if path is None:  # a doctest's example, in the namespace of one pytest collected
-                return any(test.globs is frame.f_globals for test in self.doctests)
+                code, globs = frame.f_code, frame.f_globals
+                tests = (t for t in self.doctests if t.globs is globs)
+                named = (t for t in tests if code.co_filename.startswith(f"<doctest {t.name}["))
+                return any(_key(code) in _examples(t) for t in named)
             return not excused(path) or ran_from(frame, path, self.config, self.root, self.tree)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
