@@ -27,30 +27,34 @@ def test_the_run_commit_is_the_one_most_records_name() -> None:
     assert run_commit({}) == ""
 
 
-def test_the_run_changes_are_those_most_records_of_its_commit_saw() -> None:
+def test_each_stage_is_held_to_the_changes_the_stage_before_it_left() -> None:
+    """By start: each record of the commit that says what it saw, against the one before it
+    (what its command left; what it began on, where it does not say)."""
     one, two = {"a.py": "1" * 64}, {"a.py": "2" * 64}
-    seen = [(A, two), (A, one), (A, one), (B, two), (B, two), (A, None)]
     records = {
-        f"s{i}": record(f"s{i}", commit=c, changed_sha256=t) for i, (c, t) in enumerate(seen)
-    }
-    assert run_changes(records, A) == one and run_changes(records, B) == two
-    assert run_changes({"s": record(commit=A)}, A) is None  # none says
+        "c": record("c", commit=A, start="2026-01-01T00:00:03Z", changed_sha256=two),
+        "a": record("a", commit=A, start="2026-01-01T00:00:01Z", changed_sha256={},
+                    changed_sha256_end=one),
+        "b": record("b", commit=A, start="2026-01-01T00:00:02Z", changed_sha256=one),
+        "x": record("x", commit=B, start="2026-01-01T00:00:04Z", changed_sha256=one),
+        "n": record("n", commit=A, start="2026-01-01T00:00:05Z"),  # does not say
+    }  # fmt: skip
+    assert run_changes(records, A) == {"b": ("a", one), "c": ("b", one)}
 
 
-def test_a_record_that_saw_other_changes_to_the_commits_files_blocks_naming_them() -> None:
-    run = {"src/a.py": "1" * 64, "src/b.py": ""}
-    other = {"src/a.py": "2" * 64, "src/b.py": "", "src/c.py": "3" * 64}
-    data = StageData(record(commit=A, changed_sha256=other), suite=suite(case("a")))
-    v = judge_stage("execution", data, Policy(), commit=A, changes=run)
+def test_a_stage_that_began_on_other_changes_than_the_one_before_left_blocks() -> None:
+    left = {"src/a.py": "1" * 64, "src/b.py": ""}
+    began = {"src/a.py": "2" * 64, "src/b.py": "", "src/c.py": "3" * 64}
+    data = StageData(record(commit=A, changed_sha256=began), suite=suite(case("a")))
+    v = judge_stage("execution", data, Policy(), commit=A, left=("static", left))
     assert decide([v]).decision is Decision.BLOCK
     (f,) = [f for f in v.findings if f.kind == "tree_mismatch"]
     assert f.severity.value == "CRITICAL" and f.detail == "src/a.py, src/c.py"
-    for same in (run, None):  # the same changes, or a record that does not say
+    assert "static" in f.title
+    for same in (left, None):  # what it left, or a record that does not say
         data = StageData(record(commit=A, changed_sha256=same), suite=suite(case("a")))
-        kinds = [
-            f.kind for f in judge_stage("execution", data, Policy(), commit=A, changes=run).findings
-        ]
-        assert "tree_mismatch" not in kinds
+        v = judge_stage("execution", data, Policy(), commit=A, left=("static", left))
+        assert "tree_mismatch" not in [f.kind for f in v.findings]
 
 
 def test_a_record_of_another_commit_blocks_naming_both() -> None:

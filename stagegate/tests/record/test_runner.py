@@ -302,6 +302,15 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     }
     assert record.changed_sha256 == {**held, "b.py": ""}
     assert load_record(raw / "static.json").changed_sha256 == record.changed_sha256
+    assert record.changed_sha256_end == record.changed_sha256  # the command changed none
+    write = "open('a.py', 'w').write('x = 3\\n')"  # a formatter, say
+    wrote, _ = run_stage("static", [PY, "-c", write], out_dir=raw, stdout=io.StringIO())
+    assert wrote.changed_sha256 == record.changed_sha256
+    assert wrote.changed_sha256_end == {
+        **held,
+        "b.py": "",
+        "a.py": hashlib.sha256(b"x = 3\n").hexdigest(),
+    }
     elsewhere = tmp_path.parent / f"{tmp_path.name}-raw"  # outside the checkout (or a link out)
     away, _ = run_stage("static", [PY, "-c", "pass"], out_dir=elsewhere, stdout=io.StringIO())
     ran = ["reports/raw/stagegate-runs.jsonl", "reports/raw/static.json"]  # now seen as changes

@@ -45,6 +45,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "runner_error": (_TEXT, True),
     "uncommitted": ((list,), True),
     "changed_sha256": ((dict,), True),
+    "changed_sha256_end": ((dict,), True),
     "altered": ((list,), False),
     "stale": ((list,), False),
 }
@@ -128,8 +129,9 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     sha = data.get("sha256", {})
     if not all(isinstance(v, str | None) for v in sha.values()):
         return "sha256 holds something that is not a hash"
-    if not _is_text_map(data.get("changed_sha256") or {}, nested=False):
-        return "changed_sha256 maps a path to something that is not a hash"
+    for key in ("changed_sha256", "changed_sha256_end"):
+        if not _is_text_map(data.get(key) or {}, nested=False):
+            return f"{key} maps a path to something that is not a hash"
     environment = _environment_problem(data.get("environment", {}))
     if environment:
         return environment

@@ -161,13 +161,20 @@ def _git_changed_sha256(out_dir: Path) -> dict[str, str] | None:
     scope = _git_scope(out_dir)
     if scope is None:
         return None
-    changed = _git("diff", "HEAD", "--name-only", "--no-renames", "-z", *scope[1])
+    changed = _git("diff", "HEAD", "--name-only", "--no-renames", "--no-relative", "-z", *scope[1])
     marked = _git("ls-files", "-z", "-v", "--full-name", *scope[1])
     if changed is None or marked is None:
         return None
     listed = [*changed.decode("utf-8", "surrogateescape").split("\0"), *_hidden(marked)]
-    names = sorted({n for n in listed if n})
-    return {name: _content_sha256(scope[0] / name) for name in names[:MAX_UNCOMMITTED]}
+    held = {n: _content_sha256(scope[0] / n) for n in sorted({n for n in listed if n})}
+    if len(held) <= MAX_UNCOMMITTED:
+        return held
+    names = list(held)  # past the limit, the rest as one digest of their names and contents
+    rest = hashlib.sha256(
+        "\0".join(f"{n}\0{held[n]}" for n in names[MAX_UNCOMMITTED - 1 :]).encode()
+    )
+    kept = {n: held[n] for n in names[: MAX_UNCOMMITTED - 1]}
+    return {**kept, f"... and {len(names) - MAX_UNCOMMITTED + 1} more": rest.hexdigest()}
 
 
 def _content_sha256(path: Path) -> str:
@@ -434,6 +441,7 @@ def run_stage(
         out_dir=str(out_dir),
         altered=altered(watched),
         stale=_stale(earlier),
+        changed_sha256_end=_git_changed_sha256(out_dir),
         **facts,
     )
     if watched.problem and not record.runner_error:
