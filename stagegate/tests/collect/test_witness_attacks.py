@@ -1427,6 +1427,37 @@ UNITTEST_CLASS_DROPPED = {
     """,
         "test_add.py": UNITTEST_CLASS,
     },
+    "its-tests-from-a-mixin": {
+        "test_add.py": """
+        import unittest
+
+        class AddChecks:
+            def test_add(self):
+                self.assertEqual(1 + 1, 3)
+
+        class AddTests(AddChecks, unittest.TestCase):
+            __test__ = False
+
+        def test_ok():
+            pass
+    """
+    },
+    "its-test-a-partialmethod": {
+        "test_add.py": """
+        import functools, unittest
+
+        class AddTests(unittest.TestCase):
+            __test__ = False
+
+            def _check(self, a, b, total):
+                self.assertEqual(a + b, total)
+
+            test_add = functools.partialmethod(_check, 1, 1, 3)
+
+        def test_ok():
+            pass
+    """
+    },
 }
 
 

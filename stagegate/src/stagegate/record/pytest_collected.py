@@ -25,10 +25,10 @@ def _defined_here(collector: pytest.Collector, obj: object) -> bool:
 
 def _test_class(collector: pytest.Collector, name: str, cls: type) -> bool:
     """Whether ``cls`` is named as a test class and defines a method named as a test, or is a
-    unittest.TestCase that defines a test method (pytest collects those whatever their name)."""
+    unittest.TestCase with a test method, its own or inherited (pytest collects those
+    whatever their name)."""
     if issubclass(cls, unittest.TestCase):
-        named = unittest.TestLoader.testMethodPrefix
-        return any(callable(v) and k.startswith(named) for k, v in vars(cls).items())
+        return bool(unittest.TestLoader().getTestCaseNames(cls))
     test = collector.funcnamefilter  # type: ignore[attr-defined]
     named_as_test = collector.classnamefilter(name)  # type: ignore[attr-defined]
     return named_as_test and any(callable(v) and test(k) for k, v in vars(cls).items())
