@@ -1,16 +1,16 @@
-"""What the pytest witness holds still while tests run: pytest's own functions that run and
-report a test, unittest.TestCase's (its asserts among them), the functions registered on the
-hooks a test runs and is reported through, and
-each test's function and fixtures. Each is held as it was when the witness started (a hook
-registered during collection: when collection ended; a test: when it was collected), code
-included (a ``__code__`` can be swapped under the same object); a change is named, for the
-witness to list as foreign."""
+"""What the pytest witness holds still while tests run: pytest's own functions that run and report
+a test, unittest.TestCase's (its asserts among them), the functions registered on the hooks a
+test runs and is reported through, and each test's function and fixtures. Each is held as it was
+when the witness started (a hook registered during collection: when collection ended; a test:
+when it was collected), code included (a ``__code__`` can be swapped under the same object); a
+change is named, for the witness to list as foreign."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 import sys
+import unittest
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,6 @@ Held = tuple[str, str, Any, str, object, object]
 def _testcase() -> list[tuple[str, str, str]]:
     """unittest.TestCase's own functions (its asserts, run, skipTest, ...): a unittest test
     decides and reports its outcome through them."""
-    import unittest
-
     return [
         ("unittest.case", "TestCase", name)
         for name, value in vars(unittest.TestCase).items()
