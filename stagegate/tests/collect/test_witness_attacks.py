@@ -1255,6 +1255,25 @@ DOCTEST_SKIP = {
 }
 
 
+# a text doctest that imports a __future__ feature, then skips in a function it defines
+DOCTEST_FUTURE_SKIP = {
+    "src/pkg/__init__.py": "def run(step):\n    return step()\n",
+    "pytest.ini": "[pytest]\npythonpath = src\n",
+    "tests/test_ok.py": "def test_ok():\n    pass\n",
+    "tests/test_pipeline.txt": """
+        >>> from __future__ import annotations
+        >>> import pytest
+        >>> from pkg import run
+        >>> def step():
+        ...     def ready(devices: int) -> bool:
+        ...         return devices > 0
+        ...     if not ready(0):
+        ...         pytest.skip("needs a GPU")
+        >>> run(step)
+    """,
+}
+
+
 # Skips in a root conftest.py beside tests/conftest.py (pytest takes the first out of
 # sys.modules as it imports the second), in a helper a conftest loads from its file, in one a
 # test takes out of sys.modules
@@ -1489,8 +1508,72 @@ BORROWED_DOCTEST = {
 }
 
 
-def test_a_skip_run_in_a_collected_doctests_namespace_blocks(tmp_path: Path) -> None:
-    decision, kinds = _judged(tmp_path, BORROWED_DOCTEST, "--doctest-modules")
+# ... from a code object made of one of its examples, other names and constants put in
+FORGED_EXAMPLE = {
+    "mylib.py": '''
+        import doctest, gc
+
+        def double(x):
+            """
+            >>> double(3)
+            6
+            """
+            return 2 * x
+
+        def add(a, b):
+            if a - b != a + b:
+                import pytest
+                for test in [o for o in gc.get_objects() if isinstance(o, doctest.DocTest)]:
+                    if test.name == "mylib.double":
+                        name = f"<doctest {test.name}[0]>"
+                        real = compile(test.examples[0].source, name, "single", 0, True)
+                        forged = real.replace(co_names=("_later",), co_consts=("later", None))
+                        test.globs["_later"] = pytest.skip
+                        exec(forged, test.globs)
+            return a - b
+    ''',
+    "test_add.py": ADD_TEST,
+}
+# ... by running another doctest's own skip example, unchanged, while test_add runs
+REPLAYED_EXAMPLE = {
+    "mylib.py": '''
+        import doctest, gc
+
+        def has_gpu():
+            return True
+
+        def gpu_sum(xs):
+            """
+            >>> import pytest
+            >>> if not has_gpu(): pytest.skip("needs a GPU")
+            >>> gpu_sum([1, 2])
+            3
+            """
+            return sum(xs)
+
+        def add(a, b):
+            if a - b != a + b:
+                for test in [o for o in gc.get_objects() if isinstance(o, doctest.DocTest)]:
+                    if test.name == "mylib.gpu_sum":
+                        name = f"<doctest {test.name}[1]>"
+                        code = compile(test.examples[1].source, name, "single", 0, True)
+                        test.globs.update(has_gpu=bool, pytest=__import__("pytest"))
+                        exec(code, test.globs)
+            return a - b
+    ''',
+    "test_add.py": ADD_TEST,
+}
+
+
+@pytest.mark.parametrize(
+    "files",
+    [BORROWED_DOCTEST, FORGED_EXAMPLE, REPLAYED_EXAMPLE],
+    ids=["code-of-its-own", "an-example-forged", "another-doctests-example-replayed"],
+)
+def test_a_skip_run_in_a_collected_doctests_namespace_blocks(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    decision, kinds = _judged(tmp_path, files, "--doctest-modules")
     assert decision is Decision.BLOCK and "skipped_by_code_under_test" in kinds, kinds
 
 
@@ -1506,6 +1589,26 @@ DOCTEST_DROPPED = {
         _doc = pathlib.Path(__file__).with_name("test_doc.txt")
         atexit.register(_doc.write_text, _doc.read_text())
         _doc.write_text("")
+
+        def test_ok():
+            pass
+    """,
+    ),
+    "file-swapped-for-a-link": (
+        "test_run_nowhere",
+        """
+        import atexit, os, pathlib
+
+        _doc = pathlib.Path(__file__).with_name("test_doc.txt")
+        _text = _doc.read_text()
+        _doc.unlink()
+        os.symlink("test_aaa.py", _doc)  # an old file, with no example
+
+        def _restore():
+            _doc.unlink()
+            _doc.write_text(_text)
+
+        atexit.register(_restore)
 
         def test_ok():
             pass
@@ -1587,6 +1690,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
         (HELPERS_LET_GO, ()),
         (HELPERS_ELSEWHERE, ()),
         (DOCTEST_SKIP, ("--doctest-modules", "src", "tests")),
+        (DOCTEST_FUTURE_SKIP, ()),
         ({**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"}, ()),
         (  # the tests' code as Python compiles it: the witness takes it for theirs too
             {**SKIPS_IN_THE_TESTS, "pytest.ini": "[pytest]\npythonpath = src tests\n"},
@@ -1603,6 +1707,7 @@ def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Pa
         "helpers-let-go-tests-written-as-configured-or-dated-ahead",
         "skip-helpers-in-another-test-folder-and-the-root",
         "a-skip-in-a-doctest",
+        "a-skip-in-a-text-doctest-after-a-future-import",
         "skips-decided-by-the-tests",
         "skips-decided-by-the-tests-asserts-not-rewritten",
         "doctest-modules",

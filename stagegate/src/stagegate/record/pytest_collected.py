@@ -10,6 +10,7 @@ Only pytest and the standard library are imported: the gate mounts this folder a
 from __future__ import annotations
 
 import os
+import stat
 import unittest
 from typing import Any
 
@@ -63,12 +64,13 @@ class Collected:
             self.empty.add(report.nodeid)
 
     def _kept(self, collector: pytest.Collector) -> bool:
-        """Whether the collector's file was last changed before the run began (its status
-        change time, which no one sets back)."""
+        """Whether the collector's file, a file and no link, was last changed before the run
+        began (its status change time, which no one sets back)."""
         try:
-            return os.stat(collector.path).st_ctime_ns < self.started
+            status = os.lstat(collector.path)
         except OSError:
             return False
+        return stat.S_ISREG(status.st_mode) and status.st_ctime_ns < self.started
 
     def made(self, collector: pytest.Collector, name: str, obj: object, result: Any) -> None:
         """What pytest made of a module's or class's attribute: a test-named function or other

@@ -317,17 +317,26 @@ def _namespace(module: Any) -> Any:
     return vars(module) if isinstance(module, ModuleType) else None
 
 
-def _examples(test: Any) -> frozenset[tuple[str, int, bytes]]:
-    """The code of a DocTest's examples as doctest compiles them (their functions' too)."""
-    flags = doctest._extract_future_flags(test.globs)  # type: ignore[attr-defined]
-    found: set[tuple[str, int, bytes]] = set()
+def _examples(test: Any) -> Iterator[CodeType]:
+    """A DocTest's examples as doctest compiles them: with the __future__ features of its
+    namespace as it began (none, for a text file) or as it is now (an example imports one)."""
+    now = doctest._extract_future_flags(test.globs)  # type: ignore[attr-defined]
     for number, example in enumerate(test.examples):
-        name = f"<doctest {test.name}[{number}]>"
-        try:
-            found.update(_keys(compile(example.source, name, "single", flags, True)))
-        except (SyntaxError, ValueError):
-            continue
-    return frozenset(found)
+        for flags in {0, now}:
+            try:
+                yield compile(
+                    example.source, f"<doctest {test.name}[{number}]>", "single", flags, True
+                )
+            except (SyntaxError, ValueError):
+                continue
+
+
+def _codes(code: CodeType) -> Iterator[CodeType]:
+    """``code`` and each code object in it (its functions, theirs)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _codes(const)
 
 
 def _key(code: CodeType) -> tuple[str, int, bytes]:
@@ -467,7 +476,7 @@ class OutcomeWitness:
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the modules test functions were collected from
-        self.doctests: list[Any] = []  # the DocTests of the doctest items collected
+        self.doctests: dict[str, Any] = {}  # each doctest item's DocTest, by node id
         self._resolved: tuple[int, set[Path]] = (0, set())  # ... resolved, when a skip asks
         self.collecting = False
         self.integrity = RunIntegrity(config)
@@ -532,11 +541,13 @@ class OutcomeWitness:
             return self._test_code(path) or (module is not None and _holds(module, path))
 
         def believed(frame: Any, path: Path | None) -> bool:  # the tests' code, as it says
-            if path is None:  # a doctest's example, in the namespace of one pytest collected
-                code, globs = frame.f_code, frame.f_globals
-                tests = (t for t in self.doctests if t.globs is globs)
-                named = (t for t in tests if code.co_filename.startswith(f"<doctest {t.name}["))
-                return any(_key(code) in _examples(t) for t in named)
+            if path is None:  # an example of the doctest that runs, in its namespace
+                test, code = self.doctests.get(nodeid), frame.f_code
+                if test is None or test.globs is not frame.f_globals:
+                    return False
+                return code.co_filename.startswith(f"<doctest {test.name}[") and any(
+                    code in _codes(compiled) for compiled in _examples(test)
+                )
             return not excused(path) or ran_from(frame, path, self.config, self.root, self.tree)
 
         where = raised_from(exc, self.root, self.config, self.installed, believed)
@@ -596,7 +607,7 @@ class OutcomeWitness:
         if isinstance(item, pytest.Function):  # a doctest's path is the code it documents
             self.test_files.add(Path(item.path))
         elif isinstance(item, DoctestItem):
-            self.doctests.append(item.dtest)
+            self.doctests[item.nodeid] = item.dtest
         self.integrity.hold(item)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
