@@ -92,21 +92,22 @@ def test_a_record_naming_no_commit_beside_records_that_do_blocks(run: Path) -> N
 
 
 def test_a_stage_run_again_after_an_edit_blocks_naming_the_file(run: Path) -> None:
-    """A stage that began on other changes than the stage before it left ran another tree;
-    what a stage's own command changes (a formatter) is the tree the next one runs."""
-    formatted = {"src/lib.py": "1" * 64}
-    _set_field("static", "changed_sha256", {})
-    _set_field("static", "changed_sha256_end", formatted)
-    _set_field("static", "start", "2025-12-31T23:59:59Z")  # the first; the others by name
-    for stage in ("execution", "integration", "performance"):
-        _set_field(stage, "changed_sha256", formatted)
+    """Records of one commit whose stages began or ended on other changes are of two trees:
+    an edit between stages, or one a stage's own command made (a formatter)."""
+    edited = {"src/lib.py": "1" * 64}
+    for stage in ("static", "execution", "integration", "performance"):
+        _set_field(stage, "changed_sha256", edited)
+        _set_field(stage, "changed_sha256_end", edited)
     assert report_cli(run) == 0
     _set_field("performance", "changed_sha256", {"src/lib.py": "2" * 64})  # edited, run again
     assert report_cli(run) == 1 and _status("performance") == "FAIL"
     (found,) = [
         f for s in _verdict()["stages"] for f in s["findings"] if f["kind"] == "tree_mismatch"
     ]
-    assert found["detail"] == "src/lib.py" and "integration" in found["title"]
+    assert found["detail"] == "src/lib.py" and "began" in found["title"]
+    _set_field("performance", "changed_sha256", edited)
+    _set_field("static", "changed_sha256", {})  # its command wrote src/lib.py as it ran
+    assert report_cli(run) == 1 and _status("static") == "FAIL"
 
 
 def test_whichever_record_is_first_the_mismatch_blocks(run: Path) -> None:

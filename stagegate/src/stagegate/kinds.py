@@ -133,7 +133,7 @@ CATALOGUE: dict[Kind, About] = {
     Kind.OUTPUT_REFUSED: About(C, "a file lies outside the raw folder or changed after the stage"),
     Kind.SIDE_FILE_MISSING: About(L, "an optional file of a stage that is not required is missing"),
     Kind.COMMIT_MISMATCH: About(C, "a record names another commit than the other records"),
-    Kind.TREE_MISMATCH: About(C, "a stage began on other changes than the one before it left"),
+    Kind.TREE_MISMATCH: About(C, "a stage began or ended on other changes than the others"),
     Kind.UNCOMMITTED_CHANGES: About(INFO, "the stage ran on changes its commit does not hold"),
     Kind.RESULTS_ALTERED: About(C, "a stage's command changed another stage's results", floor=H),
     Kind.RECORD_UNUSABLE: About(C, "a stage's record cannot be read, or it has two", floor=H),

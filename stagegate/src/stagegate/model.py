@@ -175,8 +175,8 @@ class StageRecord:
     # does not hold everything that ran. None where it could not look (no git checkout).
     uncommitted: list[str] | None = None
     # Each file git tracks that the checkout had changed then -> the sha256 of its content
-    # ("" where it was deleted): a stage that began on other changes than the stage before it
-    # left ran another tree. None where it could not look.
+    # ("" where it was deleted): a stage that began or ended on other changes than the
+    # other stages ran another tree. None where it could not look.
     changed_sha256: dict[str, str] | None = None
     changed_sha256_end: dict[str, str] | None = None  # ... as the command ended
     # Other stages' records (and the files they seal, and the run log) that were changed or

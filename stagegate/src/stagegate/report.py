@@ -16,7 +16,7 @@ from stagegate.collect.records import RecordScan
 from stagegate.errors import InputError, InternalError, UsageError
 from stagegate.io import write_atomic
 from stagegate.judge import decide, judge_stage
-from stagegate.judge.commits import Left, run_changes, run_commit
+from stagegate.judge.commits import run_changes, run_commit
 from stagegate.judge.policy import Policy, load_policy
 from stagegate.judge.required import canonical
 from stagegate.model import UNATTRIBUTED, Benchmark, StageData, Verdict, stage_name_problem
@@ -101,7 +101,7 @@ class Inputs:
     policy: Policy
     stages: dict[str, StageData]
     commit: str | None  # the commit the judged records name (None: none; "": they disagree)
-    left: dict[str, Left]  # each stage's: the stage before it, and the changes it left
+    changes: dict[str, str] | None  # ... and the changes to its files they saw (None: unsaid)
     baselines: list[Benchmark]
     baseline_problem: str
     host: dict[str, Any] | None
@@ -233,13 +233,13 @@ def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
     host = read_host(options.host) if options.host is not None else None
     records = {n: scan.records[n] for n in names if n in scan.records}
     commit = run_commit(records)
-    left = run_changes(records, commit)
+    changes = run_changes(records, commit)
     now = datetime.now(UTC)
     return Inputs(
         policy,
         stages,
         commit,
-        left,
+        changes,
         baselines,
         baseline_problem,
         host,
@@ -262,7 +262,7 @@ def judge_all(inputs: Inputs, ab_base: str | None = None) -> Verdict:
             ab_base=ab_base,
             commit=inputs.commit,
             now=inputs.now,
-            left=inputs.left.get(name),
+            changes=inputs.changes,
         )
         for name, data in inputs.stages.items()
     ]

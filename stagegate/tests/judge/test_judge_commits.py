@@ -27,33 +27,32 @@ def test_the_run_commit_is_the_one_most_records_name() -> None:
     assert run_commit({}) == ""
 
 
-def test_each_stage_is_held_to_the_changes_the_stage_before_it_left() -> None:
-    """By start: each record of the commit that says what it saw, against the one before it
-    (what its command left; what it began on, where it does not say)."""
+def test_the_run_changes_are_the_state_its_records_saw_most() -> None:
+    """As each stage of the commit began and ended; a record that does not say is left out."""
     one, two = {"a.py": "1" * 64}, {"a.py": "2" * 64}
     records = {
-        "c": record("c", commit=A, start="2026-01-01T00:00:03Z", changed_sha256=two),
-        "a": record("a", commit=A, start="2026-01-01T00:00:01Z", changed_sha256={},
-                    changed_sha256_end=one),
-        "b": record("b", commit=A, start="2026-01-01T00:00:02Z", changed_sha256=one),
-        "x": record("x", commit=B, start="2026-01-01T00:00:04Z", changed_sha256=one),
-        "n": record("n", commit=A, start="2026-01-01T00:00:05Z"),  # does not say
-    }  # fmt: skip
-    assert run_changes(records, A) == {"b": ("a", one), "c": ("b", one)}
+        "a": record("a", commit=A, changed_sha256={}, changed_sha256_end=one),
+        "b": record("b", commit=A, changed_sha256=one, changed_sha256_end=one),
+        "c": record("c", commit=A, changed_sha256=two),
+        "x": record("x", commit=B, changed_sha256=two, changed_sha256_end=two),
+        "n": record("n", commit=A),
+    }
+    assert run_changes(records, A) == one and run_changes(records, B) == two
+    assert run_changes({"n": records["n"]}, A) is None
 
 
-def test_a_stage_that_began_on_other_changes_than_the_one_before_left_blocks() -> None:
-    left = {"src/a.py": "1" * 64, "src/b.py": ""}
-    began = {"src/a.py": "2" * 64, "src/b.py": "", "src/c.py": "3" * 64}
-    data = StageData(record(commit=A, changed_sha256=began), suite=suite(case("a")))
-    v = judge_stage("execution", data, Policy(), commit=A, left=("static", left))
-    assert decide([v]).decision is Decision.BLOCK
-    (f,) = [f for f in v.findings if f.kind == "tree_mismatch"]
-    assert f.severity.value == "CRITICAL" and f.detail == "src/a.py, src/c.py"
-    assert "static" in f.title
-    for same in (left, None):  # what it left, or a record that does not say
+def test_a_stage_that_began_or_ended_on_other_changes_than_the_run_blocks() -> None:
+    run = {"src/a.py": "1" * 64, "src/b.py": ""}
+    other = {"src/a.py": "2" * 64, "src/b.py": "", "src/c.py": "3" * 64}
+    for seen in ({"changed_sha256": other}, {"changed_sha256": run, "changed_sha256_end": other}):
+        data = StageData(record(commit=A, **seen), suite=suite(case("a")))
+        v = judge_stage("execution", data, Policy(), commit=A, changes=run)
+        assert decide([v]).decision is Decision.BLOCK
+        (f,) = [f for f in v.findings if f.kind == "tree_mismatch"]
+        assert f.severity.value == "CRITICAL" and f.detail == "src/a.py, src/c.py"
+    for same in (run, None):  # the run's changes, or a record that does not say
         data = StageData(record(commit=A, changed_sha256=same), suite=suite(case("a")))
-        v = judge_stage("execution", data, Policy(), commit=A, left=("static", left))
+        v = judge_stage("execution", data, Policy(), commit=A, changes=run)
         assert "tree_mismatch" not in [f.kind for f in v.findings]
 
 

@@ -4,15 +4,15 @@ Records of different commits in one raw directory (a stage's record kept from an
 or copied from another branch) would let one commit's results pass for another's. The run's
 commit is the one most records name; each record naming another (or none, beside records that
 name one) is a blocking finding that names both. So is a record of the run's commit whose
-stage began on other changes to its files than the stage before it left (an edit between
-stages); what a stage's own command changed is the tree the next one runs.
+stage began or ended on other changes to its files than the run's: an edit between stages,
+or while one ran (by hand, or by the stage's own command: a stage that verifies must not
+change what it verifies).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from itertools import pairwise
 
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
@@ -28,35 +28,32 @@ def run_commit(records: Mapping[str, StageRecord]) -> str:
     return max(counts, key=lambda c: (counts[c], c != ""))
 
 
-Left = tuple[str, Mapping[str, str]]  # a stage, and the changes to its commit's files it left
+def run_changes(records: Mapping[str, StageRecord], commit: str) -> dict[str, str] | None:
+    """The changes to ``commit``'s tracked files that its records saw most often, as a stage
+    began or as it ended (on a tie, the earliest); None where none of them says."""
+    said = sorted((r for r in records.values() if (r.commit or "") == commit), key=_start)
+    states = [
+        sorted(state.items())
+        for r in said
+        for state in (r.changed_sha256, r.changed_sha256_end)
+        if state is not None
+    ]
+    return dict(max(states, key=states.count)) if states else None
 
 
-def run_changes(records: Mapping[str, StageRecord], commit: str) -> dict[str, Left]:
-    """For each record of ``commit``, the stage that ran before it (by start) and the changes
-    to the commit's files that stage left as its command ended (as it began, where its record
-    does not say); a stage that began on others ran another tree. Records that do not say
-    what they saw are left out."""
-    said = sorted(
-        (r.start, name, r)
-        for name, r in records.items()
-        if (r.commit or "") == commit and r.changed_sha256 is not None
-    )
-    left: dict[str, Left] = {}
-    for (_, before, earlier), (_, name, _) in pairwise(said):
-        end = earlier.changed_sha256_end
-        left[name] = (before, end if end is not None else earlier.changed_sha256 or {})
-    return left
+def _start(record: StageRecord) -> str:
+    return record.start
 
 
 def commit_findings(
-    f: Findings, record: StageRecord, commit: str, left: Left | None = None
+    f: Findings, record: StageRecord, commit: str, changes: Mapping[str, str] | None = None
 ) -> None:
     """A finding when ``record`` names another commit than the run's ``commit`` ("": none) or
-    began on other changes to its files than the stage before it ``left``, one when the stage
-    ran on a tree with changes its commit does not hold (or git could not say), and one when
-    its command changed another stage's results."""
+    began or ended on other ``changes`` to its files than the run's, one when the stage ran
+    on a tree with changes its commit does not hold (or git could not say), and one when its
+    command changed another stage's results."""
     _uncommitted(f, record)
-    _other_changes(f, record, commit, left)
+    _other_changes(f, record, commit, changes)
     if record.altered:
         f.add(
             Kind.RESULTS_ALTERED,
@@ -78,20 +75,27 @@ def commit_findings(
     )
 
 
-def _other_changes(f: Findings, record: StageRecord, commit: str, left: Left | None) -> None:
-    own = record.changed_sha256
-    if own is None or left is None or (record.commit or "") != commit or own == left[1]:
+def _other_changes(
+    f: Findings, record: StageRecord, commit: str, changes: Mapping[str, str] | None
+) -> None:
+    if changes is None or (record.commit or "") != commit:
         return
-    before, changes = left
-    paths = sorted(p for p in {*own, *changes} if own.get(p) != changes.get(p))
-    f.add(
-        Kind.TREE_MISMATCH,
-        f"{f.stage} began on other changes to {len(paths)} file(s) than {before} left: the "
-        "records are of two trees",
-        detail=", ".join(paths[:10]) + (f"; and {len(paths) - 10} more" if len(paths) > 10 else ""),
-        fix="one report judges one tree: run every stage again on it, into an emptied raw "
-        "directory, without editing files between the stages",
-    )
+    seen = {"began": record.changed_sha256, "ended": record.changed_sha256_end}
+    for when, own in seen.items():
+        if own is None or own == changes:
+            continue
+        paths = sorted(p for p in {*own, *changes} if own.get(p) != changes.get(p))
+        f.add(
+            Kind.TREE_MISMATCH,
+            f"{f.stage} {when} on other changes to {len(paths)} file(s) than the other stages: "
+            "the records are of two trees",
+            detail=", ".join(paths[:10])
+            + (f"; and {len(paths) - 10} more" if len(paths) > 10 else ""),
+            fix="one report judges one tree: edit nothing while the stages run (a stage's "
+            "command included: run a formatter with --check), then run every stage again into "
+            "an emptied raw directory",
+        )
+        return
 
 
 def _uncommitted(f: Findings, record: StageRecord) -> None:

@@ -16,7 +16,7 @@ from stagegate.judge.baseline import (
     pick_baseline,
 )
 from stagegate.judge.benchmark import benchmark_findings
-from stagegate.judge.commits import Left, commit_findings
+from stagegate.judge.commits import commit_findings
 from stagegate.judge.derive import figured
 from stagegate.judge.findings import Findings
 from stagegate.judge.machine import device_memory_mb, gpu_unused_findings, machine_findings
@@ -260,12 +260,12 @@ def _run_findings(
     record: StageRecord,
     commit: str | None,
     now: datetime | None,
-    left: Left | None = None,
+    changes: Mapping[str, str] | None = None,
 ) -> bool:
     """Findings about the run itself: its commit, how its command ended, the machine and the
     clock it observed, its unreadable outputs. True when it crashed rather than failed."""
     if commit is not None:
-        commit_findings(f, record, commit, left)
+        commit_findings(f, record, commit, changes)
     crashed = _record_findings(f, record)
     machine_findings(f, data, now, f.policy.benchmark.clock_tolerance_s)
     for error in data.input_errors:  # missing and refused files: judge/outputs.py
@@ -289,19 +289,19 @@ def judge_stage(
     *,
     commit: str | None = None,
     now: datetime | None = None,
-    left: Left | None = None,
+    changes: Mapping[str, str] | None = None,
 ) -> StageVerdict:
     """Findings, status and score of one stage; a benchmark is compared with the matching
     one of ``baselines``, or, with ``baseline_problem``, marked as not compared, and tied to
     the GPU job's ``host`` facts where given. A record of another commit than the run's
-    ``commit`` (when given; "": the run names none) or that began on other changes to its
-    files than the stage before it ``left`` (when given) blocks, as does one dated after ``now``
+    ``commit`` (when given; "": the run names none) or that began or ended on other
+    ``changes`` to its files than the run's (when given) blocks, as does one dated after ``now``
     (the report's clock, when given)."""
     record = data.record
     if record is None:
         return _no_record(name, policy, data)
     f = Findings(name, policy)
-    crashed = _run_findings(f, data, record, commit, now, left)
+    crashed = _run_findings(f, data, record, commit, now, changes)
     errors = unreadable(data)
     for check in RESULT_CHECKS:
         check(f, data, name, policy)
