@@ -1636,6 +1636,21 @@ def test_a_doctest_files_example_kept_from_running_blocks(tmp_path: Path, how: s
     assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
+def test_a_doctest_file_emptied_before_the_workers_start_blocks(tmp_path: Path) -> None:
+    """Under pytest-xdist: by the controller's conftest.py only, before any worker began."""
+    conftest = """
+        import atexit, os, pathlib
+
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            _doc = pathlib.Path(__file__).with_name("test_doc.txt")
+            atexit.register(_doc.write_text, _doc.read_text())
+            _doc.write_text("")
+    """
+    files = {**FAILING_DOCTEST, "conftest.py": conftest, "test_ok.py": "def test_ok():\n    pass\n"}
+    decision, kinds = _judged(tmp_path, files, "-n", "2")
+    assert decision is Decision.BLOCK and "test_run_nowhere" in kinds, kinds
+
+
 # unittest's own assert replaced by the code under test, as a test module imports it, or
 # before the witness starts (a conftest imports it)
 TESTCASE_PATCHED = """

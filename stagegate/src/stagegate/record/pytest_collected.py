@@ -39,7 +39,7 @@ class Collected:
     """One process's view; the controller merges its workers' (:meth:`add`)."""
 
     def __init__(self, started: int) -> None:
-        self.started = started  # time.time_ns() as the run began, before any conftest.py
+        self.started = started  # as the run began, by the clock files are dated with
         self.collected: set[str] = set()  # node ids, as collected
         self.kept: set[str] = set()  # ... still in the session when collection ended
         self.finished_ids: set[str] = set()  # ... whose run began and ended

@@ -186,13 +186,23 @@ def top_level(name: str | None, root: Path) -> frozenset[str]:
 
 
 PACKAGES = pytest.StashKey[frozenset[str]]()
-STARTED = pytest.StashKey[int]()  # time.time_ns() before the first conftest.py was imported
+STARTED = pytest.StashKey[int]()  # file_clock_ns() before the first conftest.py was imported
+STARTED_KEY = "stagegate_started"  # ... in the controller's run: in each worker's workerinput
+
+
+def file_clock_ns() -> int:
+    """Now, by the clock the kernel dates files with (Linux: the coarse real-time clock, a few
+    milliseconds behind the precise one); elsewhere the precise clock, 10 ms back."""
+    coarse = getattr(time, "CLOCK_REALTIME_COARSE", None)
+    if coarse is None:
+        return time.time_ns() - 10_000_000
+    return time.clock_gettime_ns(coarse)
 
 
 def note_packages(config: pytest.Config) -> None:
     """Before the first conftest.py is imported (and the code under test with it): the
     project's own packages, which the witness holds the code to, and the time."""
-    config.stash[STARTED] = time.time_ns()
+    config.stash[STARTED] = file_clock_ns()
     config.stash[PACKAGES] = own_packages(Path(config.rootpath).resolve())
 
 
@@ -471,8 +481,10 @@ class OutcomeWitness:
         self.raised: set[Raised] = set()  # in its last run
         self.recovered: set[Raised] = set()  # in an earlier run, not in its last
         self.foreign: set[str] = set()  # what could run or report tests unseen
-        # what was collected, kept and started
-        self.run = Collected(config.stash.get(STARTED, None) or time.time_ns())
+        # what was collected, kept and started, since the run (its controller's, if any) began
+        started = config.stash.get(STARTED, None) or file_clock_ns()
+        controller = getattr(config, "workerinput", {}).get(STARTED_KEY, started)
+        self.run = Collected(min(started, int(controller)))
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the modules test functions were collected from
@@ -596,6 +608,11 @@ class OutcomeWitness:
         name = self._name(nodeid)
         self.raised.add(name)
         self.recovered.discard(name)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """A pytest-xdist worker starts: the run began as this controller's did."""
+        node.workerinput[STARTED_KEY] = self.run.started
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> Any:
