@@ -1639,12 +1639,13 @@ def test_a_doctest_files_example_kept_from_running_blocks(tmp_path: Path, how: s
 def test_a_doctest_file_emptied_before_the_workers_start_blocks(tmp_path: Path) -> None:
     """Under pytest-xdist: by the controller's conftest.py only, before any worker began."""
     conftest = """
-        import atexit, os, pathlib
+        import atexit, pathlib
 
-        if "PYTEST_XDIST_WORKER" not in os.environ:
-            _doc = pathlib.Path(__file__).with_name("test_doc.txt")
-            atexit.register(_doc.write_text, _doc.read_text())
-            _doc.write_text("")
+        def pytest_configure(config):
+            if not hasattr(config, "workerinput"):  # the controller
+                _doc = pathlib.Path(__file__).with_name("test_doc.txt")
+                atexit.register(_doc.write_text, _doc.read_text())
+                _doc.write_text("")
     """
     files = {**FAILING_DOCTEST, "conftest.py": conftest, "test_ok.py": "def test_ok():\n    pass\n"}
     decision, kinds = _judged(tmp_path, files, "-n", "2")
