@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from operator import attrgetter
 
 from stagegate.judge.findings import Findings
 from stagegate.kinds import Kind
@@ -28,10 +29,13 @@ def run_commit(records: Mapping[str, StageRecord]) -> str:
     return max(counts, key=lambda c: (counts[c], c != ""))
 
 
+_by_start = attrgetter("start")
+
+
 def run_changes(records: Mapping[str, StageRecord], commit: str) -> dict[str, str] | None:
     """The changes to ``commit``'s tracked files that its records saw most often, as a stage
     began or as it ended (on a tie, the earliest); None where none of them says."""
-    said = sorted((r for r in records.values() if (r.commit or "") == commit), key=_start)
+    said = sorted((r for r in records.values() if (r.commit or "") == commit), key=_by_start)
     states = [
         sorted(state.items())
         for r in said
@@ -39,10 +43,6 @@ def run_changes(records: Mapping[str, StageRecord], commit: str) -> dict[str, st
         if state is not None
     ]
     return dict(max(states, key=states.count)) if states else None
-
-
-def _start(record: StageRecord) -> str:
-    return record.start
 
 
 def commit_findings(

@@ -234,12 +234,8 @@ _WITNESS = Path(__file__).resolve().parent
 
 
 def _keys(code: CodeType) -> Iterator[tuple[str, int, bytes]]:
-    """Each code object in ``code`` (itself, its functions, theirs), by name, first line and
-    bytecode."""
-    yield code.co_name, code.co_firstlineno, code.co_code
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            yield from _keys(const)
+    """Each code object in ``code`` (:func:`_codes`), by name, first line and bytecode."""
+    return (_key(c) for c in _codes(code))
 
 
 @lru_cache(maxsize=128)
