@@ -131,6 +131,12 @@ def _git_scope(out_dir: Path) -> tuple[Path, list[str]] | None:
     return root, ["--", ":/", *([f":(exclude){folder}"] if inside else [])]
 
 
+def _marked(where: list[str]) -> list[str] | None:
+    """The tracked paths in ``where`` git is told to look past (:func:`_hidden`)."""
+    listed = _git("ls-files", "-z", "-v", "--full-name", *where)
+    return None if listed is None else _hidden(listed)
+
+
 def _git_uncommitted(out_dir: Path) -> list[str] | None:
     """The paths the commit does not hold as they are in the checkout: changed or staged,
     untracked (what .gitignore files ignore left out, not what .git/info/exclude or a global
@@ -143,10 +149,10 @@ def _git_uncommitted(out_dir: Path) -> list[str] | None:
     changed = _git("status", "--porcelain=v1", "-z", "--untracked-files=no", *where)
     untracked = _git("ls-files", "-z", "--full-name", "--others",
                      "--exclude-per-directory=.gitignore", *where)  # fmt: skip
-    marked = _git("ls-files", "-z", "-v", "--full-name", *where)
+    marked = _marked(where)
     if changed is None or untracked is None or marked is None:
         return None
-    listed = [*_paths(changed), *untracked.decode("utf-8", "replace").split("\0"), *_hidden(marked)]
+    listed = [*_paths(changed), *untracked.decode("utf-8", "replace").split("\0"), *marked]
     paths = list(dict.fromkeys(p for p in listed if p))
     if len(paths) > MAX_UNCOMMITTED:
         rest = len(paths) - MAX_UNCOMMITTED + 1
@@ -162,10 +168,10 @@ def _git_changed_sha256(out_dir: Path) -> dict[str, str] | None:
     if scope is None:
         return None
     changed = _git("diff", "HEAD", "--name-only", "--no-renames", "--no-relative", "-z", *scope[1])
-    marked = _git("ls-files", "-z", "-v", "--full-name", *scope[1])
+    marked = _marked(scope[1])
     if changed is None or marked is None:
         return None
-    listed = [*changed.decode("utf-8", "surrogateescape").split("\0"), *_hidden(marked)]
+    listed = [*changed.decode("utf-8", "surrogateescape").split("\0"), *marked]
     held = {n: _content_sha256(scope[0] / n) for n in sorted({n for n in listed if n})}
     if len(held) <= MAX_UNCOMMITTED:
         return held
