@@ -60,6 +60,7 @@ def _stage(verdict: dict, name: str) -> dict:
     return next(s for s in verdict["stages"] if s["name"] == name)
 
 
+@pytest.mark.slow
 def test_a_declared_stage_that_passes_is_judged_under_its_title(project: Path) -> None:
     assert _run_docs(links_ok=True) == 0
     code, verdict = _report()
@@ -71,6 +72,7 @@ def test_a_declared_stage_that_passes_is_judged_under_its_title(project: Path) -
     assert page.startswith("# Documentation Verification Report") and "Stage 1" in page
 
 
+@pytest.mark.slow
 def test_a_failing_test_blocks_even_when_the_command_exits_zero(project: Path) -> None:
     assert _run_docs(links_ok=False, swallow_exit=True) == 0
     code, verdict = _report()
@@ -91,3 +93,112 @@ def test_a_declared_output_the_stage_left_out_blocks(project: Path) -> None:
     code, verdict = _report()
     kinds = [f["kind"] for f in _stage(verdict, "docs")["findings"]]
     assert code == 1 and "output_missing" in kinds
+
+
+# A stage for the slow tests, which the quick stage leaves to it by their mark.
+TIERS = """
+[tool.stagegate]
+required = ["quick"{slow_required}]
+
+[tool.stagegate.stages.quick]
+outputs = ["junit"]
+
+[tool.stagegate.stages.slow]
+outputs = ["junit"]
+marker = "slow"
+"""
+
+TIERED_TESTS = """
+import pytest
+
+def test_quick():
+    assert True
+
+@pytest.mark.slow
+def test_slow():
+    assert {slow_passes}
+
+@pytest.mark.other
+def test_other():
+    assert True
+"""
+
+
+def _tiered(tmp_path: Path, slow_required: bool = False, slow_passes: bool = True) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        TIERS.format(slow_required=', "slow"' if slow_required else ""), encoding="utf-8"
+    )
+    (tmp_path / "test_tiers.py").write_text(TIERED_TESTS.format(slow_passes=slow_passes))
+
+
+def _run_tier(name: str, marks: str) -> int:
+    junit = f"reports/raw/junit-{name}.xml"
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks]
+    command = [*pytest_cmd, "test_tiers.py", f"--junitxml={junit}"]
+    return main(["run", name, "--out-dir", "reports/raw", "--junit", junit, "--", *command])
+
+
+def _findings(verdict: dict, stage: str) -> list[tuple[str, str]]:
+    return [(f["severity"], f["kind"]) for f in _stage(verdict, stage)["findings"]]
+
+
+@pytest.mark.slow
+def test_tests_left_to_a_stage_that_did_not_run_wait_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _tiered(tmp_path)
+    assert _run_tier("quick", "not slow and not other") == 0
+    code, verdict = _report()
+    # test_slow waits for the slow stage, NOT VERIFIED here; test_other runs nowhere
+    assert _stage(verdict, "slow")["status"] == "NOT VERIFIED"
+    assert ("INFO", "test_left_to_stage") in _findings(verdict, "quick")
+    assert ("HIGH", "test_run_nowhere") in _findings(verdict, "quick")
+    assert code == 1
+    waiting = next(
+        f for f in _stage(verdict, "quick")["findings"] if f["kind"] == "test_left_to_stage"
+    )
+    assert "test_slow" in waiting["detail"] and "test_other" not in waiting["detail"]
+
+
+@pytest.mark.parametrize(
+    ("slow_required", "slow_runs", "slow_passes", "decision"),
+    [
+        (False, False, True, "PASS"),  # waits: NOT VERIFIED, the report says so
+        (True, False, True, "BLOCK"),  # required, and it did not run
+        (True, True, True, "PASS"),
+        (True, True, False, "BLOCK"),  # it ran there, and failed
+    ],
+)
+def test_the_stage_a_mark_names_decides_for_its_tests(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    slow_required: bool,
+    slow_runs: bool,
+    slow_passes: bool,
+    decision: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _tiered(tmp_path, slow_required, slow_passes)
+    assert _run_tier("quick", "not slow") == 0
+    if slow_runs:
+        _run_tier("slow", "slow")
+    code, verdict = _report()
+    assert verdict["decision"] == decision and code == (decision == "BLOCK")
+    waiting = ("INFO", "test_left_to_stage") in _findings(verdict, "quick")
+    assert waiting is not slow_runs
+    assert ("HIGH", "test_run_nowhere") not in _findings(verdict, "quick")
+
+
+@pytest.mark.slow
+def test_a_test_the_marked_stage_drops_too_runs_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _tiered(tmp_path, slow_required=True)
+    assert _run_tier("quick", "not slow") == 0
+    assert _run_tier("slow", "slow and not slow") == 5  # pytest: no tests ran
+    code, verdict = _report()
+    assert code == 1
+    assert ("HIGH", "test_run_nowhere") in _findings(verdict, "quick")
+    assert ("INFO", "test_left_to_stage") not in _findings(verdict, "quick")

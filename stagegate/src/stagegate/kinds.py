@@ -48,6 +48,7 @@ class Kind(StrEnum):
     TEST_GONE = "test_gone"
     TEST_RUN_NOWHERE = "test_run_nowhere"
     TEST_NOT_RUN_BY_POLICY = "test_not_run_by_policy"
+    TEST_LEFT_TO_STAGE = "test_left_to_stage"
     SKIPPED_TEST = "skipped_test"
     SLOW_TEST = "slow_test"
     COVERAGE_BELOW_FLOOR = "coverage_below_floor"
@@ -120,6 +121,9 @@ CATALOGUE: dict[Kind, About] = {
     Kind.TEST_GONE: About(M, "a test that ran on the base branch did not run here"),
     Kind.TEST_RUN_NOWHERE: About(H, "a test a stage collected and dropped ran in no stage"),
     Kind.TEST_NOT_RUN_BY_POLICY: About(INFO, "dropped tests the policy's not_run excuses"),
+    Kind.TEST_LEFT_TO_STAGE: About(
+        INFO, "dropped tests that carry the mark of a declared stage that did not run here"
+    ),
     Kind.SKIPPED_TEST: About(INFO, "a test was skipped, with its reason"),
     Kind.SLOW_TEST: About(INFO, "a test took longer than slow_test_s", fixed=True),
     Kind.COVERAGE_BELOW_FLOOR: About(H, "line coverage is under its threshold"),

@@ -300,6 +300,8 @@ class TestSuite:
     unreported: tuple[str, ...] = ()
     foreign_hooks: tuple[str, ...] = ()  # what could run or report its tests unseen
     deselected: tuple[str, ...] = ()  # node ids collected and dropped from the run
+    # (node id, its marks) of those pytest announced as deselected (``-m``)
+    deselected_marks: tuple[tuple[str, tuple[str, ...]], ...] = ()
     empty_files: tuple[str, ...] = ()  # test files that yielded no test
     skipped_by_code: tuple[tuple[str, Location], ...] = ()  # skipped by the code under test
 
@@ -545,6 +547,7 @@ class StageData:
     changed: tuple[str, ...] | None = None  # the files the change touches; None: not known
     # The tests the other stages of this report ran (their file form, :func:`canonical`)
     ran_elsewhere: frozenset[str] = frozenset()
+    recorded: frozenset[str] = frozenset()  # the stages this report holds a record of
 
 
 NOT_VERIFIED = "NOT VERIFIED"  # a baseline change the runs' spread could hide

@@ -177,9 +177,16 @@ def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
         for name, data in stages.items()
         if data.suite is not None
     }
+    recorded = frozenset(
+        name
+        for name, d in stages.items()
+        if d.record is not None or d.record_gone or d.record_problem
+    )
     return {
         name: replace(
-            data, ran_elsewhere=frozenset().union(*(v for k, v in ran.items() if k != name))
+            data,
+            ran_elsewhere=frozenset().union(*(v for k, v in ran.items() if k != name)),
+            recorded=recorded,
         )
         for name, data in stages.items()
     }

@@ -215,11 +215,12 @@ def test_a_skip_the_code_under_test_raised_blocks_where_the_file_says_skipped(
     assert decide([verdict]).decision is Decision.BLOCK
 
 
-def test_a_witness_without_a_list_of_skips_is_an_input_error(tmp_path: Path) -> None:
-    skips = '[], "skipped_by": [["test_m", "test_a"]]'
+@pytest.mark.parametrize("key", ["skipped_by", "deselected_marks"])
+def test_a_witness_without_a_list_of_triples_is_an_input_error(tmp_path: Path, key: str) -> None:
+    skips = f'[], "skipped_by": [], "{key}": [["test_m", "test_a"]]'
     _stage(tmp_path, declared=1, counted=0, raised=skips, version=3)
     data = _collected(tmp_path)
-    assert data.suite is None and "skipped_by" in data.input_errors[0]
+    assert data.suite is None and key in data.input_errors[0]
 
 
 @pytest.mark.parametrize("raised", ['"test_m"', '[["test_m"]]', "[[1, 2]]", "null"])

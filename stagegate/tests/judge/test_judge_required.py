@@ -240,6 +240,8 @@ def test_a_stage_declared_a_subset_drops_tests_without_a_finding() -> None:
     ("table", "key"),
     [
         ({"stages": {"cuda": {"subset": "yes"}}}, "cuda.subset"),
+        ({"stages": {"slow": {"marker": ["slow"]}}}, "slow.marker"),
+        ({"stages": {"slow": {"marker": "not slow"}}}, "slow.marker"),
         ({"required_tests": {"integration": []}}, "required_tests.integration"),
         ({"required_tests": {"integration": "tests/x.py"}}, "required_tests.integration"),
         ({"required_tests": {"Bad Stage": ["x"]}}, "required_tests"),
@@ -264,6 +266,10 @@ def test_the_new_policy_keys_are_read() -> None:
         }
     )
     assert policy.required_tests == {"execution": ("tests/a.py::*",)}
+    assert (
+        policy_from_mapping({"stages": {"slow": {"marker": "slow"}}}).stages["slow"].marker
+        == "slow"
+    )
     assert policy.gate_files == ("noxfile.py", ".github/*") and policy.skip_jump_pct == 5.0
 
 

@@ -519,6 +519,25 @@ def _stream(ctx: _Context) -> Grouped:
     return grouped
 
 
+def _check_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise MissingFileError(
+            f"JUnit file {path} does not exist: did the test command run?"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"JUnit file {path} cannot be read: {exc}") from None
+    if size == 0:
+        raise InputError(f"JUnit file {path} is empty: the test run was cut off before the end")
+    if size > MAX_JUNIT_BYTES:
+        raise InputError(
+            f"JUnit file {path} is {size / 2**20:,.0f} MiB, over the "
+            f"{MAX_JUNIT_BYTES / 2**20:,.0f} MiB a reader takes: split the run's JUnit "
+            "into several files"
+        )
+
+
 def read_junit(
     path: Path, root: Path | None = None, counts: PytestCounts | None = None
 ) -> TestSuite:
@@ -530,20 +549,7 @@ def read_junit(
     if counts is not None:
         ctx.subtest_reports, ctx.raised = counts.subtest_reports, counts.raised or frozenset()
         ctx.recovered = counts.recovered
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            raise InputError(f"JUnit file {path} is empty: the test run was cut off before the end")
-        if size > MAX_JUNIT_BYTES:
-            raise InputError(
-                f"JUnit file {path} is {size / 2**20:,.0f} MiB, over the "
-                f"{MAX_JUNIT_BYTES / 2**20:,.0f} MiB a reader takes: split the run's JUnit "
-                "into several files"
-            )
-    except FileNotFoundError:
-        raise MissingFileError(
-            f"JUnit file {path} does not exist: did the test command run?"
-        ) from None
+    _check_size(path)
     try:
         grouped = _stream(ctx)
     except ET.ParseError as exc:
@@ -576,6 +582,7 @@ def read_junit(
         foreign_hooks=counts.foreign if counts is not None else (),
         unreported=tuple(f"{c}::{n}" if c else n for c, n in sorted(ctx.raised - ctx.seen_raised)),
         deselected=_deselected(counts, ctx),
+        deselected_marks=_deselected_marks(counts, ctx),
         empty_files=counts.empty if counts is not None else (),
         skipped_by_code=_skipped_by_code(cases, counts, ctx),
     )
@@ -607,6 +614,16 @@ def _deselected(counts: PytestCounts | None, ctx: _Context) -> tuple[str, ...]:
     return tuple(sorted(set(ids)))
 
 
+def _deselected_marks(
+    counts: PytestCounts | None, ctx: _Context
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each announced dropped test's marks, by node id."""
+    marks = counts.deselected_marks if counts is not None else {}
+    return tuple(
+        sorted((_nodeid_of(_named(c), _named(n), "", ctx)[0], m) for (c, n), m in marks.items())
+    )
+
+
 MAX_COUNTS_BYTES = 64 * 2**20  # a name per test that raised: a million of them fit
 
 
@@ -626,6 +643,8 @@ class PytestCounts:
     empty: tuple[str, ...] = ()
     # skipped or expected to fail by the code under test, with where (None: does not say)
     skipped_by: dict[tuple[str, str], str] | None = None
+    # the marks of the dropped tests pytest announced as deselected
+    deselected_marks: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -663,7 +682,7 @@ def read_pytest_counts(path: Path) -> PytestCounts:
     empty = _texts(data, "empty", path)
     return PytestCounts(
         count, raised, recovered or frozenset(), _texts(data, "foreign", path), deselected, empty,
-        _skipped_by(data, path),
+        _skipped_by(data, path), _marks(data, path),
     )  # fmt: skip
 
 
@@ -671,15 +690,28 @@ def _skipped_by(data: dict[str, object], path: Path) -> dict[tuple[str, str], st
     """The tests the code under test skipped: [classname, name, where] each."""
     if "skipped_by" not in data:
         return None
-    triples = data["skipped_by"]
+    triples = _triples(data, "skipped_by", path, "where")
+    return {(c, n): _named(where[:500]) for c, n, where in triples}
+
+
+def _triples(data: dict[str, object], key: str, path: Path, what: str) -> list[list[str]]:
+    triples = data.get(key, [])
     if not isinstance(triples, list) or not all(
         isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) for x in t) for t in triples
     ):
         raise InputError(
-            f"pytest counts file {path} holds no list skipped_by of tests ([classname, name, "
-            "where] triples): run the tests again with stagegate's pytest plugin"
+            f"pytest counts file {path} holds no list {key} of tests ([classname, name, {what}] "
+            "triples): run the tests again with stagegate's pytest plugin"
         )
-    return {(c, n): _named(where[:500]) for c, n, where in triples}
+    return triples
+
+
+def _marks(data: dict[str, object], path: Path) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The marks of the tests pytest deselected: [classname, name, mark] each."""
+    marks: dict[tuple[str, str], tuple[str, ...]] = {}
+    for c, n, mark in _triples(data, "deselected_marks", path, "mark"):
+        marks[c, n] = (*marks.get((c, n), ()), _named(mark[:200]))
+    return marks
 
 
 def _texts(data: dict[str, object], key: str, path: Path) -> tuple[str, ...]:

@@ -90,6 +90,9 @@ class StageSpec:
     # It runs a few of the tests other stages run (``-m cuda``): the tests it drops are not
     # looked for in the other stages' results (a report may judge it alone)
     subset: bool = False
+    # Its tests carry this pytest mark (``-m slow``): another stage may drop them, and where
+    # this stage did not run they wait for it (test_left_to_stage), never run nowhere
+    marker: str | None = None
 
 
 # With no policy: a plain Python project's two stages, both required
@@ -333,7 +336,7 @@ def _output_kind(key: str, kind: str) -> str:
     return kind
 
 
-_STAGE_KEYS = {"title", "order", "outputs", "skippable", "subset"}
+_STAGE_KEYS = {"title", "order", "outputs", "skippable", "subset", "marker"}
 
 
 def _stage(key: str, value: Any) -> tuple[int | None, StageSpec]:
@@ -360,7 +363,12 @@ def _stage(key: str, value: Any) -> tuple[int | None, StageSpec]:
         raise ConfigError(f"[tool.stagegate] {key}.subset = {subset!r}: true or false")
     title = _text(f"{key}.title", table.get("title", key.rpartition(".")[2]))
     kinds = tuple(_output_kind(f"{key}.outputs", str(k)) for k in outputs)
-    return order, StageSpec(title, kinds, skippable, subset)
+    marker = table.get("marker")
+    if marker is not None and not (isinstance(marker, str) and marker.isidentifier()):
+        raise ConfigError(
+            f"[tool.stagegate] {key}.marker = {marker!r}: the name of a pytest mark (slow)"
+        )
+    return order, StageSpec(title, kinds, skippable, subset, marker)
 
 
 def _stages(key: str, value: Any) -> dict[str, StageSpec]:

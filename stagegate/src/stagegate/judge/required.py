@@ -193,6 +193,36 @@ def _not_run_listed(f: Findings, stage: str, named: list[str]) -> None:
         )
 
 
+def _left_to_stages(
+    f: Findings, data: StageData, stage: str, policy: Policy, dropped: list[str]
+) -> list[str]:
+    """``dropped`` less the tests pytest deselected that carry the mark of a declared stage
+    with no record here (``marker``): they wait for that stage, which the summary shows NOT
+    VERIFIED (or missing, where it is required); listed, never hidden."""
+    waiting = {
+        spec.marker: name
+        for name, spec in policy.stages.items()
+        if spec.marker and name != stage and name not in data.recorded
+    }
+    marks = dict(data.suite.deselected_marks) if data.suite is not None else {}
+    left: dict[str, list[str]] = {}
+    for test in dropped:
+        owner = next((waiting[m] for m in marks.get(test, ()) if m in waiting), None)
+        if owner is not None:
+            left.setdefault(owner, []).append(test)
+    for owner, tests in left.items():
+        f.add(
+            Kind.TEST_LEFT_TO_STAGE,
+            f"{len(tests)} test(s) that {stage} dropped are marked "
+            f"{policy.stages[owner].marker}: they run in the {owner} stage, which did not run "
+            "here",
+            detail=_names(tests),
+            fix=f"run the {owner} stage (its record joins this report), where it is required",
+        )
+    held = {t for tests in left.values() for t in tests}
+    return [t for t in dropped if t not in held]
+
+
 def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
     """The tests this stage collected and did not run (dropped by ``-m``, ``-k``,
     ``--deselect`` or a hook; kept and never started), and the test files, classes and
@@ -203,6 +233,7 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
         return
     elsewhere = data.ran_elsewhere
     dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
+    dropped = _left_to_stages(f, data, stage, policy, dropped)
     empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
     excused = [t for t in [*dropped, *empty] if any(named_by(p, t) for p in policy.not_run)]
     _not_run_listed(f, stage, excused)

@@ -482,6 +482,7 @@ class OutcomeWitness:
         controller = getattr(config, "workerinput", {}).get(STARTED_KEY, started)
         self.run = Collected(min(started, int(controller)))
         self.deselected: set[Raised] = set()  # collected, then dropped from the session
+        self.marks: dict[Raised, tuple[str, ...]] = {}  # the marks of those pytest deselected
         self.skipped_by: dict[Raised, str] = {}  # skipped by the code under test: where
         self.test_files: set[Path] = set()  # the modules test functions were collected from
         self.doctests: dict[str, Any] = {}  # each doctest item's DocTest, by node id
@@ -505,6 +506,9 @@ class OutcomeWitness:
             "recovered": [list(r) for r in sorted(self.recovered)],
             "foreign": sorted(self.foreign),
             "deselected": [list(r) for r in sorted(dropped)],
+            "deselected_marks": [
+                [*r, mark] for r in sorted(dropped & set(self.marks)) for mark in self.marks[r]
+            ],
             "empty": sorted(self.run.empty),
             "skipped_by": [[*r, where] for r, where in sorted(self.skipped_by.items())],
             **(self.run.sent() if worker else {}),
@@ -516,6 +520,8 @@ class OutcomeWitness:
         self.recovered.update((c, n) for c, n in seen.get("recovered", []))
         self.foreign.update(seen.get("foreign", []))
         self.deselected.update((c, n) for c, n in seen.get("deselected", []))
+        for c, n, mark in seen.get("deselected_marks", []):
+            self.marks[c, n] = (*self.marks.get((c, n), ()), mark)
         self.run.empty.update(seen.get("empty", []))
         self.skipped_by.update(((c, n), where) for c, n, where in seen.get("skipped_by", []))
         self.run.add(seen)
@@ -649,6 +655,13 @@ class OutcomeWitness:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The tree as the session starts, conftest files configured."""
         self.tree = tree_state(self.root)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """The marks of the tests pytest was told were dropped (``-m slow`` leaves them to the
+        stage that runs that mark); a test dropped unannounced has none."""
+        for item in items:
+            names = dict.fromkeys(m.name for m in item.iter_markers())
+            self.marks[self._name(item.nodeid)] = tuple(names)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
