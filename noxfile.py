@@ -170,7 +170,7 @@ def run_execution(session: nox.Session, extra: list[str], must_pass: bool = True
         [
             *PYTEST,
             "-m",
-            "not integration",
+            "not integration and not slow",  # the slow stage runs the slow-marked tests
             # Independent tests, one worker per core; worksteal keeps both busy to the end.
             "-n",
             "auto",
@@ -200,7 +200,7 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             *PYTEST,
             "tests/integration",
             "-m",
-            "integration",
+            "integration and not slow",
             # A worker a core, each test file on one worker (its module fixtures run once):
             # 70 s against 100 s in one process on two cores (docs/development.md).
             "-n",
@@ -213,6 +213,21 @@ def run_integration(session: nox.Session, extra: list[str], must_pass: bool = Tr
             *extra,
         ],
         env={"AMPTRAIN_INTEGRATION_METRICS": metrics},
+        must_pass=must_pass,
+    )
+
+
+def run_slow(session: nox.Session, extra: list[str], must_pass: bool = True) -> bool:
+    """The tests marked slow (those that start processes: pytest, torchrun, builds), from the
+    unit and the integration suites; verify leaves them to this stage, which CI requires."""
+    junit = f"{RAW}/junit-slow.xml"
+    command = [*PYTEST, "-m", "slow", "-n", "auto", "--dist", "worksteal", "-p", "no:cacheprovider"]
+    return stage(
+        session,
+        "slow",
+        [f"--junit={junit}"],
+        [*command, f"--junitxml={junit}", *extra],
+        env=peer_env(),
         must_pass=must_pass,
     )
 
@@ -301,6 +316,13 @@ def performance(session: nox.Session) -> None:
     """Stage 4: the AMP benchmark (gpu preset with CUDA, else the cpu-smoke preset)."""
     install(session, "fp8")  # both presets measure an fp8 arm
     run_performance(session, session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
+def slow(session: nox.Session) -> None:
+    """The slow-marked tests (unit and integration) as their stage: CI runs it beside verify."""
+    install(session, "test", "lint")
+    run_slow(session, session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS, tags=["gpu", "stage"])

@@ -82,6 +82,7 @@ def _replace_somewhere(doc: Any, path: list[int], value: Any) -> Any:
     return doc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", JSON_FILES)
 @EXAMPLES
 @given(path=st.lists(st.integers(min_value=0), max_size=6), value=values)
@@ -95,6 +96,7 @@ def test_any_value_anywhere_in_a_json_file_gets_a_verdict(
     assert _judged(raw) in (Decision.PASS, Decision.BLOCK)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*JSON_FILES, "junit-execution.xml", "stagegate-runs.jsonl"])
 @EXAMPLES
 @given(text=raw_texts)
@@ -105,6 +107,7 @@ def test_any_text_in_place_of_a_file_gets_a_verdict(tmp_path: Path, name: str, t
     assert _judged(raw) in (Decision.PASS, Decision.BLOCK)
 
 
+@pytest.mark.slow
 @EXAMPLES
 @given(
     tags=st.lists(

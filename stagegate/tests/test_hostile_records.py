@@ -89,6 +89,7 @@ def scenario(root: Path) -> Path:
 # --- stage names -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "stage",
     [
@@ -129,6 +130,7 @@ HOSTILE_TEXT = [
 ]
 
 
+@pytest.mark.slow
 def test_a_commit_that_is_no_commit_id_blocks_its_stage_and_forges_nothing(
     root: Path, scenario: Path
 ) -> None:
@@ -141,6 +143,7 @@ def test_a_commit_that_is_no_commit_id_blocks_its_stage_and_forges_nothing(
         assert_nothing_forged(text, name)
 
 
+@pytest.mark.slow
 def test_a_commit_shown_cannot_mention_forge_a_heading_or_break_its_code_span(
     root: Path, scenario: Path
 ) -> None:
@@ -154,6 +157,7 @@ def test_a_commit_shown_cannot_mention_forge_a_heading_or_break_its_code_span(
         assert_nothing_forged(text, name)
 
 
+@pytest.mark.slow
 def test_environment_values_and_tails_are_shown_inert(root: Path, scenario: Path) -> None:
     hostile = "\n".join(HOSTILE_TEXT)
     _edit_record(
@@ -168,6 +172,7 @@ def test_environment_values_and_tails_are_shown_inert(root: Path, scenario: Path
         assert_nothing_forged(text, name)
 
 
+@pytest.mark.slow
 def test_test_names_and_messages_cannot_forge_markdown(root: Path, scenario: Path) -> None:
     junit_file(scenario / "junit-execution.xml", HOSTILE_TEXT)  # each one fails
     assert report_cli(root, "--github") == EXIT_BLOCK
@@ -177,6 +182,7 @@ def test_test_names_and_messages_cannot_forge_markdown(root: Path, scenario: Pat
     assert reports["execution.md"].count(MARK) >= len(HOSTILE_TEXT)  # shown, not dropped
 
 
+@pytest.mark.slow
 def test_a_file_name_cannot_forge_markdown(root: Path, scenario: Path) -> None:
     named = "reports/raw/[FORGED](https://evil.example) @org|team # x.json"
     _edit_record(
@@ -260,6 +266,7 @@ sys.exit(1)
 """
 
 
+@pytest.mark.slow
 def test_a_detached_child_cannot_turn_a_failed_stage_into_a_pass(
     root: Path, scenario: Path
 ) -> None:
@@ -329,6 +336,7 @@ def _hrefs(markdown: str) -> list[str]:
     return [str(t.attrs["href"]) for t in _inline_tokens(markdown) if t.type == "link_open"]
 
 
+@pytest.mark.slow
 def test_a_test_id_cannot_turn_into_a_link_in_the_comment(
     root: Path, scenario: Path, tmp_path: Path
 ) -> None:
@@ -347,6 +355,7 @@ def test_a_test_id_cannot_turn_into_a_link_in_the_comment(
         assert_nothing_forged(text, name)
 
 
+@pytest.mark.slow
 def test_with_the_run_address_a_comment_links_to_the_run_only(
     root: Path, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -360,6 +369,7 @@ def test_with_the_run_address_a_comment_links_to_the_run_only(
         assert set(_hrefs(text)) <= {run}, name
 
 
+@pytest.mark.slow
 def test_a_frame_that_climbs_out_of_the_checkout_is_not_annotated(
     root: Path, scenario: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -109,6 +109,7 @@ def test_gold_files(scenario: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert {f.name for f in (GOLD / scenario).iterdir()} == set(files)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_rendered_markdown_is_well_formed(
     scenario: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -218,6 +219,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.slow
 def test_hostile_test_names_cannot_break_tables_inject_html_or_mention(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,6 +247,7 @@ def test_long_messages_are_cut_with_a_pointer(
     assert max(len(line) for line in files["execution.md"].splitlines()) < 2000
 
 
+@pytest.mark.slow
 def test_twenty_thousand_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The time this takes is printed by benchmarks/stagegate_scale.py, not asserted here.
     copy_scenario(tmp_path, "pass-cpu", monkeypatch)

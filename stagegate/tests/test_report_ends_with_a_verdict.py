@@ -71,6 +71,7 @@ def _pytest(folder: Path, *args: str) -> None:
 # --- 1. text no encoder takes ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_warning_holding_a_lone_surrogate_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,6 +200,7 @@ def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero", "huge"])
 def test_a_previous_verdict_that_is_no_small_regular_file_is_replaced(
     root: Path, plant: str
@@ -283,6 +285,7 @@ MUTATIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 def test_a_junit_total_or_failure_the_reader_skipped_blocks(
     root: Path, pytest_junit: str, mutation: str
@@ -304,6 +307,7 @@ def test_a_junit_total_or_failure_the_reader_skipped_blocks(
         assert len(outside) == failed and "outside any test case" in outside[0]["title"]
 
 
+@pytest.mark.slow
 def test_a_malformed_count_names_itself(tmp_path: Path, pytest_junit: str) -> None:
     path = tmp_path / "junit.xml"
     path.write_text(pytest_junit.replace('failures="1"', 'failures="1.5"'))

@@ -178,12 +178,14 @@ def _report(*extra: str) -> tuple[int, str]:
     return code, Path("reports/summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_clean_project_passes(project: Path) -> None:
     assert _unit() == 0 and _integration() == 0
     code, summary = _report()
     assert code == 0, summary
 
 
+@pytest.mark.slow
 def test_a_skip_marker_on_a_required_test_module_blocks_naming_its_tests(project: Path) -> None:
     module = project / "tests/integration/test_fine_tuning_cpu.py"
     module.write_text(module.read_text().replace("pytestmark = pytest.mark.integration", SKIP))
@@ -196,6 +198,7 @@ def test_a_skip_marker_on_a_required_test_module_blocks_naming_its_tests(project
     assert "flaky on shared runners" in Path("reports/integration.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_deselected_required_module_blocks_naming_its_pattern(project: Path) -> None:
     assert _unit() == 0
     assert _stage(
@@ -209,12 +212,14 @@ def test_a_deselected_required_module_blocks_naming_its_pattern(project: Path) -
     assert code == 1 and "test\\_readme\\_examples.py::\\*" in summary
 
 
+@pytest.mark.slow
 def test_a_declared_output_the_stage_did_not_produce_blocks(project: Path) -> None:
     assert _unit() == 0 and _integration(write_metrics=False) == 0
     code, summary = _report()
     assert code == 1 and "integration-metrics.json was not produced" in summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "again",
     [
@@ -238,6 +243,7 @@ def test_a_declared_file_left_from_an_earlier_run_is_not_this_runs(
     assert str(metrics) in record["stale"]
 
 
+@pytest.mark.slow
 def test_a_stage_that_declares_none_of_its_outputs_blocks_naming_each(project: Path) -> None:
     assert _unit() == 0 and _integration() == 0
     assert _stage("execution", {}, "tests/unit") == 0  # the same tests, no evidence declared
@@ -247,6 +253,7 @@ def test_a_stage_that_declares_none_of_its_outputs_blocks_naming_each(project: P
         assert f"execution produced no {kind} file" in summary
 
 
+@pytest.mark.slow
 def test_a_suite_failing_through_a_deprecation_is_failed_with_its_failures_not_missing(
     project: Path,
 ) -> None:
@@ -264,6 +271,7 @@ def test_a_suite_failing_through_a_deprecation_is_failed_with_its_failures_not_m
     assert "lib/trainlib.py:4" in execution  # where the warning was raised
 
 
+@pytest.mark.slow
 def test_a_record_removed_after_its_stage_is_said_to_be_gone(project: Path) -> None:
     assert _unit() == 0 and _integration() == 0
     Path("reports/raw/execution.json").unlink()
@@ -303,6 +311,7 @@ DROPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", DROPS)
 def test_a_failing_test_dropped_from_every_stage_blocks_naming_it(project: Path, how: str) -> None:
     assert _unit("tests", "-m", "not integration") == 0 and _integration() == 0

@@ -91,6 +91,7 @@ def test_a_record_naming_no_commit_beside_records_that_do_blocks(run: Path) -> N
     assert "no commit" in Path("reports/static.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_stage_run_again_after_an_edit_blocks_naming_the_file(run: Path) -> None:
     """Records of one commit whose stages began or ended on other changes are of two trees:
     an edit between stages, or one a stage's own command made (a formatter)."""
@@ -269,6 +270,7 @@ NARROWED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", NARROWED.values(), ids=NARROWED)
 def test_coverage_that_measures_less_of_a_file_the_change_leaves_blocks(
     run: Path, change: dict[str, tuple[int, int]]

@@ -352,6 +352,7 @@ def test_a_ready_dataloader_of_dicts_trains(model: TinyGPT, tokens: Tokens) -> N
 _COMPILE_IMPORT = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 
 
+@pytest.mark.slow
 @_COMPILE_IMPORT
 def test_the_users_model_is_found_inside_ddp_and_compile_wrappers(one_rank_group: None) -> None:
     from torch.nn.parallel import DistributedDataParallel

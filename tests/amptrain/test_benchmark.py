@@ -47,6 +47,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, str]
     return code, json.loads(out.read_text()), stdout.getvalue()
 
 
+@pytest.mark.slow
 def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str]) -> None:
     code, doc, printed = smoke_run
     assert code == 0
@@ -87,6 +88,7 @@ def test_cpu_smoke_end_to_end_matches_the_schema(smoke_run: tuple[int, dict, str
     assert "bf16-mixed" in printed and "speedup" in printed
 
 
+@pytest.mark.slow
 def test_the_cpu_smoke_fp8_arm_is_emulated_and_says_what_trained_in_float8(
     smoke_run: tuple[int, dict, str],
 ) -> None:
@@ -96,6 +98,7 @@ def test_the_cpu_smoke_fp8_arm_is_emulated_and_says_what_trained_in_float8(
     assert "fp8_layers" not in smoke_run[1]["precisions"]["bf16-mixed"]
 
 
+@pytest.mark.slow
 def test_an_fp8_arm_without_float8_tensor_cores_falls_back_and_says_so() -> None:
     preset = dataclasses.replace(SMOKE, windows=5, window_steps=1, num_workers=0, fp8_emulate=False)
     with pytest.warns(PrecisionFallbackWarning, match="compute capability 8.9"):
@@ -167,6 +170,7 @@ def test_every_precision_starts_from_the_same_weights_and_batches(
     assert torch.equal(next(a.batches)[0], next(b.batches)[0])
 
 
+@pytest.mark.slow
 def test_leak_check_catches_a_planted_growing_list_of_tensors(
     make_model: Models, tokens: Tokens
 ) -> None:
@@ -190,6 +194,7 @@ def test_leak_check_catches_a_planted_growing_list_of_tensors(
     assert memory_growth(clean.memory_change_mb) < 0.25 * planted
 
 
+@pytest.mark.slow
 def test_a_failed_precision_is_a_result_and_the_others_still_run() -> None:
     def plant(arms: list) -> None:
         def out_of_memory(*_: torch.Tensor) -> StepOutput:
@@ -278,6 +283,7 @@ def test_gpu_preset_without_cuda_is_a_usage_error(
     assert not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.slow
 def test_benchmark_summary_is_logged_to_wandb_offline(
     smoke_run: tuple[int, dict, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,6 +390,7 @@ def test_commit_info_without_git_is_the_commit_the_job_gave(
     assert commit_info()["id"] is None
 
 
+@pytest.mark.slow
 def test_a_precision_that_cannot_be_built_is_a_result_and_the_others_still_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -19,6 +19,7 @@ import peer_speed
 import step_profile
 
 
+@pytest.mark.slow
 def test_fine_tune_throughput_runs_every_arm_and_writes_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "ft.json"
     argv = ["--preset", "cpu-smoke", "--steps", "3", "--rounds", "1", "--log-every", "1,5"]
@@ -76,6 +77,7 @@ TINY = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_peer_speed_runs_the_three_frameworks_and_prints_the_ratios(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -129,6 +131,7 @@ def test_peer_speed_exit_status(ratio: float, print_only: bool, status: int) -> 
     assert peer_speed.decide(ratio, 1.02, print_only=print_only) == status
 
 
+@pytest.mark.slow
 def test_peer_speed_runs_one_framework_in_a_fresh_process() -> None:
     args = peer_speed.parse_args(TINY)
     assert len(peer_speed.fresh_run("amptrain", args)) == args.warmup + args.steps
@@ -151,6 +154,7 @@ def test_fsdp_vs_ddp_prints_each_window_the_median_ratio_and_each_ranks_bytes() 
     assert lines[-1] == "  rank 3 fsdp: params 100, grads 100, optimizer 200; total 400"
 
 
+@pytest.mark.slow
 def test_fsdp_vs_ddp_in_one_process_shards_a_presets_model_over_a_group_of_one(
     tmp_path: Path,
 ) -> None:

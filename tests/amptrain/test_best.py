@@ -117,6 +117,7 @@ def test_a_compute_metrics_key_chooses_the_best(
     assert same_weights(model, untrained)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_best_of_the_whole_run(
     resume_pair: Callable[..., Any], tmp_path: Path, same_weights: Any
 ) -> None:
@@ -217,6 +218,7 @@ def test_a_resume_from_an_older_checkpoint_keeps_the_better_best_on_disk(
     assert load_best(folder, torch.device("cpu"))["value"] == 0.5
 
 
+@pytest.mark.slow
 def test_a_resume_into_another_checkpoint_dir_keeps_its_own_best(
     tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
 ) -> None:

@@ -137,6 +137,7 @@ def test_ragged_list_data_is_padded_and_trains(model: TinyGPT, tokens: Tokens) -
     assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(sum(map(len, rows)))
 
 
+@pytest.mark.slow
 def test_the_shuffle_order_depends_on_seed_and_epoch_not_on_the_worker_count(
     make_model: Callable[..., TinyGPT], tokens: Tokens
 ) -> None:

@@ -74,6 +74,7 @@ def test_a_stream_cannot_be_sharded_and_says_so() -> None:
         shard_loader(DataLoader(_Stream()), World(0, 2), shuffle=True, seed=0)
 
 
+@pytest.mark.slow
 def test_the_exit_meeting_waits_for_every_rank_on_the_store() -> None:
     store, arrived = dist.HashStore(), []
 
@@ -118,7 +119,7 @@ def test_a_rank_waits_at_exit_until_gloos_threads_let_go_of_their_last_collectiv
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     dist.all_reduce(torch.ones(1))
     found = distributed._gloo_workers()
-    assert len(found) >= 2  # the group's workers, found by their name
+    assert found  # the group's workers, found by their name (how many: gloo's choice)
     # as read here, a worker may still be running (freeing this all_reduce): the states are set
     idle = {tid: ("S", *counts) for tid, (_, *counts) in found.items()}
     busy = {tid: ("R", *counts) for tid, (_, *counts) in found.items()}
@@ -165,6 +166,7 @@ def test_ranks_waiting_at_exit_leave_when_a_rank_says_it_failed(
     assert left == [False] and distributed._failed
 
 
+@pytest.mark.slow
 def test_the_exit_meeting_gives_up_after_its_timeout() -> None:
     start = time.monotonic()
     assert distributed._meet(dist.HashStore(), 2, "exit", 0.3) is False

@@ -98,6 +98,7 @@ def test_gradients_are_cleared_after_every_step(small: TinyGPT) -> None:
         assert all(p.grad is None for p in small.parameters())
 
 
+@pytest.mark.slow
 def test_no_graph_or_tensor_outlives_a_step(small: TinyGPT) -> None:
     step = _scaled_step(small)
     step(BATCH, BATCH)

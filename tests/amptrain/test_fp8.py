@@ -151,6 +151,7 @@ def _fifty_steps(make_model: Models, tokens: Tokens, **options: Any) -> Any:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_fifty_steps_of_fp8_end_within_2_percent_of_bf16_and_not_identical(
     make_model: Models, tokens: Tokens
 ) -> None:
@@ -192,6 +193,7 @@ def test_rowwise_scaling_is_the_option_tensorwise_the_default(
 
 
 # importing torch.compile's machinery warns from inside torch
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 # Dynamo reads .grad of torchao's float8 weights while it builds guards; torch warns about that
 # access (its own, not amptrain's) once per process, when an earlier compile cached the graph.
@@ -211,6 +213,7 @@ def test_fp8_composes_with_accumulation_clipping_and_compile(
     assert compiled.train_loss_history == pytest.approx(eager.train_loss_history, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_a_resumed_fp8_run_is_bit_for_bit_the_uninterrupted_one(
     resume_pair: Callable[..., Any], same_weights: Callable[..., bool]
 ) -> None:

@@ -229,6 +229,7 @@ class _Sleeper(Callback):
         time.sleep(self.EVAL_S)
 
 
+@pytest.mark.slow
 def test_the_training_clock_adds_every_step_and_leaves_validation_out(
     model: TinyGPT, tokens: Tokens
 ) -> None:
@@ -435,6 +436,7 @@ def test_an_id_outside_the_vocabulary_in_any_batch_names_the_batch_and_the_id(
 Pair = Callable[..., tuple[Any, Any, TinyGPT, TinyGPT]]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_ends_bit_for_bit_where_the_uninterrupted_one_does(
     resume_pair: Pair, same_weights: Callable[..., bool]
 ) -> None:
@@ -446,6 +448,7 @@ def test_a_resumed_run_ends_bit_for_bit_where_the_uninterrupted_one_does(
     assert resumed.evals == full.evals and resumed.steps == full.steps == 20
 
 
+@pytest.mark.slow
 def test_a_finished_run_resumed_twice_goes_on_as_if_resumed_once(
     tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens,
     same_weights: Callable[..., bool],
@@ -464,6 +467,7 @@ def test_a_finished_run_resumed_twice_goes_on_as_if_resumed_once(
     assert same_weights(once, twice)
 
 
+@pytest.mark.slow
 def test_resume_is_exact_with_accumulation_and_bf16(
     resume_pair: Pair, same_weights: Callable[..., bool]
 ) -> None:
@@ -474,6 +478,7 @@ def test_resume_is_exact_with_accumulation_and_bf16(
     assert resumed.train_loss_history == full.train_loss_history
 
 
+@pytest.mark.slow
 def test_a_callbacks_state_is_resumed_too(
     resume_pair: Pair, same_weights: Callable[..., bool]
 ) -> None:
@@ -493,6 +498,7 @@ def _shuffled_seeded(rows: torch.Tensor) -> DataLoader:
     return DataLoader(rows, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", [_shuffled, _shuffled_seeded], ids=["global", "own-generator"])
 def test_a_users_shuffled_loader_resumes_in_the_same_order(
     resume_pair: Pair, same_weights: Callable[..., bool], loader: Callable[..., DataLoader]
@@ -531,6 +537,7 @@ class _OwnOrder(torch.utils.data.Sampler[int]):
         return self.size
 
 
+@pytest.mark.slow
 def test_a_sampler_whose_state_cannot_be_saved_is_refused_on_resume(
     tmp_path: Path, make_model: Models, tokens: Tokens, names: Callable[..., bool]
 ) -> None:
@@ -547,6 +554,7 @@ def _no_schedule(optimizer: torch.optim.Optimizer, total_steps: int) -> None:
     return None
 
 
+@pytest.mark.slow
 def test_a_run_without_a_scheduler_resumes_exactly(
     resume_pair: Pair, same_weights: Callable[..., bool]
 ) -> None:
@@ -578,6 +586,7 @@ def _poisoned_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return loss * math.inf if int(labels[0, 0]) % 7 == 0 else loss
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::amptrain.SkippedStepsWarning")
 def test_the_loss_scalers_state_is_resumed(
     monkeypatch: pytest.MonkeyPatch, resume_pair: Pair, same_weights: Callable[..., bool]
@@ -594,6 +603,7 @@ def test_the_loss_scalers_state_is_resumed(
     assert same_weights(whole, again)
 
 
+@pytest.mark.slow
 def test_a_resumed_runs_progress_bar_starts_at_the_steps_already_trained(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

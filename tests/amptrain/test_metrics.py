@@ -92,6 +92,7 @@ def test_utilization_is_none_when_nvml_refuses(monkeypatch: pytest.MonkeyPatch) 
     assert gpu_utilization(torch.device("cuda")) is None
 
 
+@pytest.mark.slow
 def test_tracker_memory_is_bounded_over_many_steps() -> None:
     tracker = MetricsTracker(history_size=100)
     for i in range(300_000):
@@ -120,6 +121,7 @@ def test_end_epoch_drops_none_resets_and_fans_out(tmp_path: Path) -> None:
     assert lines[1]["train/loss"] is None  # NaN is written as null: the file stays valid JSON
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_logs_namespaced_keys(
     tmp_path: Path, make_model: Callable[..., TinyGPT], tokens: Tokens
 ) -> None:
@@ -230,6 +232,7 @@ def _offline_run(root: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_wandb_sink_starts_the_run_it_was_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -255,6 +258,7 @@ def test_wandb_sink_starts_the_run_it_was_asked_for(
     assert not info["kinds"] & {"output", "output_raw"}  # console off: the print is not kept
 
 
+@pytest.mark.slow
 def test_wandb_sink_defaults_to_an_offline_run_of_project_amptrain(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +384,7 @@ def _tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {t: [(e.step, e.value) for e in accumulator.Scalars(t)] for t in tags}
 
 
+@pytest.mark.slow
 def test_csv_and_tensorboard_keep_every_record_of_a_process_killed_by_sigkill(
     tmp_path: Path,
 ) -> None:

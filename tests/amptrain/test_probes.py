@@ -102,6 +102,7 @@ def test_fp32_that_runs_in_a_lower_dtype_is_seen(warm_step: Warm) -> None:
     assert set(planted) == {"bfloat16"}
 
 
+@pytest.mark.slow
 def test_tensors_kept_with_their_graphs_are_seen(warm_step: Warm) -> None:
     step, batch = warm_step()
     before = probes.live_tensors()
@@ -115,6 +116,7 @@ def test_tensors_kept_with_their_graphs_are_seen(warm_step: Warm) -> None:
     assert probes.live_tensors()["graph_attached"] == before["graph_attached"]
 
 
+@pytest.mark.slow
 def test_the_benchmark_catches_a_step_that_keeps_its_graph(
     make_model: Models, tokens: Tokens
 ) -> None:
@@ -166,6 +168,7 @@ def watched_run(make_model: Models, tokens: Tokens) -> Callable[..., list[dict[s
     return lambda rows=128: _watched_run(model, tokens(rows, vocab=32, seq=16))
 
 
+@pytest.mark.slow
 def test_many_fine_tune_steps_keep_no_graph_and_no_growing_tensors(
     watched_run: Callable[..., list[dict[str, float]]],
 ) -> None:
@@ -174,6 +177,7 @@ def test_many_fine_tune_steps_keep_no_graph_and_no_growing_tensors(
     assert seen[-1]["bytes"] <= seen[0]["bytes"] * 1.01
 
 
+@pytest.mark.slow
 def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
     monkeypatch: pytest.MonkeyPatch, watched_run: Callable[..., list[dict[str, float]]]
 ) -> None:
@@ -191,6 +195,7 @@ def test_the_fine_tune_check_fails_on_a_loop_that_keeps_its_losses(
     assert len(seen) == 2 and seen[-1]["graph_attached"] > seen[0]["graph_attached"]
 
 
+@pytest.mark.slow
 def test_live_tensors_leaves_fake_tensors_out() -> None:
     """A fake tensor (torch.compile's tracing leaves some in memory) has no storage to count,
     and reading its data pointer warns; the probe counts the real tensors only."""
@@ -216,6 +221,7 @@ def thawed() -> Iterator[None]:
     gc.freeze()
 
 
+@pytest.mark.slow
 def test_a_scan_inside_a_run_sees_what_it_made_and_the_tensors_from_before(thawed: None) -> None:
     before = torch.ones(1000)  # 4,000 bytes made before the run
     with probes.scanning_new_objects():

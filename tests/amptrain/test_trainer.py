@@ -37,6 +37,7 @@ Models = Callable[..., TinyGPT]
 Weights = Callable[[nn.Module], list[torch.Tensor]]
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_run(make_model: Models, tokens: Tokens) -> None:
     def losses() -> list[float]:
         return fine_tune(make_model(), tokens(), epochs=2, batch_size=8, seed=7,

@@ -129,6 +129,7 @@ def test_stagegates_copy_of_the_h100_baseline_is_the_committed_one() -> None:
     assert GATE_COPY.read_bytes() == (BASELINES / GATE_COPY.name).read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_the_policy_declares_each_preset_as_the_benchmark_runs_it(name: str) -> None:
     """What the gate requires of a preset's file is what the benchmark writes for it."""

@@ -86,18 +86,19 @@ def calls(host: dict[str, Any]) -> list[list[str]]:
 
 
 def test_the_stages_are_the_default_branchs_noxfile_commands() -> None:
-    assert list(STAGES) == ["static", "execution", "integration", "performance"]
+    assert list(STAGES) == ["static", "execution", "integration", "performance", "slow"]
     assert STAGES["execution"].command[:3] == ("python", "-m", "pytest")
     assert "junit-unit.xml" in STAGES["execution"].outputs()
     assert STAGES["performance"].command[:5] == (
         "python", "-m", "amptrain.benchmark", "--preset", "cpu-smoke")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_each_stage_runs_sealed_with_the_tree_read_only_and_a_fresh_folder(host: dict) -> None:
     result = run(host)
     assert result.returncode == 0, result.stderr
     runs = [c for c in calls(host) if c[0] == "run"]
-    assert next(c[0] for c in calls(host)) == "pull" and len(runs) == 4
+    assert next(c[0] for c in calls(host)) == "pull" and len(runs) == len(STAGES)
     outs = []
     for argv in runs:
         assert argv[argv.index("--network") + 1] == "none" and "--read-only" in argv
@@ -114,13 +115,14 @@ def test_each_stage_runs_sealed_with_the_tree_read_only_and_a_fresh_folder(host:
         text = json.dumps(argv)
         for forbidden in ("docker.sock", "--privileged", "GH_TOKEN", "GITHUB_TOKEN", "nox"):
             assert forbidden not in text, forbidden
-    assert len(set(outs)) == 4  # one output folder per stage
+    assert len(set(outs)) == len(STAGES)  # one output folder per stage
     log = Path(f"{host['env']['DOCKER_LOG']}.seen").read_text()
     seen = [json.loads(line) for line in log.splitlines()]
     assert all(listing == [] for _, listing in seen), "a stage started with files in its folder"
     assert not (host["tmp"] / "pwned").exists(), "the commit's noxfile ran on the host"
 
 
+@pytest.mark.slow
 def test_the_hosts_stagegate_writes_records_the_judge_accepts(host: dict) -> None:
     assert run(host).returncode == 0
     raw = host["work"] / "reports" / "raw"
@@ -134,6 +136,7 @@ def test_the_hosts_stagegate_writes_records_the_judge_accepts(host: dict) -> Non
     assert laid == sorted(STAGES)
 
 
+@pytest.mark.slow
 def test_a_record_forged_by_the_container_is_never_the_record(host: dict) -> None:
     plan = full_plan()
     forged = {"kind": "stagegate-record", "stage": "execution", "exit_code": 0, "commit": SHA}
@@ -145,6 +148,7 @@ def test_a_record_forged_by_the_container_is_never_the_record(host: dict) -> Non
     assert record["exit_code"] == 3 and "sha256" in record  # the host's, not the forgery
 
 
+@pytest.mark.slow
 def test_a_link_left_in_the_output_folder_is_not_taken(host: dict) -> None:
     plan = full_plan()
     del plan["execution"]["files"]["junit-unit.xml"]
@@ -201,6 +205,7 @@ def test_the_pull_requests_own_workflow_produces_nothing_the_judge_reads() -> No
     assert all("github.event.workflow_run.id" not in json.dumps(s) for s in downloads)
 
 
+@pytest.mark.slow
 def test_the_gate_witness_is_the_hosts_own_and_a_change_that_blinds_its_own_still_blocks(
     tmp_path: Path,
 ) -> None:

@@ -50,6 +50,7 @@ def _metadata(wheel: zipfile.ZipFile, name: str) -> str:
     )
 
 
+@pytest.mark.slow
 def test_amptrain_wheel_carries_no_gate_and_no_pytest_plugin(wheels: dict) -> None:
     amptrain = wheels["amptrain"]
     assert not [n for n in amptrain.namelist() if n.startswith("stagegate")]
@@ -60,6 +61,7 @@ def test_amptrain_wheel_carries_no_gate_and_no_pytest_plugin(wheels: dict) -> No
     assert "pytest11" not in entry_points and "stagegate" not in entry_points
 
 
+@pytest.mark.slow
 def test_stagegate_wheel_is_torch_free_and_complete(wheels: dict) -> None:
     stagegate = wheels["stagegate"]
     assert "Name: stagegate-ci\n" in _metadata(stagegate, "METADATA")  # PyPI's stagegate is not

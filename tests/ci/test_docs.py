@@ -43,6 +43,7 @@ def _name(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", tables.documents(), ids=_name)
 def test_generated_tables_equal_the_result_files(doc: Path) -> None:
     text = doc.read_text()
@@ -63,6 +64,7 @@ def _copy_sources(dest: Path) -> None:
             shutil.copy(ROOT / path, dest / path)
 
 
+@pytest.mark.slow
 def test_a_changed_result_file_makes_its_table_stale(tmp_path: Path) -> None:
     _copy_sources(tmp_path)
     doc = (ROOT / "docs" / "benchmark.md").read_text()
@@ -76,6 +78,7 @@ def test_a_changed_result_file_makes_its_table_stale(tmp_path: Path) -> None:
     assert regenerated != doc and "| `bf16-mixed` | 12.50 |" in regenerated
 
 
+@pytest.mark.slow
 def test_a_hand_edited_figure_is_stale() -> None:
     doc = (ROOT / "docs" / "benchmark.md").read_text()
     edited = doc.replace("| `bf16-mixed` | ", "| `bf16-mixed` | 1", 1)

@@ -178,6 +178,7 @@ def _runs_on(job: dict[str, Any]) -> list[str]:
     return [labels] if isinstance(labels, str) else list(labels or [])
 
 
+@pytest.mark.slow
 def test_no_workflow_of_this_repository_names_a_self_hosted_runner() -> None:
     for path in WORKFLOWS.glob("*.yml"):
         for name, job in load_workflow(path.name)["jobs"].items():
@@ -205,6 +206,7 @@ def test_the_runner_workflow_runs_the_commit_only_after_the_contract() -> None:
     )  # the key gpu_dispatch.Dispatch.key() writes and the checks read
 
 
+@pytest.mark.slow
 def test_gpu_yml_dispatches_with_an_actions_token_for_the_runner_repository_alone() -> None:
     job = load_workflow("gpu.yml")["jobs"]["dispatch"]
     assert job["environment"] == "gate" and job["needs"] == ["authorize", "mark"]
@@ -217,6 +219,7 @@ def test_gpu_yml_dispatches_with_an_actions_token_for_the_runner_repository_alon
     assert not any("gpu_dispatch" in s.get("run", "") for s in status)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("linter", ["zizmor", "check-jsonschema"])
 def test_the_runner_workflow_is_clean_under_the_linters(linter: str) -> None:
     from .test_linters import _tool

@@ -152,6 +152,7 @@ def docker_calls(host: dict) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+@pytest.mark.slow
 def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secrets(
     host: dict,
 ) -> None:
@@ -193,6 +194,7 @@ def test_the_commit_runs_only_in_the_pinned_image_without_network_socket_or_secr
     assert not host["marker"].exists(), "a script of the commit ran on the host"
 
 
+@pytest.mark.slow
 def test_the_host_records_the_stage_with_paths_the_judge_accepts(host: dict) -> None:
     assert stage(host).returncode == 0
     raw = host["work"] / "reports" / "raw"
@@ -216,6 +218,7 @@ def test_the_host_records_the_stage_with_paths_the_judge_accepts(host: dict) -> 
     assert sorted(laid) == ["cuda", "performance"]
 
 
+@pytest.mark.slow
 def test_a_link_left_by_the_container_is_not_taken(host: dict) -> None:
     assert stage(host, CONTAINER="link").returncode == 0
     raw = host["work"] / "reports" / "raw"
@@ -224,6 +227,7 @@ def test_a_link_left_by_the_container_is_not_taken(host: dict) -> None:
         raw_layout.lay_out(raw, host["tmp"] / "raw", ["performance", "cuda"], commit=SHA)
 
 
+@pytest.mark.slow
 def test_a_failed_benchmark_is_recorded_and_the_host_facts_still_written(host: dict) -> None:
     result = stage(host, CONTAINER="none", CONTAINER_EXIT="3")
     assert result.returncode == 3
@@ -276,6 +280,7 @@ def judge_gpu(host: dict, artifact: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in outputs.read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_holds_a_real_h100_result_to_the_gpu_preset_and_regression_unverified(
     host: dict,
 ) -> None:
@@ -297,18 +302,21 @@ def test_the_gpu_judge_holds_a_real_h100_result_to_the_gpu_preset_and_regression
     ]
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_blocks_a_cpu_result_claimed_for_the_gpu_stage(host: dict) -> None:
     smoke = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu" / "benchmark.json"
     assert stage(host, BENCHMARK=str(smoke)).returncode == 0
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_blocks_a_stored_result_replayed_by_the_container(host: dict) -> None:
     assert stage(host, CONTAINER="replay").returncode == 0
     out = judge_gpu(host, host["work"] / "reports" / "raw")
     assert out["state"] == "failure", out
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_blocks_a_result_for_another_gpu_than_the_hosts(host: dict) -> None:
     assert stage(host).returncode == 0
     facts = json.loads((host["work"] / "host.json").read_text())
@@ -317,6 +325,7 @@ def test_the_gpu_judge_blocks_a_result_for_another_gpu_than_the_hosts(host: dict
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] == "failure"
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_refuses_a_run_in_another_image(host: dict) -> None:
     assert stage(host).returncode == 0
     facts = json.loads((host["work"] / "host.json").read_text())
@@ -326,6 +335,7 @@ def test_the_gpu_judge_refuses_a_run_in_another_image(host: dict) -> None:
     assert out["state"] == "error" and "host.json" in out["description"]
 
 
+@pytest.mark.slow
 def test_with_a_base_the_a_b_runs_in_the_image_with_both_trees_read_only(host: dict) -> None:
     base = host["tmp"] / "base"
     (base / "src").mkdir(parents=True)
@@ -349,12 +359,14 @@ def test_a_malformed_base_sha_runs_nothing(host: dict) -> None:
     assert docker_calls(host) == []
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_blocks_when_the_cuda_tests_left_no_junit(host: dict) -> None:
     assert stage(host).returncode == 0
     (host["work"] / "reports" / "raw" / "junit-cuda.xml").unlink()
     assert judge_gpu(host, host["work"] / "reports" / "raw")["state"] != "success"
 
 
+@pytest.mark.slow
 def test_the_gpu_judge_blocks_cuda_tests_the_gates_witness_did_not_see(host: dict) -> None:
     """The commit's own plugin wrote its file; the default branch's witness wrote none (the
     commit kept it from loading): the cuda stage's outcomes are claims, and the check fails."""

@@ -63,6 +63,7 @@ def copy_fixture(tmp_path: Path, name: str) -> Path:
     return art
 
 
+@pytest.mark.slow
 def test_a_clean_run_passes_and_stagegate_is_given_the_changes_files(tmp_path: Path) -> None:
     out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"))
     assert out["state"] == "success", out
@@ -70,6 +71,7 @@ def test_a_clean_run_passes_and_stagegate_is_given_the_changes_files(tmp_path: P
     assert (tmp_path / "reports" / "summary.md").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_blocked(tmp_path: Path) -> None:
     assert judge(tmp_path, copy_fixture(tmp_path, "block"))["state"] == "failure"
 
@@ -84,6 +86,7 @@ def test_a_record_pointing_at_the_committed_baseline_is_refused(tmp_path: Path) 
     assert not (tmp_path / "reports" / "summary.md").exists(), "stagegate must not have run"
 
 
+@pytest.mark.slow
 def test_records_of_another_commit_than_the_judged_one_are_refused(tmp_path: Path) -> None:
     # gpu.yml passes the SHA it admitted: another commit's passing records say nothing of it
     art = copy_fixture(tmp_path, "pass-cpu")
@@ -95,6 +98,7 @@ def test_records_of_another_commit_than_the_judged_one_are_refused(tmp_path: Pat
     assert same["state"] == "success", same
 
 
+@pytest.mark.slow
 def test_the_default_branch_policy_requires_what_the_change_dropped(tmp_path: Path) -> None:
     # A change that stops running integration (and would mark it optional in its own policy)
     # is judged by the default branch's pyproject.toml: the stage is missing, so it blocks.
@@ -106,6 +110,7 @@ def test_the_default_branch_policy_requires_what_the_change_dropped(tmp_path: Pa
     assert out["state"] == "failure", out
 
 
+@pytest.mark.slow
 def test_the_cpu_judge_blocks_a_run_whose_cpu_benchmark_did_not_run(tmp_path: Path) -> None:
     # The CPU stages include the cpu-smoke benchmark: its CPU checks (host syncs, autocast
     # dtypes, memory growth) are required; only what needs CUDA may go NOT VERIFIED.
@@ -118,6 +123,7 @@ def test_the_cpu_judge_blocks_a_run_whose_cpu_benchmark_did_not_run(tmp_path: Pa
     assert {s["name"]: s["status"] for s in verdict["stages"]}["performance"] == "MISSING"
 
 
+@pytest.mark.slow
 def test_a_known_problem_fails_even_a_passing_run(tmp_path: Path) -> None:
     out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), "--problem", "no CODEOWNERS on main")
     assert (out["state"], out["description"]) == ("failure", "no CODEOWNERS on main")
@@ -135,6 +141,7 @@ def test_an_exit_code_without_a_verdict_is_no_verdict(tmp_path: Path, command: s
     assert out["state"] == "error" and "verdict.json" in out["description"]
 
 
+@pytest.mark.slow
 def test_the_summary_lists_first_every_gate_file_the_change_touches(tmp_path: Path) -> None:
     changed = [*GATE_FILES, "src/amptrain/loop.py"]
     judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), changed=changed)
@@ -178,6 +185,7 @@ def skip_test_two(art: Path) -> None:
     (art / "execution.json").write_text(json.dumps(record))
 
 
+@pytest.mark.slow
 def test_tests_the_change_newly_skips_are_named_against_the_base_branch(tmp_path: Path) -> None:
     base = tmp_path / "base-artifact"
     shutil.copytree(FIXTURES / "pass-cpu", base)
@@ -190,6 +198,7 @@ def test_tests_the_change_newly_skips_are_named_against_the_base_branch(tmp_path
     assert skipped and "test_two" in skipped[0]["detail"], execution["findings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hostile", ["absent", "points outside"])
 def test_a_base_artifact_that_cannot_be_used_is_compared_with_nothing(
     tmp_path: Path, hostile: str

@@ -58,6 +58,7 @@ def test_every_zizmor_ignore_says_why() -> None:
                 assert len(reason) > 20, line
 
 
+@pytest.mark.slow
 def test_shellcheck_is_clean_on_every_run_script() -> None:
     assert static_checks.shellcheck() == []
 
@@ -76,10 +77,12 @@ def test_shellcheck_reports_a_planted_fault_at_its_workflow_line(tmp_path: Path)
     assert [(f["code"], f["line"]) for f in found] == [("SC2086", 8)]
 
 
+@pytest.mark.slow
 def test_dependabot_config_matches_its_schema() -> None:
     assert static_checks.check_jsonschema()["errors"] == []
 
 
+@pytest.mark.slow
 def test_workflows_match_githubs_workflow_schema() -> None:
     out = subprocess.run(
         [
@@ -109,6 +112,7 @@ def test_hadolint_is_clean_on_the_dockerfile() -> None:
     assert json.loads(out.stdout) == []
 
 
+@pytest.mark.slow
 def test_a_tool_that_cannot_run_fails_the_stage_and_the_others_still_write_their_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -66,6 +66,7 @@ PROJECT = {
 }
 
 
+@pytest.mark.slow
 def test_a_real_run_writes_its_results_after_running_timeouts_again_alone(tmp_path: Path) -> None:
     for name, text in PROJECT.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

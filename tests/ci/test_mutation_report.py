@@ -37,6 +37,7 @@ def _report(project: Path, *extra: str) -> tuple[int, str]:
     return code, out.read_text()
 
 
+@pytest.mark.slow
 def test_the_survivors_of_a_weak_test_suite_are_named_and_no_score_is_a_target(
     tiny_run: Path,
 ) -> None:
@@ -47,6 +48,7 @@ def test_the_survivors_of_a_weak_test_suite_are_named_and_no_score_is_a_target(
     assert "x_describe__mutmut_1`: survived" in report
 
 
+@pytest.mark.slow
 def test_a_limit_given_fails_a_file_under_it(tiny_run: Path) -> None:
     assert _report(tiny_run, "--min-kill", "20")[0] == 0
     code, report = _report(tiny_run, "--min-kill", "25")

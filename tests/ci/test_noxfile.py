@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from .ci_tools import noxfile as load_noxfile
+from .ci_tools import tool
+
+cpu_stage = tool("cpu_stage")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +62,7 @@ def _no_pip_config(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
 
 
+@pytest.mark.slow
 def test_uv_is_given_pips_find_links_folders_and_compiles_nothing(tmp_path: Path) -> None:
     env = {**_no_pip_config(tmp_path), "PIP_FIND_LINKS": "/opt/wheels  /srv/more"}
     args = noxfile.uv_args(_session("uv"), env)
@@ -64,6 +70,7 @@ def test_uv_is_given_pips_find_links_folders_and_compiles_nothing(tmp_path: Path
     assert "--find-links" not in noxfile.uv_args(_session("uv"), _no_pip_config(tmp_path))
 
 
+@pytest.mark.slow
 def test_uv_is_given_the_find_links_of_pips_configuration_files(tmp_path: Path) -> None:
     """A folder named only in a pip configuration file (no variable) reaches uv too: pip
     itself lists it (``pip config list``)."""
@@ -94,3 +101,33 @@ def test_every_session_writes_bytecode_as_it_imports(tmp_path: Path, installed: 
     noxfile.install(session, "test")
     assert session.env["PYTHONDONTWRITEBYTECODE"] == ""  # empty: Python writes bytecode
     assert calls == [("log",) if installed else ("install",)]
+
+
+def _collected(command: tuple[str, ...]) -> set[str]:
+    """The node ids a stage's pytest command selects, as pytest collects them here."""
+    args = command[3:]  # after python -m pytest
+    selection = [args[i + 1] for i, arg in enumerate(args) if arg == "-m"]
+    paths = [a for a in args if a.startswith("tests")]
+    marks = ["-m", selection[0]] if selection else []
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
+    done = subprocess.run(
+        [*pytest, "-p", "no:xdist", *marks, *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+@pytest.mark.slow
+def test_every_test_runs_in_exactly_one_of_the_test_stages() -> None:
+    """execution, integration and slow as the noxfile runs them: each test in one of them
+    (the slow stage is the only one that runs a slow-marked test)."""
+    stages = cpu_stage.definitions()
+    selected = {n: _collected(stages[n].command) for n in ("execution", "integration", "slow")}
+    everything = _collected(("python", "-m", "pytest"))
+    assert set().union(*selected.values()) == everything
+    assert sum(len(s) for s in selected.values()) == len(everything)  # none in two stages
+    assert selected["slow"] and selected["execution"] and selected["integration"]

@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 README = (ROOT / "README.md").read_text()
@@ -52,8 +54,9 @@ def test_dockerignore_keeps_local_state_out_of_the_image() -> None:
     assert {".git", ".nox", "wandb", "reports/*"} <= set(ignored)
 
 
+@pytest.mark.slow
 def test_nox_sessions_exist_with_docstrings_and_tags() -> None:
-    stages = ["static", "execution", "integration", "performance", "regression", "cuda"]
+    stages = ["static", "execution", "integration", "performance", "slow", "regression", "cuda"]
     names = [*stages, "report", "verify", "tests"]
     out = subprocess.run(
         [sys.executable, "-m", "nox", "--list", "--json", "-s", *names],
@@ -162,6 +165,7 @@ def long_functions(root: Path, names: list[str]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_function_reads_in_one_screen() -> None:
     assert long_functions(ROOT, CODE) == []
 

@@ -133,6 +133,7 @@ def test_stagegates_exit_code_becomes_the_state(tmp_path: Path, code: int, state
     assert _outputs(tmp_path / "GITHUB_OUTPUT")["state"] == state
 
 
+@pytest.mark.slow
 def test_the_judge_passes_real_records_with_the_policy_it_is_given(tmp_path: Path) -> None:
     fixture = ROOT / "stagegate" / "tests" / "fixtures" / "stagegate" / "pass-cpu"
     shutil.copytree(fixture, tmp_path / "temp" / "judge" / "reports" / "raw")

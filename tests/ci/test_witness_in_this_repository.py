@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_a_test_skipped_by_its_mark_is_not_skipped_by_the_code_under_test(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     command = [sys.executable, "-m", "pytest", "tests/amptrain/test_precision.py", "-m", "cuda",

@@ -18,6 +18,7 @@ from torchrun_launch import run_two_ranks
 from . import ddp_tokens_worker as worker
 
 
+@pytest.mark.slow
 def test_two_ranks_train_and_validate_as_one_process(tmp_path: Path) -> None:
     run_two_ranks(Path(worker.__file__), str(tmp_path))
     ranked = json.loads((tmp_path / "rank-0.json").read_text())

@@ -35,6 +35,7 @@ PLANNED = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PLANNED))
 def test_each_family_trains_its_blocks_projections_in_float8(name: str, tokenizer: Any) -> None:
     model = MODELS[name]()
@@ -65,6 +66,7 @@ print(sorted({str(p.dtype) for p in model.parameters()}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PLANNED))
 def test_a_model_fp8_trained_is_saved_in_its_own_dtype_and_loads_without_torchao(
     name: str, tokenizer: Any, tmp_path: Path

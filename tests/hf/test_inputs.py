@@ -48,6 +48,7 @@ def _forms(tokenizer: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_every_shape_of_data_trains_as_token_tensors(tokenizer: Any) -> None:
     # the reference: a list of 1-D token tensors, padded and masked by length
     reference = _train([torch.tensor(r) for r in _rows(tokenizer)])

@@ -19,6 +19,7 @@ datasets = pytest.importorskip("datasets")
 CPU = torch.device("cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_each_model_learns_the_text(name: str, tokenizer: Any) -> None:
     rows = encode(tokenizer, 16)
@@ -69,6 +70,7 @@ def _with_trainer(tokenizer: Any, out: Path) -> tuple[torch.nn.Module, float]:
     return model, trainer.evaluate()["eval_loss"]
 
 
+@pytest.mark.slow
 def test_amptrain_and_the_trainer_end_with_the_same_weights(tokenizer: Any, tmp_path: Path) -> None:
     theirs, their_loss = _with_trainer(tokenizer, tmp_path)
     ours = gpt2()

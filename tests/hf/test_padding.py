@@ -40,6 +40,7 @@ def test_a_padded_tensor_with_its_pad_id_trains_as_the_unpadded_rows() -> None:
         assert epoch.tokens_per_second * epoch.wall_time_s == pytest.approx(56)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_left_padded_rows_train_as_right_padded_ones(name: str, tokenizer: Any) -> None:
     rows = encode(tokenizer, 8)  # rows of unequal length

@@ -22,6 +22,7 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
         return model(ids).logits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_the_saved_model_reloads_with_identical_logits(
     name: str, tokenizer: Any, tmp_path: Path
@@ -35,6 +36,7 @@ def test_the_saved_model_reloads_with_identical_logits(
     assert torch.equal(_logits(loaded, ids), _logits(model, ids))
 
 
+@pytest.mark.slow
 def test_the_best_validation_is_kept_apart(tokenizer: Any, tmp_path: Path) -> None:
     model, rows = MODELS["gpt2"](), encode(tokenizer, 8)
     # "best" as the highest loss: on a run whose loss falls, that is the first evaluation
@@ -61,6 +63,7 @@ def test_a_model_without_save_pretrained_is_refused() -> None:
         SavePretrained(TinyGPT(16), "unused")
 
 
+@pytest.mark.slow
 def test_the_best_weights_are_saved_pretrained_and_given_back(
     tokenizer: Any, tmp_path: Path
 ) -> None:

@@ -48,6 +48,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_a_run_killed_at_a_random_step_keeps_every_line_and_resumes_bit_for_bit(
     tmp_path: Path, uninterrupted: Path
 ) -> None:
@@ -66,6 +67,7 @@ def test_a_run_killed_at_a_random_step_keeps_every_line_and_resumes_bit_for_bit(
     assert losses[0] == losses[1]
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_writing_a_checkpoint_keeps_the_previous_one_and_resumes_bit_for_bit(
     tmp_path: Path, uninterrupted: Path
 ) -> None:

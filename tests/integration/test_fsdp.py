@@ -102,6 +102,7 @@ def test_fsdp_weights_equal_one_processs_and_ddps_after_the_same_steps(
             assert ours["val_loss"] == pytest.approx(theirs.val_loss, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_compute_metrics_gets_every_validation_row_in_order_from_unequal_shards(
     two_ranks: dict[str, Any], four_ranks: dict[str, Any]
 ) -> None:
@@ -195,11 +196,11 @@ def test_bf16_mixed_computes_in_bf16_and_keeps_fp32_master_weights(
     assert variants["bf16"]["loss"] == pytest.approx(variants["plain"]["loss"], abs=0.05)
 
 
-@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("count", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_each_rank_holds_its_shard_of_parameters_gradients_and_optimizer_state(
-    two_ranks: dict[str, Any], four_ranks: dict[str, Any], count: int
+    request: pytest.FixtureRequest, count: int
 ) -> None:
-    ranks = two_ranks["ranks"] if count == 2 else four_ranks["ranks"]
+    ranks = request.getfixturevalue("two_ranks" if count == 2 else "four_ranks")["ranks"]
     for rank, seen in enumerate(r["holdings"] for r in ranks):
         assert seen["world"] == count
         held = seen["params"] + seen["grads"]
@@ -256,6 +257,7 @@ def test_a_llama_is_sharded_by_its_decoder_layers_and_exports_its_best_and_last_
     assert any(not torch.equal(best[k], last[k]) for k in best)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_two_ranks_loads_on_four_with_the_same_weights_and_optimizer_state(
     two_ranks: dict[str, Any], four_ranks: dict[str, Any]
 ) -> None:
@@ -293,6 +295,7 @@ def test_a_rank_that_raises_ends_the_job_at_once_with_its_traceback_printed_once
     assert done.stderr.count("planted failure at step 3") == 1
 
 
+@pytest.mark.slow
 def test_the_benchmark_prints_fsdp_against_ddp_and_each_ranks_bytes(
     four_ranks: dict[str, Any],
 ) -> None:

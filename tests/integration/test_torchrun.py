@@ -146,6 +146,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_ends_the_job_at_once_with_its_traceback_printed_once(
     tmp_path: Path,
 ) -> None:
@@ -160,6 +161,7 @@ def test_a_rank_that_raises_ends_the_job_at_once_with_its_traceback_printed_once
     assert done.stderr.count("planted failure at step 3") == 1
 
 
+@pytest.mark.slow
 def test_a_stop_decided_on_one_rank_is_taken_by_every_rank(tmp_path: Path) -> None:
     done, _ = _torchrun(tmp_path, "--stop-at=3", "--rank=1")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -169,6 +171,7 @@ def test_a_stop_decided_on_one_rank_is_taken_by_every_rank(tmp_path: Path) -> No
     assert "rank 1" in results[0]["stop_reason"]
 
 
+@pytest.mark.slow
 def test_a_killed_rank_is_restarted_and_the_job_ends_bit_for_bit(
     tmp_path: Path, uninterrupted: Path
 ) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the default branch's checkout
 RAW = "reports/raw"
-STAGES = ("static", "execution", "integration", "performance")  # the noxfile's run_STAGE
+STAGES = ("static", "execution", "integration", "performance", "slow")  # noxfile: run_STAGE
 IMAGE = re.compile(r"ghcr\.io/[a-z0-9][a-z0-9._-]*/amptrain-verify@sha256:[0-9a-f]{64}")
 SHA = re.compile(r"[0-9a-f]{40}")
 MAX_FILE_BYTES = 256 * 1024 * 1024

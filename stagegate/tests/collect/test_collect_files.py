@@ -98,6 +98,7 @@ def test_curves_malformed_and_not_measured(tmp_path: Path) -> None:
         read_curves(_write(tmp_path, '{"curves": {"loss": [2, 1.5, NaN]}}'))
 
 
+@pytest.mark.slow
 def test_coverage_json_from_a_real_run(sample_run: dict) -> None:
     cov = read_coverage(sample_run["coverage"])
     (helper,) = cov.files

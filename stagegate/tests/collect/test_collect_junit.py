@@ -136,6 +136,7 @@ def _by_name(suite: object) -> dict:
     return {c.name: c for c in suite.cases}  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["xunit1", "xunit2"])
 def test_junit_from_a_real_pytest_run(tmp_path: Path, family: str, sample_project) -> None:
     suite = read_junit(sample_project(tmp_path, family)["junit"], root=tmp_path)

@@ -112,6 +112,7 @@ def test_pytest_names_become_paths_only_for_files_in_the_checkout(tmp_path: Path
     assert "test_pytest_sample.py::test_passes" in {c.nodeid for c in here.cases}
 
 
+@pytest.mark.slow
 def test_a_large_file_is_streamed(tmp_path: Path) -> None:
     path = tmp_path / "big.xml"
     text = "x" * 2000

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ def _failed_anywhere(suites: list) -> bool:
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @FAST
 @given(SUITES)
 def test_random_junit_never_crashes_and_a_failure_never_passes(suites: list) -> None:
@@ -117,6 +119,7 @@ def test_random_junit_never_crashes_and_a_failure_never_passes(suites: list) -> 
         assert decision == "BLOCK"
 
 
+@pytest.mark.slow
 @FAST
 @given(SUITES, st.floats(0, 1))
 def test_truncated_junit_never_crashes_and_never_passes_a_failure(suites: list, cut: float) -> None:
@@ -127,6 +130,7 @@ def test_truncated_junit_never_crashes_and_never_passes_a_failure(suites: list, 
         assert decision == "BLOCK"
 
 
+@pytest.mark.slow
 @FAST
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_crash_the_report(data: bytes) -> None:

@@ -155,6 +155,7 @@ def test_actionlint_from_either_build(tmp_path: Path) -> None:
     assert [f.message for f in found] == ["bad expr", "no kind", "no line"]
 
 
+@pytest.mark.slow
 def test_check_jsonschema_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     choice = {"oneOf": [{"type": "integer"}, {"properties": {"b": {"type": "string"}}}]}

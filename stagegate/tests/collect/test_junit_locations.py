@@ -125,6 +125,7 @@ def test_an_absolute_frame_inside_the_checkout_is_made_relative(tmp_path: Path) 
     assert first_frame(url, tmp_path, "c", []) == Location("test/a.spec.js", 9)
 
 
+@pytest.mark.slow
 def test_a_collection_error_in_the_code_under_test_points_at_that_code(tmp_path: Path) -> None:
     """pytest writes a SyntaxError met while importing a test module in Python's own form,
     below the test file's frame: the place is the broken module's line, not the test file."""
@@ -142,6 +143,7 @@ def test_a_collection_error_in_the_code_under_test_points_at_that_code(tmp_path:
     assert case.location == Location("src/pkg/mod.py", 2)
 
 
+@pytest.mark.slow
 def test_a_line_number_of_thousands_of_digits_leaves_the_file_readable(tmp_path: Path) -> None:
     """A real pytest run whose failure quotes a frame with a 5000-digit line number: no frame is
     read from it (the digits are bounded) and every test of the file is still read."""

@@ -93,6 +93,7 @@ def test_the_corpus_is_the_pinned_one() -> None:
         assert hashlib.sha256(_path(entry).read_bytes()).hexdigest() == entry["sha256"], key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", _keys())
 def test_a_peer_file_never_crashes_the_reader(key: str) -> None:
     path = _path(FILES[key])
@@ -114,6 +115,7 @@ def test_counts_are_the_ones_the_peer_expects(key: str) -> None:
     assert _counts(entry, _path(entry)) == entry["expect"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", DEVIATIONS)
 def test_an_expected_deviation_from_a_peer(key: str) -> None:
     """The peer counts otherwise, for the reason the table gives; a deviation that no longer
@@ -126,6 +128,7 @@ def test_an_expected_deviation_from_a_peer(key: str) -> None:
     assert ours == deviation["ours"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", _keys(lambda e: e.get("deviation", {}).get("kind") == "merge"))
 def test_a_merge_deviation_is_the_merge_alone(key: str, tmp_path: Path) -> None:
     """The peer counts every ``<testcase>`` of a test written several times; with each given a
@@ -139,6 +142,7 @@ def test_a_merge_deviation_is_the_merge_alone(key: str, tmp_path: Path) -> None:
     assert _counts(entry, apart) == entry["expect"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", _keys())
 def test_a_count_mismatch_is_explained(key: str) -> None:
     """A file whose suites declare more tests than they hold gets a count_mismatch finding (it

@@ -66,6 +66,7 @@ def _run_pytest(
     return read_junit(junit, root=tmp_path, counts=counts)
 
 
+@pytest.mark.slow
 def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
     suite = _run_pytest(tmp_path, "test_subtests_pass.py")
     assert {c.nodeid: c.outcome for c in suite.cases} == {
@@ -79,6 +80,7 @@ def test_subtests_that_all_pass_are_counted_and_pass(tmp_path: Path) -> None:
     assert counts.subtest_reports == 5 and counts.raised == frozenset()  # the sample's subtests
 
 
+@pytest.mark.slow
 def test_subtests_without_the_plugins_count_are_read_strictly(tmp_path: Path) -> None:
     suite = _run_pytest(tmp_path, "test_subtests_pass.py", counted=False)
     (mismatch,) = suite.count_mismatches
@@ -87,6 +89,7 @@ def test_subtests_without_the_plugins_count_are_read_strictly(tmp_path: Path) ->
     assert decision is Decision.BLOCK and findings[0].startswith("count_mismatch")
 
 
+@pytest.mark.slow
 def test_a_failing_subtest_fails_its_test_and_blocks(tmp_path: Path) -> None:
     suite = _run_pytest(tmp_path, "test_subtests_fail.py")
     cases = {c.name: c for c in suite.cases}
@@ -119,6 +122,7 @@ FAILING = {
 XDIST = ("-n", "2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
 def test_the_plugin_sees_exactly_the_tests_pytest_fails(
     tmp_path: Path, options: tuple[str, ...]
@@ -134,6 +138,7 @@ def test_the_plugin_sees_exactly_the_tests_pytest_fails(
     assert {f.partition(":")[0] for f in findings} == {"test_failed", "skipped_test"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
 def test_the_plugin_names_the_tests_the_run_dropped(
     tmp_path: Path, options: tuple[str, ...]
@@ -149,6 +154,7 @@ def test_the_plugin_names_the_tests_the_run_dropped(
     assert set(suite.deselected) == every - ran and suite.empty_files == ()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [(), XDIST], ids=["one-process", "xdist"])
 def test_failures_a_test_module_rewrites_as_passes_still_block(
     tmp_path: Path, options: tuple[str, ...]
@@ -165,6 +171,7 @@ def test_failures_a_test_module_rewrites_as_passes_still_block(
     assert len(contradicted) == len(FAILING)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("attack", "options", "hooked"),
     [
@@ -204,6 +211,7 @@ def test_a_test_module_that_hooks_into_running_tests_blocks(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("first", "then", "victim", "hooked"),
     [
@@ -230,6 +238,7 @@ def test_code_swapped_under_pytest_after_collection_blocks(
     assert _verdict(suite)[0] is Decision.BLOCK
 
 
+@pytest.mark.slow
 def test_an_xfail_mark_that_does_not_make_a_failure_expected_leaves_it_witnessed(
     tmp_path: Path,
 ) -> None:
@@ -241,6 +250,7 @@ def test_an_xfail_mark_that_does_not_make_a_failure_expected_leaves_it_witnessed
     }
 
 
+@pytest.mark.slow
 def test_a_plugin_a_conftest_registers_during_collection_is_no_foreign_hook(
     tmp_path: Path,
 ) -> None:
@@ -256,6 +266,7 @@ def test_a_plugin_a_conftest_registers_during_collection_is_no_foreign_hook(
     assert [c.outcome for c in suite.cases] == ["passed"] and suite.foreign_hooks == ()
 
 
+@pytest.mark.slow
 def test_pytest_without_the_plugin_is_unwitnessed(tmp_path: Path) -> None:
     _run_pytest(tmp_path, "test_subtests_pass.py", False, "-p", "no:stagegate_warnings")
     assert not (tmp_path / "junit.xml.counts.json").exists()

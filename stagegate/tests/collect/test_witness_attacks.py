@@ -523,6 +523,7 @@ def _judged(
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_test_module_that_keeps_a_failing_test_from_failing_blocks(
     tmp_path: Path, attack: str
@@ -533,6 +534,7 @@ def test_a_test_module_that_keeps_a_failing_test_from_failing_blocks(
     assert "test_failed" not in kinds or attack == "tests-made-uncollectable"  # it worked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", LIBRARY_ATTACKS)
 def test_code_under_test_that_hides_its_bug_from_its_test_blocks(
     tmp_path: Path, attack: str
@@ -543,6 +545,7 @@ def test_code_under_test_that_hides_its_bug_from_its_test_blocks(
     assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", EARLY)
 def test_code_under_test_that_a_conftest_imports_before_the_witness_starts_blocks(
     tmp_path: Path, attack: str
@@ -805,6 +808,7 @@ LIBRARY_SKIPS = {
 }
 
 
+@pytest.mark.slow
 def test_a_helper_of_the_tests_kept_inside_the_package_decides_their_skips(
     tmp_path: Path,
 ) -> None:
@@ -927,6 +931,7 @@ PACKAGE_LAYOUTS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", PACKAGE_LAYOUTS)
 def test_a_skip_is_the_tests_or_the_products_by_where_the_package_is(
     tmp_path: Path, layout: str
@@ -1043,6 +1048,7 @@ IMPORTED_SKIPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
 @pytest.mark.parametrize("files", IMPORTED_SKIPS.values(), ids=IMPORTED_SKIPS)
 def test_a_module_skipped_by_the_code_under_test_as_it_is_imported_blocks(
@@ -1067,6 +1073,7 @@ DOCTEST_IMPORT_SKIPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", DOCTEST_IMPORT_SKIPS.values(), ids=DOCTEST_IMPORT_SKIPS)
 def test_a_doctest_module_skipped_as_it_is_imported_blocks(
     tmp_path: Path, files: dict[str, str]
@@ -1075,6 +1082,7 @@ def test_a_doctest_module_skipped_as_it_is_imported_blocks(
     assert decision is Decision.BLOCK and kinds == {"skipped_by_code_under_test"}, kinds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
 def test_modules_the_tests_skip_as_they_are_imported_are_no_finding(
     tmp_path: Path, options: tuple[str, ...]
@@ -1097,6 +1105,7 @@ BROWSER_TESTS = {
 }
 
 
+@pytest.mark.slow
 def test_a_helper_the_policy_names_as_the_tests_own_code_decides_their_skips(
     tmp_path: Path,
 ) -> None:
@@ -1129,6 +1138,7 @@ NAMED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("named", NAMED)
 def test_the_code_under_test_installed_apart_from_its_tree_skipping_its_test_blocks(
     tmp_path: Path, named: str
@@ -1150,6 +1160,7 @@ RENAMED = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["tests", "e2e"])
 def test_installed_code_under_test_renaming_itself_in_its_record_still_blocks(
     tmp_path: Path, folder: str
@@ -1163,6 +1174,7 @@ def test_installed_code_under_test_renaming_itself_in_its_record_still_blocks(
     assert f"{folder}/../mylib" in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
 
 
+@pytest.mark.slow
 def test_installed_code_under_test_that_empties_its_record_is_known_as_a_copy_of_the_tree(
     tmp_path: Path,
 ) -> None:
@@ -1181,6 +1193,7 @@ def test_installed_code_under_test_that_empties_its_record_is_known_as_a_copy_of
     assert "mylib" not in (tmp_path / SITE / "my_lib-1.0.dist-info" / "RECORD").read_text()
 
 
+@pytest.mark.slow
 def test_a_tests_package_the_wheel_ships_holds_the_tests_own_helpers(tmp_path: Path) -> None:
     record = "mylib/__init__.py,,\ntests/__init__.py,,\ntests/helpers.py,,\n"
     files = {
@@ -1194,6 +1207,7 @@ def test_a_tests_package_the_wheel_ships_holds_the_tests_own_helpers(tmp_path: P
     assert _judged(tmp_path, files) == (Decision.PASS, set())
 
 
+@pytest.mark.slow
 def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_own(
     tmp_path: Path,
 ) -> None:
@@ -1201,6 +1215,7 @@ def test_another_distribution_installed_there_is_a_library_whose_skips_are_its_o
     assert _judged(tmp_path, other) == (Decision.PASS, set())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", LIBRARY_SKIPS.values(), ids=LIBRARY_SKIPS)
 def test_the_code_under_test_skipping_its_own_test_blocks(
     tmp_path: Path, files: dict[str, str]
@@ -1480,6 +1495,7 @@ UNITTEST_CLASS_DROPPED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", UNITTEST_CLASS_DROPPED.values(), ids=UNITTEST_CLASS_DROPPED)
 def test_a_unittest_class_kept_from_running_blocks(tmp_path: Path, files: dict[str, str]) -> None:
     decision, kinds = _judged(tmp_path, files)  # a patched TestCase is foreign_hooks too
@@ -1565,6 +1581,7 @@ REPLAYED_EXAMPLE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "files",
     [BORROWED_DOCTEST, FORGED_EXAMPLE, REPLAYED_EXAMPLE],
@@ -1628,6 +1645,7 @@ DOCTEST_DROPPED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", DOCTEST_DROPPED)
 def test_a_doctest_files_example_kept_from_running_blocks(tmp_path: Path, how: str) -> None:
     kind, test = DOCTEST_DROPPED[how]
@@ -1636,6 +1654,7 @@ def test_a_doctest_files_example_kept_from_running_blocks(tmp_path: Path, how: s
     assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
+@pytest.mark.slow
 def test_a_doctest_file_emptied_before_the_workers_start_blocks(tmp_path: Path) -> None:
     """Under pytest-xdist: by the controller's conftest.py only, before any worker began."""
     conftest = """
@@ -1678,6 +1697,7 @@ UNITTEST_ADD = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("early", [False, True], ids=["as-a-test-imports-it", "before-the-witness"])
 def test_unittests_assert_replaced_by_the_code_under_test_blocks(
     tmp_path: Path, early: bool
@@ -1690,12 +1710,14 @@ def test_unittests_assert_replaced_by_the_code_under_test_blocks(
     assert "test_failed" not in kinds  # the attack worked: the JUnit file holds no failure
 
 
+@pytest.mark.slow
 def test_a_helper_the_tests_rewrite_as_they_run_is_theirs_no_longer(tmp_path: Path) -> None:
     """Whoever wrote it (a test, or the code under test), its code was made at run time."""
     found = _judged(tmp_path, EDITED_WHILE_RUNNING, "-p", "no:randomly")
     assert found == (Decision.BLOCK, {"skipped_by_code_under_test"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "options"),
     [

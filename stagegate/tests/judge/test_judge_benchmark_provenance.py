@@ -173,6 +173,7 @@ def test_a_file_written_by_the_stage_for_its_commit_passes(
 FAKE_SMI = "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.159.04, 81559, 9.0'\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", [None, "NVIDIA H100 80GB HBM3"], ids=["no-driver", "h100"])
 def test_a_tool_on_the_path_that_names_a_gpu_the_driver_lacks_observes_no_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver: str | None
@@ -200,6 +201,7 @@ def test_a_tool_on_the_path_that_names_a_gpu_the_driver_lacks_observes_no_machin
         assert _verdict(tmp_path)["decision"] == "BLOCK"
 
 
+@pytest.mark.slow
 def test_host_facts_reach_the_judge_and_a_bad_file_stops_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

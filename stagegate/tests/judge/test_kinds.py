@@ -43,6 +43,7 @@ def _kind_arguments() -> list[tuple[str, int, ast.expr]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_finding_names_its_kind_from_the_catalogue() -> None:
     arguments = _kind_arguments()
     assert len(arguments) > 100  # the judge's findings, found

@@ -115,6 +115,7 @@ def test_lines_that_are_not_a_gpu_are_left_out(tmp_path: Path) -> None:
     assert [d["name"] for d in seen["devices"]] == ["NVIDIA H200"] and seen["error"] is None
 
 
+@pytest.mark.slow
 def test_the_record_holds_what_the_stage_machine_showed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from stagegate.record.pytest_guard import changes, snapshot
 
 TESTS = """
@@ -29,6 +31,7 @@ TESTS = """
 """
 
 
+@pytest.mark.slow
 def test_a_test_that_touches_the_guarded_folder_fails_naming_what_it_changed(
     tmp_path: Path,
 ) -> None:
@@ -62,6 +65,7 @@ def test_a_test_that_touches_the_guarded_folder_fails_naming_what_it_changed(
     assert "2 errors" in out and "1 failed" in out
 
 
+@pytest.mark.slow
 def test_without_the_option_nothing_is_watched(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
     (tmp_path / "test_free.py").write_text(

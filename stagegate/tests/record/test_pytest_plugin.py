@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stagegate.collect import read_warnings
 from stagegate.model import Location
 from stagegate.record.witness_file import GATE_SUFFIX
 
 
+@pytest.mark.slow
 def test_warnings_plugin_records_category_message_location_count(sample_run: dict) -> None:
     (warning,) = [w for w in read_warnings(sample_run["warnings"]) if w.category == "FutureWarning"]
     assert "torch.cuda.amp.autocast" in warning.message
@@ -33,6 +36,7 @@ DEPENDENCY_PROJECT = {
 }
 
 
+@pytest.mark.slow
 def test_a_warning_raised_inside_a_dependency_points_at_the_project_line(tmp_path: Path) -> None:
     for name, text in DEPENDENCY_PROJECT.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +87,7 @@ def _record_warnings(tmp_path: Path, *options: str) -> list:
     return sorted(read_warnings(out), key=lambda w: w.category)
 
 
+@pytest.mark.slow
 def test_workers_of_pytest_xdist_record_what_one_process_records(tmp_path: Path) -> None:
     alone = _record_warnings(tmp_path)
     workers = _record_warnings(tmp_path, "-p", "xdist", "-n", "2", "--dist", "load")
@@ -93,6 +98,7 @@ def test_workers_of_pytest_xdist_record_what_one_process_records(tmp_path: Path)
     assert workers == alone
 
 
+@pytest.mark.slow
 def test_the_witnesses_are_written_where_pytest_writes_a_junit_path_it_expands(
     tmp_path: Path,
 ) -> None:

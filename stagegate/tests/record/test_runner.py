@@ -31,6 +31,7 @@ def _run(tmp_path: Path, *cmd: str, **kw: object) -> tuple:
     return record, code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_success_is_recorded_with_output_and_environment(tmp_path: Path) -> None:
     junit = str(tmp_path / "j.xml")
     record, code, out, _ = _run(tmp_path, PY, "-c", "print('héllo ✓')", files={"junit": junit})
@@ -45,6 +46,7 @@ def test_success_is_recorded_with_output_and_environment(tmp_path: Path) -> None
     assert saved.sha256 == never  # never written
 
 
+@pytest.mark.slow
 def test_failure_keeps_the_exit_code_and_stderr(tmp_path: Path) -> None:
     record, code, _, err = _run(
         tmp_path, PY, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"
@@ -53,6 +55,7 @@ def test_failure_keeps_the_exit_code_and_stderr(tmp_path: Path) -> None:
     assert "boom" in err and "boom" in record.stderr_tail
 
 
+@pytest.mark.slow
 def test_timeout_stops_the_command_and_is_recorded(tmp_path: Path) -> None:
     record, code, _, err = _run(tmp_path, PY, "-c", "import time; time.sleep(60)", timeout_s=0.5)
     assert code == 124 and record.timed_out and record.exit_code is None
@@ -60,6 +63,7 @@ def test_timeout_stops_the_command_and_is_recorded(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "execution.json").read_text())["timed_out"] is True
 
 
+@pytest.mark.slow
 def test_a_killed_command_records_its_signal(tmp_path: Path) -> None:
     record, code, _, _ = _run(
         tmp_path, PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
@@ -67,12 +71,14 @@ def test_a_killed_command_records_its_signal(tmp_path: Path) -> None:
     assert record.signal == 9 and record.exit_code is None and code == 128 + 9
 
 
+@pytest.mark.slow
 def test_a_command_that_cannot_start_is_recorded(tmp_path: Path) -> None:
     record, code, _, err = _run(tmp_path, "/no/such/tool", "--flag")
     assert code == 127 and record.error and "cannot start" in err
     assert load_record(tmp_path / "execution.json").error == record.error
 
 
+@pytest.mark.slow
 def test_output_tail_is_bounded(tmp_path: Path) -> None:
     record, code, out, _ = _run(
         tmp_path, PY, "-c", "print('x' * 100 + '\\n' * 0, end=''); [print(i) for i in range(50000)]"
@@ -84,6 +90,7 @@ def test_output_tail_is_bounded(tmp_path: Path) -> None:
     assert out.count("\n") == 50000  # the console still got everything
 
 
+@pytest.mark.slow
 def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
     junit, absent = tmp_path / "j.xml", tmp_path / "never.json"
     write = f"open({str(junit)!r}, 'w').write('<testsuites/>')"
@@ -99,6 +106,7 @@ def test_each_named_file_is_recorded_with_its_sha256(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_a_declared_file_the_command_left_untouched_is_recorded_as_an_earlier_runs(
     tmp_path: Path,
 ) -> None:
@@ -126,6 +134,7 @@ def test_a_declared_file_the_command_left_untouched_is_recorded_as_an_earlier_ru
     assert load_record(tmp_path / "execution.json").stale == record.stale
 
 
+@pytest.mark.slow
 def test_what_the_command_sees_of_the_clock_lies_inside_the_records_run(tmp_path: Path) -> None:
     """The record's start and duration are the command's: observing the machine first (here
     an nvidia-smi that takes 2 s to answer) moves neither, so a file the command dates at its
@@ -192,6 +201,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("mode", ["setsid", "daemon"])
 def test_a_detached_grandchild_cannot_rewrite_the_stage_files_afterwards(
@@ -215,6 +225,7 @@ def test_a_detached_grandchild_cannot_rewrite_the_stage_files_afterwards(
     assert record.sha256[str(junit)] == hashlib.sha256(b"<testsuites/>").hexdigest()
 
 
+@pytest.mark.slow
 def test_the_record_is_written_when_reading_the_outputs_fails(tmp_path: Path) -> None:
     # A declared output that is a directory cannot be hashed: the record says so, and is kept.
     (tmp_path / "coverage.json").mkdir()
@@ -227,6 +238,7 @@ def test_the_record_is_written_when_reading_the_outputs_fails(tmp_path: Path) ->
     assert "could not finish the record" in err
 
 
+@pytest.mark.slow
 def test_the_record_is_written_when_the_command_removed_its_folder(tmp_path: Path) -> None:
     out = tmp_path / "raw"
     out.mkdir()
@@ -274,6 +286,7 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
+@pytest.mark.slow
 def test_the_record_lists_what_the_commit_does_not_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,6 +334,7 @@ def test_the_record_lists_what_the_commit_does_not_hold(
     assert outside.changed_sha256 is None
 
 
+@pytest.mark.slow
 def test_a_command_that_rewrites_another_stages_results_is_recorded(tmp_path: Path) -> None:
     """A later stage's command that rewrites an earlier stage's record and file (as a conftest
     could) is named in its own record; rerunning a stage over its own results is not, nor is
@@ -349,6 +363,7 @@ def test_a_command_that_rewrites_another_stages_results_is_recorded(tmp_path: Pa
     assert truncated.altered == [str(raw / "stagegate-runs.jsonl")]
 
 
+@pytest.mark.slow
 def test_a_pipe_among_another_stages_files_is_watched_without_opening_it(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     junit = raw / "junit.xml"
@@ -360,6 +375,7 @@ def test_a_pipe_among_another_stages_files_is_watched_without_opening_it(tmp_pat
     assert code == 0 and record.altered == []
 
 
+@pytest.mark.slow
 def test_changes_hidden_from_git_status_are_still_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -388,6 +404,7 @@ def test_changes_hidden_from_git_status_are_still_listed(
     assert not (tmp_path / "hook-ran").exists()
 
 
+@pytest.mark.slow
 def test_the_commit_is_the_one_the_command_started_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,6 +423,7 @@ def test_the_commit_is_the_one_the_command_started_on(
     assert record.commit == first.strip()
 
 
+@pytest.mark.slow
 def test_what_cannot_be_watched_is_said(tmp_path: Path) -> None:
     """A JSON file nested past the parser's depth is no record and no crash; more records than
     are watched make the record say so, and the stage block."""
@@ -446,6 +464,7 @@ def _hop(tmp_path: Path, stages: int, life_s: float, stage_s: float) -> bool:
     return marker.exists()
 
 
+@pytest.mark.slow
 def test_a_process_that_keeps_changing_its_pid_does_not_outlive_the_stage(tmp_path: Path) -> None:
     assert not _hop(tmp_path, stages=3, life_s=3, stage_s=1)
 

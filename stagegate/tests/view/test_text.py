@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stagegate.view.text import (
     code,
     code_block,
@@ -43,6 +45,7 @@ def test_numbers_and_chart_labels() -> None:
     assert '"' not in mermaid_label('say "hi" [x]')[1:-1]
 
 
+@pytest.mark.slow
 def test_a_test_runners_progress_lines_are_left_out_of_a_tail(tmp_path: Path) -> None:
     """pytest's own output, as a stage's tail holds it: the progress lines go, counted; the
     lines a reader needs (the failure, the summary) stay."""

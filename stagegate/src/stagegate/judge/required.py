@@ -217,7 +217,7 @@ def _left_to_stages(
             f"{policy.stages[owner].marker}: they run in the {owner} stage, which did not run "
             "here",
             detail=_names(tests),
-            fix=f"run the {owner} stage (its record joins this report), where it is required",
+            fix=f"run the {owner} stage before the report to verify them here",
         )
     held = {t for tests in left.values() for t in tests}
     return [t for t in dropped if t not in held]
