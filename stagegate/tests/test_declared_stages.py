@@ -161,6 +161,7 @@ def test_tests_left_to_a_stage_that_did_not_run_wait_for_it(
     assert "test_slow" in waiting["detail"] and "test_other" not in waiting["detail"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("slow_required", "slow_runs", "slow_passes", "decision"),
     [

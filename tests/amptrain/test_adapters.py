@@ -372,6 +372,7 @@ class _Holder(nn.Module):
         self.module = module
 
 
+@pytest.mark.slow
 @_COMPILE_IMPORT
 def test_no_sync_is_ddps_found_through_any_wrapper_or_nothing(one_rank_group: None) -> None:
     from torch.nn.parallel import DistributedDataParallel

@@ -108,6 +108,7 @@ def test_an_fp8_arm_without_float8_tensor_cores_falls_back_and_says_so() -> None
     assert arm["fp8_layers"] == 0 and arm["fp8_emulated"] is False
 
 
+@pytest.mark.slow
 def test_the_file_states_the_models_facts_not_a_share_of_any_peak(
     smoke_run: tuple[int, dict, str],
 ) -> None:

@@ -98,6 +98,7 @@ def test_timed_out_mutants_count_as_detected_and_are_named(tmp_path: Path) -> No
     assert "- `a.b.x_f__mutmut_2`" in named and "x_f__mutmut_1" not in named
 
 
+@pytest.mark.slow
 def test_results_of_several_workspaces_make_one_report(tiny_run: Path, tmp_path: Path) -> None:
     other = tmp_path / "stagegate-results.txt"
     other.write_text("    stagegate.judge.x_f__mutmut_1: killed\n")

@@ -58,6 +58,7 @@ def test_every_shape_of_data_trains_as_token_tensors(tokenizer: Any) -> None:
         assert torch.allclose(weights, reference[1], atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_a_streaming_dataset_trains_as_its_rows(tokenizer: Any) -> None:
     table = {"input_ids": _rows(tokenizer)}
     one_batch = {"batch_size": 12, "max_steps_per_epoch": 1}  # order inside a batch: no matter

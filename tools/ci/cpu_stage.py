@@ -1,5 +1,5 @@
-"""Stages 1-4 on a hosted runner, run as the GPU stage is: judge.yml runs this script from its
-checkout of the default branch; nothing of the commit under test runs on the host.
+"""Stages 1-4 and slow on a hosted runner, run as the GPU stage is: judge.yml runs this script
+from its checkout of the default branch; nothing of the commit under test runs on the host.
 
     IMAGE=ghcr.io/OWNER/amptrain-verify@sha256:... SHA=<40 hex> STAGEGATE=/path/to/stagegate \\
         python3 tools/ci/cpu_stage.py PR_TREE WORK
