@@ -13,8 +13,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from stagegate.collect import stage as collect_stage_module
-from stagegate.model import Decision, StageStatus
-from stagegate.report import ReportOptions, build_report
+from stagegate.model import Decision, StageData, StageStatus
+from stagegate.report import ReportOptions, _ran_elsewhere, build_report
 from stagegate.view.github import COMMENT_MARKER
 
 from .builders import (
@@ -22,9 +22,12 @@ from .builders import (
     POLICY_FILE,
     SCENARIOS,
     build_scenario,
+    case,
     copy_scenario,
     junit_file,
+    record,
     reseal,
+    suite,
 )
 
 GOLD = FIXTURES / "gold"
@@ -358,3 +361,17 @@ def test_on_github_stage_links_lead_to_the_run_not_to_a_relative_file(
         assert f"[static]({run})" in body and "(static.md)" not in body
     _, local = build_scenario("pass-cpu")  # read beside the files: relative links
     assert "[static](static.md)" in local["summary.md"]
+
+
+def test_each_stage_is_given_what_the_others_ran_here_and_on_the_base() -> None:
+    """The tests the other stages ran (a test moved between stages is neither gone nor run
+    nowhere) and ran on the base branch (one moved and skipped is newly skipped), and the
+    stages that left a record."""
+    quick = StageData(record("quick"), suite=suite(case("a")), base_suite=suite(case("b")))
+    slow = StageData(record("slow"), suite=suite(case("b", "skipped")))
+    given = _ran_elsewhere({"quick": quick, "slow": slow, "gone": StageData(None)})
+    assert given["slow"].ran_elsewhere == {"tests/t.py::a"}
+    assert given["slow"].base_ran_elsewhere == {"tests/t.py::b"}
+    assert given["quick"].ran_elsewhere == {"tests/t.py::b"}  # held there: its skip is judged
+    assert given["quick"].base_ran_elsewhere == frozenset()
+    assert given["gone"].recorded == {"quick", "slow"}

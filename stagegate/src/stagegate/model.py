@@ -548,6 +548,7 @@ class StageData:
     # The tests the other stages of this report ran (their file form, :func:`canonical`)
     ran_elsewhere: frozenset[str] = frozenset()
     recorded: frozenset[str] = frozenset()  # the stages this report holds a record of
+    base_ran_elsewhere: frozenset[str] = frozenset()  # the tests other stages ran on the base
 
 
 NOT_VERIFIED = "NOT VERIFIED"  # a baseline change the runs' spread could hide

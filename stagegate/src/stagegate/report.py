@@ -177,6 +177,11 @@ def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
         for name, data in stages.items()
         if data.suite is not None
     }
+    base_ran = {
+        name: frozenset(canonical(c) for c in data.base_suite.cases if c.executed)
+        for name, data in stages.items()
+        if data.base_suite is not None
+    }
     recorded = frozenset(
         name
         for name, d in stages.items()
@@ -187,6 +192,7 @@ def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
             data,
             ran_elsewhere=frozenset().union(*(v for k, v in ran.items() if k != name)),
             recorded=recorded,
+            base_ran_elsewhere=frozenset().union(*(v for k, v in base_ran.items() if k != name)),
         )
         for name, data in stages.items()
     }

@@ -171,6 +171,35 @@ def test_a_required_test_gone_is_named_once_as_required() -> None:
     assert [f.kind for f in v.findings if "bf16" in f.title] == ["required_test_missing"]
 
 
+def test_a_test_moved_to_another_stage_where_it_ran_is_not_gone() -> None:
+    base = suite(case("test_fine_tuning_fp32"), case("test_fine_tune_bf16"), case("other"))
+    here = suite(case("test_fine_tuning_fp32"))
+    moved = frozenset({"tests/t.py::test_fine_tune_bf16", "tests/t.py::other"})  # in slow
+    data = StageData(record("integration"), suite=here, base_suite=base, ran_elsewhere=moved)
+    assert _judge(data).findings == ()
+    half = frozenset({"tests/t.py::other"})  # the required one ran nowhere
+    v = _judge(replace(data, ran_elsewhere=half))
+    assert _kinds(v) == [("HIGH", "required_test_missing")]
+
+
+@pytest.mark.parametrize("base_here", [True, False], ids=["stage-on-base", "new-stage"])
+def test_a_test_that_ran_in_another_stage_on_the_base_and_skips_here_blocks(
+    base_here: bool,
+) -> None:
+    """Moved to this stage (marked for it) and skipped here: newly skipped, as if it had not
+    moved; a stage that had no results on the base is held to the other stages' results."""
+    here = suite(case("a"), case("b", "skipped", message="later"))
+    base = suite(case("a")) if base_here else None
+    data = StageData(
+        record("slow"), suite=here, base_suite=base, base_ran_elsewhere=frozenset({"tests/t.py::b"})
+    )
+    v = judge_stage("slow", data, Policy())
+    assert ("HIGH", "test_newly_skipped") in _kinds(v)
+    assert decide([v]).decision is Decision.BLOCK
+    alone = judge_stage("slow", replace(data, base_ran_elsewhere=frozenset()), Policy())
+    assert ("HIGH", "test_newly_skipped") not in _kinds(alone)
+
+
 def test_without_base_results_nothing_is_said_gone() -> None:
     v = judge_stage("execution", StageData(record(), suite=suite(case("a"))), Policy())
     assert v.findings == ()

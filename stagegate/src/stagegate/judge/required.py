@@ -62,9 +62,9 @@ def _listed(cases: list[TestCase]) -> str:
 
 
 def _gone_since_base(
-    f: Findings, suite: TestSuite, base: TestSuite, patterns: tuple[str, ...]
+    f: Findings, data: StageData, suite: TestSuite, base: TestSuite, patterns: tuple[str, ...]
 ) -> None:
-    here = {canonical(c) for c in suite.cases}
+    here = {canonical(c) for c in suite.cases} | data.ran_elsewhere  # moved: it ran there
     gone = [c for c in base.cases if c.executed and canonical(c) not in here]
     for case in (c for c in gone if any(matches(p, c) for p in patterns)):
         f.add(
@@ -106,7 +106,7 @@ def required_test_findings(f: Findings, data: StageData, stage: str, policy: Pol
                 fix="remove the skip: the policy requires this test to run and pass",
             )
     if data.base_suite is not None:
-        _gone_since_base(f, suite, data.base_suite, patterns)
+        _gone_since_base(f, data, suite, data.base_suite, patterns)
 
 
 def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> None:
@@ -115,7 +115,7 @@ def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> N
     suite, base = data.suite, data.base_suite
     if suite is None or base is None:
         return
-    here = {canonical(c) for c in suite.cases}
+    here = {canonical(c) for c in suite.cases} | data.ran_elsewhere  # moved: it ran there
     required = policy.required_tests.get(stage, ())
     gone = [
         c
@@ -142,10 +142,13 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
     rose (tests added beside them can hold the share down); and a share that rose, new tests
     that skip included."""
     suite, base = data.suite, data.base_suite
+    if base is None and data.base_ran_elsewhere:  # a stage new since the base: its tests moved
+        base = TestSuite(cases=(), source="the base branch's other stages")
     if suite is None or base is None:
         return
     skipped_before = {canonical(c) for c in base.cases if c.outcome == "skipped"}
-    ran_before = {canonical(c) for c in base.cases if c.executed}
+    # a test that ran in any stage on the base branch (one moved here from another included)
+    ran_before = {canonical(c) for c in base.cases if c.executed} | data.base_ran_elsewhere
     newly = [
         c for c in suite.cases if c.outcome == "skipped" and canonical(c) not in skipped_before
     ]
@@ -162,7 +165,7 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
             fix="run them, or say in the change why each is skipped now (a maintainer may "
             "accept it: set severity.test_newly_skipped for that change)",
         )
-    if now - before > policy.skip_jump_pct:
+    if data.base_suite is not None and now - before > policy.skip_jump_pct:
         f.add(
             Kind.SKIPPED_SHARE_ROSE,
             f"skipped share rose from {before:.1f}% to {now:.1f}% against the base branch: "

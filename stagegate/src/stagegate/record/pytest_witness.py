@@ -520,8 +520,8 @@ class OutcomeWitness:
         self.recovered.update((c, n) for c, n in seen.get("recovered", []))
         self.foreign.update(seen.get("foreign", []))
         self.deselected.update((c, n) for c, n in seen.get("deselected", []))
-        for c, n, mark in seen.get("deselected_marks", []):
-            self.marks[c, n] = (*self.marks.get((c, n), ()), mark)
+        for c, n, mark in seen.get("deselected_marks", []):  # each worker collects them all
+            self.marks[c, n] = tuple(dict.fromkeys((*self.marks.get((c, n), ()), mark)))
         self.run.empty.update(seen.get("empty", []))
         self.skipped_by.update(((c, n), where) for c, n, where in seen.get("skipped_by", []))
         self.run.add(seen)
