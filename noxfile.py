@@ -1,6 +1,7 @@
 """Nox sessions: the staged verification job and the project's own test suite.
 
 nox -s verify     stages 1-4, then the reports; exits with the gate's code (0 PASS, 1 BLOCK)
+nox -s slow       the slow-marked tests, the stage verify leaves out (CI requires it)
 nox -s tests      the whole test suite (the README's test command)
 nox -s static | execution | integration | performance    one stage on its own (session = stage)
 nox -s regression -- REF    the regression stage: REF's training step against this tree's, A/B
@@ -221,7 +222,8 @@ def run_slow(session: nox.Session, extra: list[str], must_pass: bool = True) -> 
     """The tests marked slow (those that start processes: pytest, torchrun, builds), from the
     unit and the integration suites; verify leaves them to this stage, which CI requires."""
     junit = f"{RAW}/junit-slow.xml"
-    command = [*PYTEST, "-m", "slow", "-n", "auto", "--dist", "worksteal", "-p", "no:cacheprovider"]
+    # each file on one worker: the torchrun jobs of a module's fixtures run once
+    command = [*PYTEST, "-m", "slow", "-n", "auto", "--dist", "loadfile", "-p", "no:cacheprovider"]
     return stage(
         session,
         "slow",
@@ -320,7 +322,7 @@ def performance(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV_PARAMS, tags=["cpu", "stage"])
 def slow(session: nox.Session) -> None:
-    """The slow-marked tests (unit and integration) as their stage: CI runs it beside verify."""
+    """The slow-marked tests (unit and integration) as their stage; judge.yml requires it."""
     install(session, "test", "lint")
     run_slow(session, session.posargs)
 

@@ -131,9 +131,19 @@ def _tiered(tmp_path: Path, slow_required: bool = False, slow_passes: bool = Tru
     (tmp_path / "test_tiers.py").write_text(TIERED_TESTS.format(slow_passes=slow_passes))
 
 
-def _run_tier(name: str, marks: str) -> int:
+def _run_tier(name: str, marks: str, *options: str) -> int:
     junit = f"reports/raw/junit-{name}.xml"
-    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks]
+    pytest_cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        marks,
+        *options,
+    ]
     command = [*pytest_cmd, "test_tiers.py", f"--junitxml={junit}"]
     return main(["run", name, "--out-dir", "reports/raw", "--junit", junit, "--", *command])
 
@@ -203,3 +213,16 @@ def test_a_test_the_marked_stage_drops_too_runs_nowhere(
     assert code == 1
     assert ("HIGH", "test_run_nowhere") in _findings(verdict, "quick")
     assert ("INFO", "test_left_to_stage") not in _findings(verdict, "quick")
+
+
+@pytest.mark.slow
+def test_under_xdist_the_marks_the_workers_saw_reach_the_report_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _tiered(tmp_path)
+    assert _run_tier("quick", "not slow", "-n", "2") == 0
+    code, verdict = _report()
+    assert code == 0 and ("INFO", "test_left_to_stage") in _findings(verdict, "quick")
+    counts = json.loads(Path("reports/raw/junit-quick.xml.counts.json").read_text())
+    assert counts["deselected_marks"] == [["test_tiers", "test_slow", "slow"]]

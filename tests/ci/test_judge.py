@@ -134,7 +134,10 @@ def test_a_missing_artifact_is_an_error_not_a_pass(tmp_path: Path) -> None:
     assert out["state"] == "error" and "no artifact" in out["description"]
 
 
-@pytest.mark.parametrize("command", ["true", "false", f"{sys.executable} -c pass"])
+# named alike in every virtualenv: a stage in another finds it by name
+@pytest.mark.parametrize(
+    "command", ["true", "false", f"{sys.executable} -c pass"], ids=["true", "false", "python"]
+)
 def test_an_exit_code_without_a_verdict_is_no_verdict(tmp_path: Path, command: str) -> None:
     # a stagegate that failed to start may exit 1, which must not read as a BLOCK, nor 0 a PASS.
     out = judge(tmp_path, copy_fixture(tmp_path, "pass-cpu"), command=command)
