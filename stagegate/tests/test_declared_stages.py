@@ -131,19 +131,12 @@ def _tiered(tmp_path: Path, slow_required: bool = False, slow_passes: bool = Tru
     (tmp_path / "test_tiers.py").write_text(TIERED_TESTS.format(slow_passes=slow_passes))
 
 
+PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+
+
 def _run_tier(name: str, marks: str, *options: str) -> int:
     junit = f"reports/raw/junit-{name}.xml"
-    pytest_cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        marks,
-        *options,
-    ]
+    pytest_cmd = [*PYTEST, "-m", marks, *options]
     command = [*pytest_cmd, "test_tiers.py", f"--junitxml={junit}"]
     return main(["run", name, "--out-dir", "reports/raw", "--junit", junit, "--", *command])
 
