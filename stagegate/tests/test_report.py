@@ -369,9 +369,13 @@ def test_each_stage_is_given_what_the_others_ran_here_and_on_the_base() -> None:
     stages that left a record."""
     quick = StageData(record("quick"), suite=suite(case("a")), base_suite=suite(case("b")))
     slow = StageData(record("slow"), suite=suite(case("b", "skipped")))
-    given = _ran_elsewhere({"quick": quick, "slow": slow, "gone": StageData(None)})
-    assert given["slow"].ran_elsewhere == {"tests/t.py::a"}
+    gpu = StageData(record("gpu"), suite=suite(case("c")), base_suite=suite(case("d")))
+    stages = {"quick": quick, "slow": slow, "gpu": gpu, "gone": StageData(None)}
+    given = _ran_elsewhere(stages, subsets=frozenset({"gpu"}))
+    assert given["slow"].ran_elsewhere == {"tests/t.py::a", "tests/t.py::c"}
+    assert given["slow"].executed_elsewhere == {"tests/t.py::a"}  # gpu re-runs: excuses none
     assert given["slow"].base_ran_elsewhere == {"tests/t.py::b"}
-    assert given["quick"].ran_elsewhere == {"tests/t.py::b"}  # held there: its skip is judged
+    assert given["quick"].ran_elsewhere == {"tests/t.py::b", "tests/t.py::c"}  # skips judged there
+    assert given["quick"].executed_elsewhere == frozenset()
     assert given["quick"].base_ran_elsewhere == frozenset()
-    assert given["gone"].recorded == {"quick", "slow"}
+    assert given["gone"].recorded == {"quick", "slow", "gpu"}

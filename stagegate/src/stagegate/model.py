@@ -547,6 +547,7 @@ class StageData:
     changed: tuple[str, ...] | None = None  # the files the change touches; None: not known
     # The tests the other stages of this report ran (their file form, :func:`canonical`)
     ran_elsewhere: frozenset[str] = frozenset()
+    executed_elsewhere: frozenset[str] = frozenset()  # of those, the ones that ran (no skip)
     recorded: frozenset[str] = frozenset()  # the stages this report holds a record of
     base_ran_elsewhere: frozenset[str] = frozenset()  # the tests other stages ran on the base
 

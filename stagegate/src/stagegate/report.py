@@ -19,7 +19,14 @@ from stagegate.judge import decide, judge_stage
 from stagegate.judge.commits import run_changes, run_commit
 from stagegate.judge.policy import Policy, load_policy
 from stagegate.judge.required import canonical
-from stagegate.model import UNATTRIBUTED, Benchmark, StageData, Verdict, stage_name_problem
+from stagegate.model import (
+    UNATTRIBUTED,
+    Benchmark,
+    StageData,
+    TestSuite,
+    Verdict,
+    stage_name_problem,
+)
 from stagegate.view.github import COMMENT_MARKER, annotations, append_step_summary, comment_body
 from stagegate.view.parts import Context
 from stagegate.view.render import render_stage, render_summary, verdict_json
@@ -169,18 +176,21 @@ def _with_base(
     return replace(data, base_note=note or "not compared: the base branch left no test results")
 
 
-def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
-    """Each stage with the tests the other stages ran: a test one stage drops must run in
-    another."""
-    ran = {
-        name: frozenset(canonical(c) for c in data.suite.cases)
-        for name, data in stages.items()
-        if data.suite is not None
-    }
+def _names(suite: TestSuite | None, executed: bool = False) -> frozenset[str]:
+    cases = suite.cases if suite is not None else ()
+    return frozenset(canonical(c) for c in cases if c.executed or not executed)
+
+
+def _ran_elsewhere(
+    stages: dict[str, StageData], subsets: frozenset[str] = frozenset()
+) -> dict[str, StageData]:
+    """Each stage with the tests the other stages hold (a test one stage drops must run in
+    another), ran there and ran there on the base branch (a test moved between stages is
+    judged where it went); a ``subsets`` stage re-runs others' tests and excuses none."""
+    ran = {name: _names(data.suite) for name, data in stages.items()}
+    executed = {n: _names(d.suite, executed=True) for n, d in stages.items() if n not in subsets}
     base_ran = {
-        name: frozenset(canonical(c) for c in data.base_suite.cases if c.executed)
-        for name, data in stages.items()
-        if data.base_suite is not None
+        n: _names(d.base_suite, executed=True) for n, d in stages.items() if n not in subsets
     }
     recorded = frozenset(
         name
@@ -191,6 +201,7 @@ def _ran_elsewhere(stages: dict[str, StageData]) -> dict[str, StageData]:
         name: replace(
             data,
             ran_elsewhere=frozenset().union(*(v for k, v in ran.items() if k != name)),
+            executed_elsewhere=frozenset().union(*(v for k, v in executed.items() if k != name)),
             recorded=recorded,
             base_ran_elsewhere=frozenset().union(*(v for k, v in base_ran.items() if k != name)),
         )
@@ -240,7 +251,8 @@ def collect_inputs(options: ReportOptions, env: Mapping[str, str]) -> Inputs:
                 changed,
             )
             for n in names
-        }
+        },
+        frozenset(n for n, spec in policy.stages.items() if spec.subset),
     )
     baselines, baseline_problem = _baselines(options.baseline)
     host = read_host(options.host) if options.host is not None else None

@@ -175,11 +175,14 @@ def test_a_test_moved_to_another_stage_where_it_ran_is_not_gone() -> None:
     base = suite(case("test_fine_tuning_fp32"), case("test_fine_tune_bf16"), case("other"))
     here = suite(case("test_fine_tuning_fp32"))
     moved = frozenset({"tests/t.py::test_fine_tune_bf16", "tests/t.py::other"})  # in slow
-    data = StageData(record("integration"), suite=here, base_suite=base, ran_elsewhere=moved)
+    data = StageData(record("integration"), suite=here, base_suite=base, executed_elsewhere=moved)
     assert _judge(data).findings == ()
     half = frozenset({"tests/t.py::other"})  # the required one ran nowhere
-    v = _judge(replace(data, ran_elsewhere=half))
+    v = _judge(replace(data, executed_elsewhere=half))
     assert _kinds(v) == [("HIGH", "required_test_missing")]
+    # held elsewhere but skipped there: it ran nowhere
+    v = _judge(replace(data, executed_elsewhere=frozenset(), ran_elsewhere=moved))
+    assert ("HIGH", "required_test_missing") in _kinds(v) and ("MEDIUM", "test_gone") in _kinds(v)
 
 
 @pytest.mark.parametrize("base_here", [True, False], ids=["stage-on-base", "new-stage"])
@@ -198,6 +201,11 @@ def test_a_test_that_ran_in_another_stage_on_the_base_and_skips_here_blocks(
     assert decide([v]).decision is Decision.BLOCK
     alone = judge_stage("slow", replace(data, base_ran_elsewhere=frozenset()), Policy())
     assert ("HIGH", "test_newly_skipped") not in _kinds(alone)
+    # a stage that re-runs others' tests, or may skip what needs a GPU, skips them by design
+    for spec in ({"subset": True}, {"skippable": "no-cuda"}):
+        policy = policy_from_mapping({"stages": {"slow": spec}})
+        kinds = _kinds(judge_stage("slow", replace(data, base_suite=None), policy))
+        assert ("HIGH", "test_newly_skipped") not in kinds
 
 
 def test_without_base_results_nothing_is_said_gone() -> None:

@@ -64,7 +64,7 @@ def _listed(cases: list[TestCase]) -> str:
 def _gone_since_base(
     f: Findings, data: StageData, suite: TestSuite, base: TestSuite, patterns: tuple[str, ...]
 ) -> None:
-    here = {canonical(c) for c in suite.cases} | data.ran_elsewhere  # moved: it ran there
+    here = {canonical(c) for c in suite.cases} | data.executed_elsewhere  # moved: ran there
     gone = [c for c in base.cases if c.executed and canonical(c) not in here]
     for case in (c for c in gone if any(matches(p, c) for p in patterns)):
         f.add(
@@ -115,7 +115,7 @@ def gone_findings(f: Findings, data: StageData, stage: str, policy: Policy) -> N
     suite, base = data.suite, data.base_suite
     if suite is None or base is None:
         return
-    here = {canonical(c) for c in suite.cases} | data.ran_elsewhere  # moved: it ran there
+    here = {canonical(c) for c in suite.cases} | data.executed_elsewhere  # moved: ran there
     required = policy.required_tests.get(stage, ())
     gone = [
         c
@@ -141,14 +141,16 @@ def skipped_share_findings(f: Findings, data: StageData, stage: str, policy: Pol
     """Tests that ran on the base branch and skip here, named whether or not the skipped share
     rose (tests added beside them can hold the share down); and a share that rose, new tests
     that skip included."""
-    suite, base = data.suite, data.base_suite
-    if base is None and data.base_ran_elsewhere:  # a stage new since the base: its tests moved
+    suite, base, spec = data.suite, data.base_suite, policy.stages.get(stage)
+    # a test that ran in another stage on the base branch and was moved here (not into a stage
+    # that re-runs others' tests or may skip what needs a GPU: there it skips by design)
+    moved = data.base_ran_elsewhere if spec is None or not (spec.subset or spec.skippable) else ()
+    if base is None and moved:  # a stage new since the base: its tests moved
         base = TestSuite(cases=(), source="the base branch's other stages")
     if suite is None or base is None:
         return
     skipped_before = {canonical(c) for c in base.cases if c.outcome == "skipped"}
-    # a test that ran in any stage on the base branch (one moved here from another included)
-    ran_before = {canonical(c) for c in base.cases if c.executed} | data.base_ran_elsewhere
+    ran_before = {canonical(c) for c in base.cases if c.executed} | set(moved)
     newly = [
         c for c in suite.cases if c.outcome == "skipped" and canonical(c) not in skipped_before
     ]
