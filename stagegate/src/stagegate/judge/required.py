@@ -199,7 +199,7 @@ def _not_run_listed(f: Findings, stage: str, named: list[str]) -> None:
 
 
 def _left_to_stages(
-    f: Findings, data: StageData, stage: str, policy: Policy, dropped: list[str]
+    f: Findings, data: StageData, suite: TestSuite, stage: str, policy: Policy, dropped: list[str]
 ) -> list[str]:
     """``dropped`` less the tests pytest deselected that carry the mark of a declared stage
     with no record here (``marker``): they wait for that stage, which the summary shows NOT
@@ -209,7 +209,7 @@ def _left_to_stages(
         for name, spec in policy.stages.items()
         if spec.marker and name != stage and name not in data.recorded
     }
-    marks = dict(data.suite.deselected_marks) if data.suite is not None else {}
+    marks = dict(suite.deselected_marks)
     left: dict[str, list[str]] = {}
     for test in dropped:
         owner = next((waiting[m] for m in marks.get(test, ()) if m in waiting), None)
@@ -238,7 +238,7 @@ def run_nowhere_findings(f: Findings, data: StageData, stage: str, policy: Polic
         return
     elsewhere = data.ran_elsewhere
     dropped = [t for t in suite.deselected if canonical_id(t) not in elsewhere]
-    dropped = _left_to_stages(f, data, stage, policy, dropped)
+    dropped = _left_to_stages(f, data, suite, stage, policy, dropped)
     empty = [e for e in suite.empty_files if not _ran_in(e, elsewhere)]
     excused = [t for t in [*dropped, *empty] if any(named_by(p, t) for p in policy.not_run)]
     _not_run_listed(f, stage, excused)
