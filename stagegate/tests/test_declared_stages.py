@@ -155,6 +155,7 @@ def test_tests_left_to_a_stage_that_did_not_run_wait_for_it(
     code, verdict = _report()
     # test_slow waits for the slow stage, NOT VERIFIED here; test_other runs nowhere
     assert _stage(verdict, "slow")["status"] == "NOT VERIFIED"
+    assert "the tests marked slow wait for it" in _stage(verdict, "slow")["note"]
     assert ("INFO", "test_left_to_stage") in _findings(verdict, "quick")
     assert ("HIGH", "test_run_nowhere") in _findings(verdict, "quick")
     assert code == 1

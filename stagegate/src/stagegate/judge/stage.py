@@ -105,7 +105,9 @@ def _no_record(name: str, policy: Policy, data: StageData) -> StageVerdict:
             f"report, then run the {name} stage again ({how})",
         )
     elif name not in policy.required:
-        note = f"{name} did not run here; it is not required: NOT VERIFIED"
+        marker = policy.stages[name].marker if name in policy.stages else None
+        waiting = f" (the tests marked {marker} wait for it: {how})" if marker else ""
+        note = f"{name} did not run here; it is not required: NOT VERIFIED{waiting}"
         return stage_verdict(name, StageStatus.NOT_VERIFIED, f, data, note=note)
     else:
         skippable = policy.skippable.get(name) == "no-cuda"
